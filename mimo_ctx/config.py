@@ -1,0 +1,250 @@
+"""Configuration (SPEC R9, R5.10).
+
+Every knob has the SPEC's default; every model is frozen and rejects unknown keys.
+:func:`load_config` reads a mapping, a JSON file or a TOML file whose settings sit
+under a top-level ``checkpoint`` table (``[checkpoint.push_caps]`` in TOML) and turns
+pydantic's validation errors into one :class:`~mimo_ctx.errors.ConfigError` whose
+message names each bad key with what was expected.
+
+No key is dead (R5.10 **beyond**): ``focus_task``, ``design_decisions`` and
+``open_notes`` cap the matching checkpoint sections when rendering and are handed
+to the checkpoint writer as its section budgets.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from mimo_ctx.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_MICRO_COMPACT_TOOLS",
+    "PushCaps",
+    "RebuildConfig",
+    "TailConfig",
+    "WriterConfig",
+    "load_config",
+    "parse_token_amount",
+]
+
+DEFAULT_MICRO_COMPACT_TOOLS: Final[tuple[str, ...]] = (
+    "read",
+    "view_image",
+    "bash",
+    "grep",
+    "glob",
+    "webfetch",
+    "websearch",
+    "edit",
+    "write",
+    "multiedit",
+    "apply_patch",
+    "codesearch",
+)
+"""Tools whose completed results a rebuild clears (SPEC R4.5)."""
+
+_AMOUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+
+
+def parse_token_amount(value: int | float | str, *, of: int | None = None) -> int:
+    """Parse a token amount: ``12000``, ``"100K"``, ``"1.5M"`` or, with ``of``, ``"40%"``.
+
+    Args:
+        value: The amount. A percentage needs ``of``, the quantity it is a share of.
+        of: What a percentage is taken of.
+
+    Returns:
+        The amount in tokens, rounded down.
+
+    Raises:
+        ValueError: ``value`` is negative, malformed, or a percentage without ``of``.
+    """
+    if isinstance(value, bool):
+        # ValueError, not TypeError: pydantic turns it into a validation error.
+        raise ValueError(f"expected a token amount, got {value!r}")  # noqa: TRY004
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"expected a non-negative token amount, got {value!r}")
+        return int(value)
+    text = value.strip()
+    if text.endswith("%"):
+        if of is None:
+            raise ValueError(f"a percentage is not allowed here: {value!r}")
+        try:
+            share = float(text[:-1])
+        except ValueError:
+            raise ValueError(f"expected a percentage such as '40%', got {value!r}") from None
+        if not 0 <= share <= 100:
+            raise ValueError(f"expected a percentage between 0% and 100%, got {value!r}")
+        return int(of * share / 100)
+    match = _AMOUNT.match(text)
+    if match is None:
+        raise ValueError(f"expected a token amount such as 12000, '100K' or '1.5M', got {value!r}")
+    number = float(match.group(1))
+    scale = {"": 1, "k": 1_000, "m": 1_000_000}[match.group(2).lower()]
+    return int(number * scale)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class PushCaps(_Frozen):
+    """Per-section caps of the rebuild body (SPEC R5.3, R5.10). Tokens unless noted."""
+
+    tasks_ledger: int = Field(default=2000, ge=0, description="Tasks ledger, in characters.")
+    checkpoint: int = Field(default=11000, ge=0, description="checkpoint.md, section-aware.")
+    actor_ledger: int = Field(default=500, ge=0, description="Active actors, line by line.")
+    recent_user: int = Field(default=16000, ge=0, description="Recent user input; 0 disables.")
+    recent_user_per_msg: int = Field(default=2000, ge=0, description="One user message.")
+    memory: int = Field(default=10000, ge=0, description="Project MEMORY.md, section-aware.")
+    global_: int = Field(
+        default=6000, ge=0, alias="global", description="Global MEMORY.md, section-aware."
+    )
+    notes: int = Field(default=6000, ge=0, description="notes.md, proportional cut.")
+    memory_titles: int = Field(default=500, ge=0, description="Memory keys index.")
+    focus_task: int = Field(
+        default=4000, ge=0, description="Checkpoint §1 Active intent + §2 Next concrete action."
+    )
+    design_decisions: int = Field(
+        default=3000, ge=0, description="Checkpoint §10 Design decisions."
+    )
+    open_notes: int = Field(default=800, ge=0, description="Checkpoint §11 Open notes.")
+
+
+class TailConfig(_Frozen):
+    """Constants of the watermark computation (SPEC R2.3)."""
+
+    min_tokens: int = Field(default=10000, ge=0)
+    max_tokens: int = Field(default=20000, ge=0)
+    min_text_block_messages: int = Field(default=5, ge=0)
+
+
+class WriterConfig(_Frozen):
+    """Checkpoint-writer scheduling and wait bounds (SPEC R3.2, A3)."""
+
+    wait_with_watermark: float = Field(default=30.0, gt=0, description="Seconds.")
+    wait_without_watermark: float = Field(default=300.0, gt=0, description="Seconds.")
+    ensure_wait_auto: float = Field(default=180.0, gt=0, description="Seconds.")
+    ensure_wait_manual: float = Field(default=300.0, gt=0, description="Seconds.")
+    thresholds: tuple[int | float | str, ...] | None = Field(
+        default=None,
+        description="Writer start thresholds ('40%', '100K', '1.5M', numbers); None = A3 schedule.",
+    )
+    reserved: int = Field(default=13000, ge=0, description="Thresholds stay below usable - this.")
+
+    @field_validator("thresholds")
+    @classmethod
+    def _check_thresholds(
+        cls, value: tuple[int | float | str, ...] | None
+    ) -> tuple[int | float | str, ...] | None:
+        if value is not None:
+            for item in value:
+                parse_token_amount(item, of=100)
+        return value
+
+
+class RebuildConfig(_Frozen):
+    """Everything that tunes triggers, rendering and the writer (SPEC R9).
+
+    Attributes:
+        trigger_ratio: Share of the effective window at which a rebuild fires (R1.2).
+        max_context: Optional lower window: tokens, ``"300K"`` or ``"60%"`` (R1.2).
+        push_caps: Section caps (R5.3).
+        tail: Watermark constants (R2.3).
+        writer: Writer thresholds and wait bounds (A3, R3.2).
+        micro_compact_tools: Tools whose completed results a rebuild clears (R4.5).
+        recent_user_window: How many newest main-line messages feed section 4.
+        activity_max_lines: Line limit of the recent-activity section (R7.2).
+        activity_text_chars: Cut length of assistant text in the digest.
+        activity_arg_chars: Cut length of each tool argument in the digest.
+        total_cap: **beyond**: optional cap on the whole body, in tokens (R5.9).
+        min_freed_fraction: **beyond**: when two consecutive rebuilds each free less
+            than this share of the request, automatic rebuilds stop for the session.
+    """
+
+    trigger_ratio: float = Field(default=0.90, gt=0, le=1)
+    max_context: int | str | None = None
+    push_caps: PushCaps = Field(default_factory=PushCaps)
+    tail: TailConfig = Field(default_factory=TailConfig)
+    writer: WriterConfig = Field(default_factory=WriterConfig)
+    micro_compact_tools: tuple[str, ...] = DEFAULT_MICRO_COMPACT_TOOLS
+    recent_user_window: int = Field(default=200, ge=0)
+    activity_max_lines: int = Field(default=200, ge=0)
+    activity_text_chars: int = Field(default=240, ge=2)
+    activity_arg_chars: int = Field(default=80, ge=2)
+    total_cap: int | None = Field(default=None, ge=0)
+    min_freed_fraction: float = Field(default=0.10, ge=0, le=1)
+
+    @field_validator("max_context")
+    @classmethod
+    def _check_max_context(cls, value: int | str | None) -> int | str | None:
+        if value is not None:
+            parse_token_amount(value, of=100)
+        return value
+
+
+def _describe(error: ValidationError, root: str) -> str:
+    lines: list[str] = []
+    for item in error.errors():
+        loc = ".".join(str(p) for p in item["loc"])
+        key = f"{root}.{loc}" if loc else root
+        given = item.get("input")
+        if item["type"] == "extra_forbidden":
+            lines.append(f"{key}: unknown key")
+        else:
+            lines.append(f"{key}: {item['msg']} (got {given!r})")
+    return "invalid mimo_ctx configuration:\n  " + "\n  ".join(lines)
+
+
+def load_config(source: Mapping[str, Any] | str | Path | None = None) -> RebuildConfig:
+    """Build a :class:`RebuildConfig` from a mapping or a JSON/TOML file.
+
+    The settings sit under a top-level ``checkpoint`` key, as in the original's
+    schema (``checkpoint.push_caps.memory``); other top-level keys are rejected.
+
+    Args:
+        source: ``None`` for defaults; a mapping ``{"checkpoint": {...}}``; or a path
+            to a ``.json`` or ``.toml`` file of that shape.
+
+    Raises:
+        ConfigError: The file cannot be read or parsed, or a value is invalid. The
+            message names every bad key and what was expected.
+    """
+    if source is None:
+        return RebuildConfig()
+    if isinstance(source, str | Path):
+        path = Path(source)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        try:
+            if path.suffix.lower() == ".toml":
+                data: Any = tomllib.loads(raw.decode("utf-8"))
+            else:
+                data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
+    else:
+        data = source
+    if not isinstance(data, Mapping):
+        raise ConfigError("config must be a mapping with a 'checkpoint' table")
+    table: Mapping[str, Any] = data  # type: ignore[assignment]
+    unknown = sorted(set(table) - {"checkpoint"})
+    if unknown:
+        raise ConfigError(
+            f"invalid mimo_ctx configuration:\n  {unknown[0]}: unknown key "
+            "(settings go under the top-level 'checkpoint' table)"
+        )
+    try:
+        return RebuildConfig.model_validate(table.get("checkpoint", {}))
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, "checkpoint")) from exc

@@ -1,0 +1,335 @@
+"""The message model: sessions hold messages, messages hold parts.
+
+The shape follows the OpenCode data model the SPEC is written against (a tool
+call and its result live in one ``tool`` part of an assistant message), extended
+for data imported from provider formats, where a tool result is its own message:
+such results are :class:`ToolResultPart` parts of a message with role ``tool``.
+
+Unknown part types are **rejected** with a validation error naming the ``type``
+(our choice: silently keeping data we cannot send correctly would break tool
+pairing later). Integrations that must carry a framework's own part kinds through
+unchanged wrap them in an explicit :class:`OpaquePart`.
+
+Messages are treated as values: to change one, build a new one
+(``message.model_copy(update=...)``) and hand it to the store. The per-message
+token estimate is cached on the object (SPEC R2.2 hot path), and in-place
+mutation of ``parts`` would leave that cache stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from mimo_ctx import ids
+
+__all__ = [
+    "MAIN_AGENT",
+    "CheckpointPart",
+    "CompactionPart",
+    "FilePart",
+    "Message",
+    "MessageError",
+    "OpaquePart",
+    "Part",
+    "ReasoningPart",
+    "Role",
+    "SubtaskPart",
+    "TextPart",
+    "TokenUsage",
+    "ToolPart",
+    "ToolResultPart",
+    "ToolState",
+    "ToolStateCompleted",
+    "ToolStateError",
+    "ToolStatePending",
+    "ToolStateRunning",
+    "ToolTime",
+    "new_message_id",
+    "new_part_id",
+]
+
+MAIN_AGENT = "main"
+"""Agent id of a session's top-level agent (only it is rebuilt, SPEC R1.4a)."""
+
+Role = Literal["user", "assistant", "tool"]
+
+
+def new_part_id() -> str:
+    """Return a fresh ascending part id."""
+    return ids.ascending("prt")
+
+
+def new_message_id() -> str:
+    """Return a fresh ascending message id."""
+    return ids.ascending("msg")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class TokenUsage(_Model):
+    """Token usage a provider reported for one assistant message."""
+
+    input: int = Field(default=0, ge=0)
+    output: int = Field(default=0, ge=0)
+    reasoning: int = Field(default=0, ge=0)
+    cache_read: int = Field(default=0, ge=0)
+    cache_write: int = Field(default=0, ge=0)
+    total: int | None = Field(default=None, ge=0)
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens this usage says the context held (SPEC R1.2).
+
+        The provider's total when it gave one, else input + output + cache read +
+        cache write (reasoning is part of output for every provider we support).
+        """
+        if self.total:
+            return self.total
+        return self.input + self.output + self.cache_read + self.cache_write
+
+
+class TextPart(_Model):
+    """Text. ``synthetic`` marks text the library (not a person) wrote; ``ignored``
+    text is kept in storage but never sent to a model (SPEC A10)."""
+
+    type: Literal["text"] = "text"
+    id: str = Field(default_factory=new_part_id)
+    text: str
+    synthetic: bool = False
+    ignored: bool = False
+
+
+class ReasoningPart(_Model):
+    """A reasoning (thinking) block; ``signature`` is kept for providers that need it."""
+
+    type: Literal["reasoning"] = "reasoning"
+    id: str = Field(default_factory=new_part_id)
+    text: str
+    signature: str | None = None
+    redacted: bool = False
+
+
+class ToolTime(_Model):
+    """Times of a tool run in epoch ms; ``compacted`` is set by micro-compaction (R4.5)."""
+
+    start: int | None = None
+    end: int | None = None
+    compacted: int | None = None
+
+
+class ToolStatePending(_Model):
+    """The model asked for the call; it has not started."""
+
+    status: Literal["pending"] = "pending"
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolStateRunning(_Model):
+    """The call is running (or was, when the process died: then it reads as interrupted)."""
+
+    status: Literal["running"] = "running"
+    input: dict[str, Any] = Field(default_factory=dict)
+    title: str | None = None
+    time: ToolTime = Field(default_factory=ToolTime)
+
+
+class ToolStateCompleted(_Model):
+    """The call finished; ``output`` stays in storage even after it is compacted."""
+
+    status: Literal["completed"] = "completed"
+    input: dict[str, Any] = Field(default_factory=dict)
+    output: str
+    title: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    attachments: list[FilePart] = Field(default_factory=list["FilePart"])
+    time: ToolTime = Field(default_factory=ToolTime)
+
+
+class ToolStateError(_Model):
+    """The call failed with ``error``."""
+
+    status: Literal["error"] = "error"
+    input: dict[str, Any] = Field(default_factory=dict)
+    error: str
+    time: ToolTime = Field(default_factory=ToolTime)
+
+
+ToolState = Annotated[
+    ToolStatePending | ToolStateRunning | ToolStateCompleted | ToolStateError,
+    Field(discriminator="status"),
+]
+
+
+class ToolPart(_Model):
+    """A tool call and (when finished) its result, in one assistant message."""
+
+    type: Literal["tool"] = "tool"
+    id: str = Field(default_factory=new_part_id)
+    call_id: str
+    tool: str
+    state: ToolState
+
+
+class ToolResultPart(_Model):
+    """A tool result stored apart from its call, in a message with role ``tool``.
+
+    Provider transcripts (OpenAI ``tool`` messages, Anthropic ``tool_result``
+    blocks) keep results out of the calling message; the watermark must then not
+    separate the two (SPEC R2.6).
+    """
+
+    type: Literal["tool_result"] = "tool_result"
+    id: str = Field(default_factory=new_part_id)
+    call_id: str
+    tool: str
+    output: str
+    is_error: bool = False
+    time: ToolTime = Field(default_factory=ToolTime)
+
+
+class FilePart(_Model):
+    """A file or image attachment, by URL (``data:`` URLs included)."""
+
+    type: Literal["file"] = "file"
+    id: str = Field(default_factory=new_part_id)
+    mime: str
+    url: str
+    filename: str | None = None
+
+
+class SubtaskPart(_Model):
+    """A request to run a sub-agent (or a command) for a sub-task."""
+
+    type: Literal["subtask"] = "subtask"
+    id: str = Field(default_factory=new_part_id)
+    agent: str
+    description: str = ""
+    prompt: str = ""
+    command: str | None = None
+
+
+class CheckpointPart(_Model):
+    """Marks a rebuild boundary message (SPEC R4.4).
+
+    ``covered_up_to`` is the watermark; ``digest_up_to`` is the newest message id at
+    insert time, set only when a recent-activity section was rendered (R7.3).
+    """
+
+    type: Literal["checkpoint"] = "checkpoint"
+    id: str = Field(default_factory=new_part_id)
+    covered_up_to: str
+    digest_up_to: str | None = None
+    directory: str = ""
+    number: int = Field(default=0, ge=0)
+
+
+class CompactionPart(_Model):
+    """A plain compaction: ``summary`` replaces everything before it (SPEC R1.4a)."""
+
+    type: Literal["compaction"] = "compaction"
+    id: str = Field(default_factory=new_part_id)
+    summary: str
+    auto: bool = True
+
+
+class OpaquePart(_Model):
+    """A part of a framework's own kind, carried through unchanged and never rendered.
+
+    ``source`` names the framework (``pydantic-ai``, ``langchain``...), ``kind`` its
+    part kind, ``data`` the framework's JSON form of the part.
+    """
+
+    type: Literal["opaque"] = "opaque"
+    id: str = Field(default_factory=new_part_id)
+    source: str
+    kind: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+Part = Annotated[
+    TextPart
+    | ReasoningPart
+    | ToolPart
+    | ToolResultPart
+    | FilePart
+    | SubtaskPart
+    | CheckpointPart
+    | CompactionPart
+    | OpaquePart,
+    Field(discriminator="type"),
+]
+
+
+class MessageError(_Model):
+    """Why an assistant message failed; ``aborted`` when the user cancelled it."""
+
+    name: str
+    message: str = ""
+    aborted: bool = False
+
+
+class Message(_Model):
+    """One message of a session.
+
+    Attributes:
+        id: Ascending id; "newer" and "older" are always decided by ids (SPEC A1).
+        session_id: The session the message belongs to.
+        role: ``user``, ``assistant``, or ``tool`` (provider-format tool results).
+        agent: ``main`` for the session's top-level agent, else the sub-agent's id.
+        time_created: Creation time in epoch ms (a boundary is back-dated, R4.3).
+        time_completed: When an assistant message finished, in epoch ms.
+        finish: The provider's finish reason (``stop``, ``tool-calls``...); set means
+            the message is complete.
+        error: Set when the message failed.
+        usage: Provider-reported token usage of an assistant message.
+        summary: True for a compaction summary, whose usage never triggers (R1.2).
+        provider_message_id: The provider's own message id; messages sharing one are
+            a group the watermark must not split (R2.6).
+        model: The model that produced an assistant message.
+        parts: The content, in order.
+        metadata: Free-form host data, stored and returned unchanged.
+    """
+
+    id: str = Field(default_factory=new_message_id)
+    session_id: str
+    role: Role
+    agent: str = MAIN_AGENT
+    time_created: int = Field(ge=0)
+    time_completed: int | None = None
+    finish: str | None = None
+    error: MessageError | None = None
+    usage: TokenUsage | None = None
+    summary: bool = False
+    provider_message_id: str | None = None
+    model: str | None = None
+    parts: list[Part] = Field(default_factory=list["Part"])
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    _token_estimate: int | None = PrivateAttr(default=None)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
+        """Copy the message; an ``update`` drops the cached token estimate."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            copy._token_estimate = None
+        return copy
+
+    @property
+    def is_boundary(self) -> bool:
+        """True for a user message carrying a ``checkpoint`` or ``compaction`` part."""
+        return self.role == "user" and any(
+            p.type in ("checkpoint", "compaction") for p in self.parts
+        )
+
+    @property
+    def checkpoint_part(self) -> CheckpointPart | None:
+        """The message's checkpoint part, if any."""
+        for p in self.parts:
+            if isinstance(p, CheckpointPart):
+                return p
+        return None

@@ -1,0 +1,280 @@
+"""The storage contract every store implements.
+
+A store is the single source of truth for sessions, messages, tasks and actors.
+It never deletes a message (SPEC: nothing is ever deleted from storage); rebuilds
+only append a boundary message and mark tool results compacted.
+
+Ordering. Messages are listed by ``(time_created, id)``, the original's paging
+key (SPEC A1): a rebuild boundary is back-dated to the watermark's time + 1 ms,
+so it lists right after the watermark although its id is the newest.
+
+Change feed. Every write of a message gives it the store's next sequence number
+(``seq``). :meth:`Store.changes_since` returns what changed after a sequence
+number, so the middleware can keep its window current in O(new messages) per turn
+instead of re-reading the history.
+
+Once per usage. :meth:`Store.commit_rebuild` writes a boundary and its
+micro-compaction in one transaction, keyed by the assistant usage it recovers; a
+second commit for the same key writes nothing and returns ``False``. The key is
+enforced by the store (a uniqueness constraint), not by check-then-insert, so
+concurrent tasks or processes cannot insert two boundaries for one usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mimo_ctx import ids
+from mimo_ctx.messages import MAIN_AGENT, Message
+
+__all__ = [
+    "ACTIVE_ACTOR_STATUSES",
+    "TERMINAL_TASK_STATUSES",
+    "Actor",
+    "ActorStatus",
+    "RequestPrefix",
+    "Session",
+    "SessionState",
+    "Store",
+    "Task",
+    "TaskStatus",
+]
+
+TaskStatus = Literal[
+    "open", "dispatched", "in_progress", "blocked", "human_review", "done", "failed", "abandoned"
+]
+TERMINAL_TASK_STATUSES: frozenset[str] = frozenset({"done", "failed", "abandoned"})
+
+ActorStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
+ACTIVE_ACTOR_STATUSES: frozenset[str] = frozenset({"pending", "running"})
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RequestPrefix(_Model):
+    """A session's frozen request prefix (SPEC R8.1 (1)): system prompt and tool list.
+
+    Stored once and returned byte-identical every turn, so provider prompt caches
+    keep hitting.
+    """
+
+    system: str = ""
+    tools: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
+
+
+class SessionState(_Model):
+    """Automation state of a session, persisted so other workers see it.
+
+    Attributes:
+        crossed_thresholds: Writer thresholds (tokens) already fired; cleared after a
+            successful rebuild (SPEC A3).
+        skip_overflow_once: Set by a rebuild: the next overflow check is skipped once
+            so the model can answer on the trimmed context (R1.4).
+        auto_rebuild_disabled: Set by the loop guard (R5.9 **beyond**).
+        freed_fractions: Share of the request freed by each recent rebuild, newest last.
+        rebuilds: How many rebuilds the session has had.
+    """
+
+    crossed_thresholds: list[int] = Field(default_factory=list[int])
+    skip_overflow_once: bool = False
+    auto_rebuild_disabled: bool = False
+    freed_fractions: list[float] = Field(default_factory=list[float])
+    rebuilds: int = 0
+
+
+class Session(_Model):
+    """A conversation: ordered messages of a main agent and its sub-agents."""
+
+    id: str = Field(default_factory=lambda: ids.ascending("ses"))
+    project_id: str = "default"
+    title: str = ""
+    time_created: int = Field(ge=0)
+    prefix: RequestPrefix | None = None
+    watermark: str | None = None
+    state: SessionState = Field(default_factory=SessionState)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Task(_Model):
+    """An entry of a session's task registry (SPEC A16): ids ``T1``, ``T1.2``."""
+
+    id: str
+    session_id: str
+    parent_id: str | None = None
+    status: TaskStatus = "open"
+    summary: str = ""
+    progress_file: str | None = None
+    time_created: int = Field(ge=0)
+    time_updated: int = Field(ge=0)
+
+
+class Actor(_Model):
+    """A background actor (a long-running sub-agent or job) of a session."""
+
+    id: str
+    session_id: str
+    agent: str
+    description: str = ""
+    status: ActorStatus = "pending"
+    background: bool = True
+    time_created: int = Field(ge=0)
+    time_last_activity: int = Field(ge=0)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Async storage of sessions, messages, tasks and actors.
+
+    Implementations must never block the event loop and must make each method
+    atomic. ``agent=None`` means "all agents of the session".
+    """
+
+    # -- sessions -------------------------------------------------------------
+    async def create_session(self, session: Session) -> None:
+        """Store a new session. Raises ``StoreError`` if its id exists."""
+        ...
+
+    async def get_session(self, session_id: str) -> Session | None:
+        """Return the session, or ``None`` when there is none with that id."""
+        ...
+
+    async def update_session(self, session: Session) -> None:
+        """Replace a stored session. Raises ``StoreError`` if it does not exist."""
+        ...
+
+    async def list_sessions(self) -> list[Session]:
+        """Return every session, oldest first."""
+        ...
+
+    async def get_watermark(self, session_id: str) -> str | None:
+        """Return the session's watermark (SPEC R2.1), or ``None`` when none is set."""
+        ...
+
+    async def set_watermark(self, session_id: str, message_id: str) -> None:
+        """Persist the watermark (only after the writer succeeded, SPEC A2)."""
+        ...
+
+    # -- messages -------------------------------------------------------------
+    async def append_messages(self, messages: Sequence[Message]) -> None:
+        """Append new messages in one transaction.
+
+        Raises ``StoreError`` (and writes nothing) if an id already exists or a
+        session is unknown.
+        """
+        ...
+
+    async def update_messages(self, messages: Sequence[Message]) -> None:
+        """Replace stored messages (same ids) in one transaction.
+
+        Raises ``StoreError`` (and writes nothing) if one does not exist.
+        """
+        ...
+
+    async def get_message(self, message_id: str) -> Message | None:
+        """Return one message by id."""
+        ...
+
+    async def list_messages(
+        self,
+        session_id: str,
+        *,
+        agent: str | None = MAIN_AGENT,
+        since: tuple[int, str] | None = None,
+        last: int | None = None,
+    ) -> list[Message]:
+        """List a session's messages ordered by ``(time_created, id)``.
+
+        Args:
+            session_id: The session.
+            agent: Only this agent's messages; ``None`` for all agents.
+            since: Only messages whose ``(time_created, id)`` is >= this key.
+            last: Only the newest ``last`` of the selected messages (still returned
+                oldest first).
+        """
+        ...
+
+    async def count_messages(self, session_id: str, *, agent: str | None = None) -> int:
+        """Count a session's messages."""
+        ...
+
+    async def latest_finished_assistant(
+        self, session_id: str, *, agent: str | None = MAIN_AGENT
+    ) -> Message | None:
+        """The newest (by id) assistant message whose ``finish`` is set."""
+        ...
+
+    async def latest_boundary(self, session_id: str) -> Message | None:
+        """The newest (by id) main-agent user message with a checkpoint or compaction part."""
+        ...
+
+    async def changes_since(self, session_id: str, seq: int) -> tuple[list[Message], int]:
+        """Messages of the session written (appended or updated) after ``seq``.
+
+        Returns:
+            The changed messages (each once, in write order) and the store's
+            current sequence number, to pass as ``seq`` next time.
+        """
+        ...
+
+    async def commit_rebuild(
+        self,
+        session_id: str,
+        *,
+        usage_key: str,
+        boundary: Message,
+        updated: Sequence[Message],
+        session: Session | None = None,
+    ) -> bool:
+        """Append ``boundary`` and replace ``updated`` in one transaction (SPEC R4).
+
+        Args:
+            session_id: The session rebuilt.
+            usage_key: What the rebuild recovers (the id of the assistant message
+                whose usage triggered it). At most one commit per key succeeds.
+            boundary: The new rebuild boundary message.
+            updated: Messages changed by micro-compaction.
+            session: When given, the session row is replaced in the same transaction
+                (state such as ``skip_overflow_once``).
+
+        Returns:
+            ``True`` when committed; ``False`` (nothing written) when a rebuild for
+            ``usage_key`` was already committed.
+        """
+        ...
+
+    # -- tasks and actors ----------------------------------------------------
+    async def upsert_task(self, task: Task) -> None:
+        """Insert or replace a task (keyed by session id and task id)."""
+        ...
+
+    async def get_task(self, session_id: str, task_id: str) -> Task | None:
+        """Return one task of a session."""
+        ...
+
+    async def list_tasks(self, session_id: str) -> list[Task]:
+        """Return the session's tasks, terminal ones included, ordered by id."""
+        ...
+
+    async def upsert_actor(self, actor: Actor) -> None:
+        """Insert or replace an actor (keyed by its id)."""
+        ...
+
+    async def get_actor(self, session_id: str, actor_id: str) -> Actor | None:
+        """Return one actor, only if it belongs to ``session_id`` (isolation, R5.4)."""
+        ...
+
+    async def list_actors(self, session_id: str, *, active_only: bool = False) -> list[Actor]:
+        """Return this session's actors (never another session's, SPEC R5.4).
+
+        ``active_only`` keeps background actors with status pending or running.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release resources (connections, threads). Idempotent."""
+        ...
