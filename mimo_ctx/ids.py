@@ -13,6 +13,7 @@ shape (prefix, hex time, base62 tail) is otherwise the original's.
 
 from __future__ import annotations
 
+import re
 import secrets
 import threading
 import time
@@ -28,6 +29,10 @@ _HEX_DIGITS: Final = 14
 _RANDOM_CHARS: Final = 14
 _COUNTER_BITS: Final = 4096
 _MAX_VALUE: Final = 16**_HEX_DIGITS - 1
+# What :func:`ascending` produces after the prefix: int(..., 16) alone would also
+# accept signs, spaces, underscores and upper-case digits, i.e. strings that are
+# not ids (and would not sort like them).
+_BODY = re.compile(rf"[0-9a-f]{{{_HEX_DIGITS}}}[0-9A-Za-z]{{{_RANDOM_CHARS}}}")
 
 _lock = threading.Lock()
 # One-element list so the generator state can be updated without `global`.
@@ -86,10 +91,6 @@ def timestamp_of(identifier: str) -> int:
         ValueError: ``identifier`` is not an ascending id.
     """
     _, sep, rest = identifier.partition("_")
-    if not sep or len(rest) != _HEX_DIGITS + _RANDOM_CHARS:
+    if not sep or _BODY.fullmatch(rest) is None:
         raise ValueError(f"not an ascending id: {identifier!r}")
-    try:
-        value = int(rest[:_HEX_DIGITS], 16)
-    except ValueError:
-        raise ValueError(f"not an ascending id: {identifier!r}") from None
-    return value // _COUNTER_BITS
+    return int(rest[:_HEX_DIGITS], 16) // _COUNTER_BITS
