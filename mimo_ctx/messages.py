@@ -112,6 +112,10 @@ class ReasoningPart(_Model):
     text: str
     signature: str | None = None
     redacted: bool = False
+    # Provider data needed to send the block back unchanged, keyed by provider
+    # (``openai``: the Responses reasoning item's id, summary, encrypted_content).
+    # None by default so the token estimate of existing parts does not change.
+    provider_data: dict[str, Any] | None = None
 
 
 class ToolTime(_Model):
@@ -229,12 +233,18 @@ class CheckpointPart(_Model):
 
 
 class CompactionPart(_Model):
-    """A plain compaction: ``summary`` replaces everything before it (SPEC R1.4a)."""
+    """A plain compaction: ``summary`` replaces the history it covers (SPEC R1.4a).
+
+    ``covered_up_to`` is the last message the summary covers (messages listed after
+    it stay live); ``None`` for compactions imported from transcripts, which cover
+    everything listed before them.
+    """
 
     type: Literal["compaction"] = "compaction"
     id: str = Field(default_factory=new_part_id)
     summary: str
     auto: bool = True
+    covered_up_to: str | None = None
 
 
 class OpaquePart(_Model):
