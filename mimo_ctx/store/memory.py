@@ -1,0 +1,457 @@
+"""An in-process store on plain dicts: for tests, examples and short-lived agents.
+
+Every method runs under one :class:`anyio.Lock` and validates a whole write
+before applying any of it, so each call is atomic, as the :class:`Store`
+contract requires. Nothing survives the process; use
+:class:`~mimo_ctx.store.sqlite.SQLiteStore` for that.
+
+Messages are values (see :mod:`mimo_ctx.messages`): the store keeps the objects
+it is given and hands the same objects back, without copying them. Sessions,
+tasks and actors are small mutable models, so they are copied on the way in and
+out: a caller editing a returned session cannot change what is stored. Every
+list returned is a new list.
+
+Per session the store keeps small sorted indexes (messages by ``(time_created,
+id)``, finished assistant ids, boundary ids, write order), so the queries the
+middleware runs on every turn cost O(log n) or O(changes), not O(history).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self, TypeVar
+
+import anyio
+
+from mimo_ctx.errors import StoreError
+from mimo_ctx.messages import MAIN_AGENT, Message
+from mimo_ctx.store.base import ACTIVE_ACTOR_STATUSES, Actor, Session, Task
+
+__all__ = ["InMemoryStore", "task_order_key"]
+
+_DIGITS = re.compile(r"(\d+)")
+_K = TypeVar("_K", str, tuple[int, str])
+
+
+def task_order_key(task_id: str) -> tuple[tuple[int, str], ...]:
+    """Return a key that sorts task ids naturally (SPEC A16): ``T2`` before ``T10``.
+
+    The id is split into alternating text and number pieces; numbers compare by
+    value, text by its characters. So ``T1 < T1.2 < T1.10 < T2 < T10``.
+
+    Args:
+        task_id: A task id such as ``T1.2`` (any string is accepted).
+
+    Returns:
+        A tuple usable as a sort key. Ids differing only in leading zeros
+        (``T01``, ``T1``) get equal keys; sort by ``(key, id)`` to break the tie.
+    """
+    pieces = _DIGITS.split(task_id)
+    # re.split with a capturing group puts numbers at the odd positions, so a
+    # position holds text in every key or a number in every key: encoding text
+    # as (0, text) and numbers as (value, "") keeps the comparison typed and total.
+    return tuple((int(p), "") if i % 2 else (0, p) for i, p in enumerate(pieces))
+
+
+def _is_finished_assistant(message: Message) -> bool:
+    return message.role == "assistant" and message.finish is not None
+
+
+def _remove_sorted(items: list[_K], item: _K) -> None:
+    i = bisect.bisect_left(items, item)
+    if i < len(items) and items[i] == item:
+        del items[i]
+
+
+@dataclass
+class _SessionIndex:
+    """The indexes of one session's messages."""
+
+    # (time_created, id) of every message, sorted: the listing order (SPEC A1).
+    by_time: list[tuple[int, str]] = field(default_factory=list[tuple[int, str]])
+    # Ids of finished assistant messages, sorted, per agent.
+    finished: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
+    # Ids of finished assistant messages of every agent, sorted.
+    finished_any: list[str] = field(default_factory=list[str])
+    # Ids of main-agent boundary messages, sorted.
+    boundaries: list[str] = field(default_factory=list[str])
+    # id -> seq of its last write; insertion order is write order, so the
+    # entries are sorted by seq and changes_since reads a suffix.
+    written: OrderedDict[str, int] = field(default_factory=OrderedDict[str, int])
+
+    def add(self, message: Message, seq: int) -> None:
+        bisect.insort(self.by_time, (message.time_created, message.id))
+        if _is_finished_assistant(message):
+            bisect.insort(self.finished.setdefault(message.agent, []), message.id)
+            bisect.insort(self.finished_any, message.id)
+        if message.agent == MAIN_AGENT and message.is_boundary:
+            bisect.insort(self.boundaries, message.id)
+        self.written.pop(message.id, None)
+        self.written[message.id] = seq
+
+    def remove(self, message: Message) -> None:
+        """Drop ``message`` from the sorted indexes (before re-adding its new version)."""
+        _remove_sorted(self.by_time, (message.time_created, message.id))
+        if _is_finished_assistant(message):
+            _remove_sorted(self.finished.get(message.agent, []), message.id)
+            _remove_sorted(self.finished_any, message.id)
+        if message.agent == MAIN_AGENT and message.is_boundary:
+            _remove_sorted(self.boundaries, message.id)
+
+
+class InMemoryStore:
+    """A :class:`~mimo_ctx.store.base.Store` kept in memory.
+
+    Example:
+        >>> store = InMemoryStore()  # doctest: +SKIP
+        >>> await store.create_session(Session(time_created=0))  # doctest: +SKIP
+    """
+
+    def __init__(self) -> None:
+        """Create an empty store."""
+        self._lock = anyio.Lock()
+        self._closed = False
+        self._seq = 0
+        self._sessions: dict[str, Session] = {}
+        self._messages: dict[str, Message] = {}
+        self._index: dict[str, _SessionIndex] = {}
+        self._rebuild_keys: set[tuple[str, str]] = set()
+        self._tasks: dict[tuple[str, str], Task] = {}
+        self._actors: dict[str, Actor] = {}
+
+    async def __aenter__(self) -> Self:
+        self._check_open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the in-memory store is closed")
+
+    # -- sessions -------------------------------------------------------------
+    async def create_session(self, session: Session) -> None:
+        """Store a new session. Raises ``StoreError`` if its id exists."""
+        async with self._lock:
+            self._check_open()
+            if session.id in self._sessions:
+                raise StoreError(f"session {session.id!r} already exists")
+            self._sessions[session.id] = session.model_copy(deep=True)
+            self._index[session.id] = _SessionIndex()
+
+    async def get_session(self, session_id: str) -> Session | None:
+        """Return a copy of the session, or ``None`` when there is none with that id."""
+        async with self._lock:
+            self._check_open()
+            session = self._sessions.get(session_id)
+            return None if session is None else session.model_copy(deep=True)
+
+    async def update_session(self, session: Session) -> None:
+        """Replace a stored session. Raises ``StoreError`` if it does not exist."""
+        async with self._lock:
+            self._check_open()
+            self._require_session(session.id)
+            self._sessions[session.id] = session.model_copy(deep=True)
+
+    async def list_sessions(self) -> list[Session]:
+        """Return copies of every session, oldest ``(time_created, id)`` first."""
+        async with self._lock:
+            self._check_open()
+            ordered = sorted(self._sessions.values(), key=lambda s: (s.time_created, s.id))
+            return [s.model_copy(deep=True) for s in ordered]
+
+    async def get_watermark(self, session_id: str) -> str | None:
+        """Return the session's watermark; ``None`` when unset or the session is unknown."""
+        async with self._lock:
+            self._check_open()
+            session = self._sessions.get(session_id)
+            return None if session is None else session.watermark
+
+    async def set_watermark(self, session_id: str, message_id: str) -> None:
+        """Persist the watermark. Raises ``StoreError`` if the session is unknown."""
+        async with self._lock:
+            self._check_open()
+            session = self._require_session(session_id)
+            self._sessions[session_id] = session.model_copy(update={"watermark": message_id})
+
+    def _require_session(self, session_id: str) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise StoreError(f"unknown session {session_id!r}")
+        return session
+
+    # -- messages -------------------------------------------------------------
+    def _check_new(self, messages: Sequence[Message], what: str) -> None:
+        seen: set[str] = set()
+        for m in messages:
+            if m.id in seen or m.id in self._messages:
+                raise StoreError(f"{what}: message id {m.id!r} already exists; nothing written")
+            seen.add(m.id)
+            if m.session_id not in self._sessions:
+                raise StoreError(
+                    f"{what}: message {m.id!r} names unknown session {m.session_id!r}; "
+                    "nothing written"
+                )
+
+    def _check_existing(
+        self, messages: Sequence[Message], what: str, session_id: str | None = None
+    ) -> None:
+        for m in messages:
+            old = self._messages.get(m.id)
+            if old is None:
+                raise StoreError(f"{what}: message {m.id!r} does not exist; nothing written")
+            if old.session_id != m.session_id or (
+                session_id is not None and m.session_id != session_id
+            ):
+                raise StoreError(
+                    f"{what}: message {m.id!r} belongs to session {old.session_id!r}, "
+                    f"not {m.session_id if session_id is None else session_id!r}; "
+                    "nothing written"
+                )
+
+    def _write(self, message: Message) -> None:
+        """Store ``message`` (new or replacing its old version) with the next seq."""
+        self._seq += 1
+        index = self._index[message.session_id]
+        old = self._messages.get(message.id)
+        if old is not None:
+            index.remove(old)
+        self._messages[message.id] = message
+        index.add(message, self._seq)
+
+    async def append_messages(self, messages: Sequence[Message]) -> None:
+        """Append new messages atomically.
+
+        Raises:
+            StoreError: An id already exists (or repeats in the batch) or a session
+                is unknown; nothing is written.
+        """
+        async with self._lock:
+            self._check_open()
+            self._check_new(messages, "append_messages")
+            for m in messages:
+                self._write(m)
+
+    async def update_messages(self, messages: Sequence[Message]) -> None:
+        """Replace stored messages (same ids) atomically.
+
+        Raises:
+            StoreError: A message does not exist or would move to another session;
+                nothing is written.
+        """
+        async with self._lock:
+            self._check_open()
+            self._check_existing(messages, "update_messages")
+            for m in messages:
+                self._write(m)
+
+    async def get_message(self, message_id: str) -> Message | None:
+        """Return one message by id, or ``None``."""
+        async with self._lock:
+            self._check_open()
+            return self._messages.get(message_id)
+
+    async def list_messages(
+        self,
+        session_id: str,
+        *,
+        agent: str | None = MAIN_AGENT,
+        since: tuple[int, str] | None = None,
+        last: int | None = None,
+    ) -> list[Message]:
+        """List a session's messages ordered by ``(time_created, id)``.
+
+        See :meth:`mimo_ctx.store.base.Store.list_messages`.
+        """
+        if last is not None and last < 0:
+            raise StoreError(f"list_messages: last must be >= 0, got {last}")
+        async with self._lock:
+            self._check_open()
+            index = self._index.get(session_id)
+            if index is None or last == 0:
+                return []
+            keys = index.by_time
+            start = 0 if since is None else bisect.bisect_left(keys, since)
+            if last is None:
+                selected = [self._messages[k[1]] for k in keys[start:]]
+                return [m for m in selected if agent is None or m.agent == agent]
+            # Walk back from the newest so `last` costs O(last) for the common
+            # "recent window" call, not O(history).
+            newest: list[Message] = []
+            for i in range(len(keys) - 1, start - 1, -1):
+                m = self._messages[keys[i][1]]
+                if agent is None or m.agent == agent:
+                    newest.append(m)
+                    if len(newest) == last:
+                        break
+            newest.reverse()
+            return newest
+
+    async def count_messages(self, session_id: str, *, agent: str | None = None) -> int:
+        """Count a session's messages (of one agent, or of all when ``agent`` is None)."""
+        async with self._lock:
+            self._check_open()
+            index = self._index.get(session_id)
+            if index is None:
+                return 0
+            if agent is None:
+                return len(index.by_time)
+            return sum(1 for _, mid in index.by_time if self._messages[mid].agent == agent)
+
+    async def latest_finished_assistant(
+        self, session_id: str, *, agent: str | None = MAIN_AGENT
+    ) -> Message | None:
+        """The newest (by id) assistant message whose ``finish`` is set."""
+        async with self._lock:
+            self._check_open()
+            index = self._index.get(session_id)
+            if index is None:
+                return None
+            ids = index.finished_any if agent is None else index.finished.get(agent, [])
+            return self._messages[ids[-1]] if ids else None
+
+    async def latest_boundary(self, session_id: str) -> Message | None:
+        """The newest (by id) main-agent user message with a checkpoint or compaction part."""
+        async with self._lock:
+            self._check_open()
+            index = self._index.get(session_id)
+            if index is None or not index.boundaries:
+                return None
+            return self._messages[index.boundaries[-1]]
+
+    async def changes_since(self, session_id: str, seq: int) -> tuple[list[Message], int]:
+        """Messages of the session written after ``seq``, in write order, and the current seq."""
+        async with self._lock:
+            self._check_open()
+            index = self._index.get(session_id)
+            if index is None:
+                return [], self._seq
+            changed: list[Message] = []
+            for mid, written_at in reversed(index.written.items()):
+                if written_at <= seq:
+                    break
+                changed.append(self._messages[mid])
+            changed.reverse()
+            return changed, self._seq
+
+    async def commit_rebuild(
+        self,
+        session_id: str,
+        *,
+        usage_key: str,
+        boundary: Message,
+        updated: Sequence[Message],
+        session: Session | None = None,
+    ) -> bool:
+        """Append ``boundary`` and replace ``updated`` atomically, once per usage key.
+
+        See :meth:`mimo_ctx.store.base.Store.commit_rebuild`.
+
+        Raises:
+            StoreError: The session is unknown, the boundary id exists, an updated
+                message is missing or belongs to another session, or ``session`` is
+                another session; nothing is written and the key stays unused.
+        """
+        async with self._lock:
+            self._check_open()
+            if boundary.session_id != session_id:
+                raise StoreError(
+                    f"commit_rebuild: boundary {boundary.id!r} belongs to session "
+                    f"{boundary.session_id!r}, not {session_id!r}"
+                )
+            if session is not None and session.id != session_id:
+                raise StoreError(
+                    f"commit_rebuild: session {session.id!r} given for rebuild of {session_id!r}"
+                )
+            self._require_session(session_id)
+            if (session_id, usage_key) in self._rebuild_keys:
+                return False
+            self._check_new([boundary], "commit_rebuild")
+            self._check_existing(updated, "commit_rebuild", session_id)
+            # Everything is validated: apply all of it (nothing below can fail).
+            self._rebuild_keys.add((session_id, usage_key))
+            self._write(boundary)
+            for m in updated:
+                self._write(m)
+            if session is not None:
+                self._sessions[session_id] = session.model_copy(deep=True)
+            return True
+
+    # -- tasks and actors ----------------------------------------------------
+    async def upsert_task(self, task: Task) -> None:
+        """Insert or replace a task (keyed by session id and task id)."""
+        async with self._lock:
+            self._check_open()
+            self._tasks[(task.session_id, task.id)] = task.model_copy()
+
+    async def get_task(self, session_id: str, task_id: str) -> Task | None:
+        """Return one task of a session, or ``None``."""
+        async with self._lock:
+            self._check_open()
+            task = self._tasks.get((session_id, task_id))
+            return None if task is None else task.model_copy()
+
+    async def list_tasks(self, session_id: str) -> list[Task]:
+        """Return the session's tasks, terminal ones included, in natural id order."""
+        async with self._lock:
+            self._check_open()
+            tasks = [t.model_copy() for (sid, _), t in self._tasks.items() if sid == session_id]
+        tasks.sort(key=lambda t: (task_order_key(t.id), t.id))
+        return tasks
+
+    async def upsert_actor(self, actor: Actor) -> None:
+        """Insert or replace an actor (keyed by its id).
+
+        Raises:
+            StoreError: The id belongs to an actor of another session (an actor
+                never moves between sessions, SPEC R5.4).
+        """
+        async with self._lock:
+            self._check_open()
+            old = self._actors.get(actor.id)
+            if old is not None and old.session_id != actor.session_id:
+                raise StoreError(
+                    f"actor {actor.id!r} belongs to another session; "
+                    f"it cannot be written for session {actor.session_id!r}"
+                )
+            self._actors[actor.id] = actor.model_copy()
+
+    async def get_actor(self, session_id: str, actor_id: str) -> Actor | None:
+        """Return one actor, only if it belongs to ``session_id`` (SPEC R5.4)."""
+        async with self._lock:
+            self._check_open()
+            actor = self._actors.get(actor_id)
+            if actor is None or actor.session_id != session_id:
+                return None
+            return actor.model_copy()
+
+    async def list_actors(self, session_id: str, *, active_only: bool = False) -> list[Actor]:
+        """Return this session's actors, oldest first (never another session's, R5.4).
+
+        ``active_only`` keeps background actors with status pending or running.
+        """
+        async with self._lock:
+            self._check_open()
+            actors = [
+                a.model_copy()
+                for a in self._actors.values()
+                if a.session_id == session_id
+                and (not active_only or (a.background and a.status in ACTIVE_ACTOR_STATUSES))
+            ]
+        actors.sort(key=lambda a: (a.time_created, a.id))
+        return actors
+
+    async def aclose(self) -> None:
+        """Close the store; later calls raise ``StoreError``. Idempotent."""
+        self._closed = True

@@ -1,0 +1,891 @@
+"""The embedded default store: one SQLite file, safe to share between processes.
+
+Design:
+
+* **Off the event loop.** Every call runs the stdlib :mod:`sqlite3` in a worker
+  thread (:func:`anyio.to_thread.run_sync`) behind a per-store capacity limiter of
+  one and a thread lock, so the loop never blocks on disk I/O and the single
+  connection is never used by two threads at once. A cancelled caller waits for
+  its statement to finish, so a transaction is never left half-done.
+* **WAL mode** (readers do not block the writer) and a **busy timeout** (30 s by
+  default), so processes sharing the file wait for each other instead of
+  failing with "database is locked". ``synchronous=NORMAL``: in WAL mode a crash
+  of the process loses nothing committed; only a power cut can lose the last
+  transactions (never corrupt the file). Pass ``synchronous="FULL"`` to trade
+  speed for that too.
+* **One transaction per write** (``BEGIN IMMEDIATE``), validated inside the
+  transaction: a rejected batch writes nothing.
+* **Versioned schema** (``PRAGMA user_version``), created on first open. A file
+  that is not an SQLite database, or an SQLite database that is not ours, is
+  refused with a :class:`~mimo_ctx.errors.StoreError` naming the file, and left
+  byte-for-byte unchanged.
+* **Hot queries are single indexed lookups**: the newest boundary and the newest
+  finished assistant use partial indexes on flag columns, the change feed an
+  index on ``(session_id, seq)``; payloads are pydantic JSON, parsed with
+  pydantic-core. Each message row also stores the default token estimate
+  (SPEC R2.2), which is put back into the loaded message's cache, so a cold load
+  never re-serialises a message to count it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Any, Final, Literal, Self, TypeVar
+
+import anyio
+import anyio.to_thread
+from pydantic import BaseModel, ValidationError
+
+from mimo_ctx.errors import StoreError
+from mimo_ctx.messages import MAIN_AGENT, Message
+from mimo_ctx.store.base import ACTIVE_ACTOR_STATUSES, Actor, Session, Task
+from mimo_ctx.store.memory import task_order_key
+from mimo_ctx.tokens import estimate_message_tokens
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+_T = TypeVar("_T")
+_M = TypeVar("_M", bound=BaseModel)
+
+SCHEMA_VERSION: Final = 1
+"""The schema version this module writes (``PRAGMA user_version``)."""
+
+# Our tables: a database holding other tables but not these is someone else's.
+_OUR_TABLES: Final = frozenset({"counters", "sessions", "messages", "rebuilds", "tasks", "actors"})
+
+_SCHEMA: Final = (
+    # Store-wide counters; "seq" numbers message writes for the change feed.
+    "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    "INSERT INTO counters (name, value) VALUES ('seq', 0)",
+    """CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        time_created INTEGER NOT NULL,
+        payload TEXT NOT NULL
+    )""",
+    "CREATE INDEX sessions_by_time ON sessions (time_created, id)",
+    """CREATE TABLE messages (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        agent TEXT NOT NULL,
+        role TEXT NOT NULL,
+        time_created INTEGER NOT NULL,
+        is_boundary INTEGER NOT NULL,
+        is_finished_assistant INTEGER NOT NULL,
+        token_estimate INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        payload TEXT NOT NULL
+    )""",
+    "CREATE INDEX messages_by_agent_time ON messages (session_id, agent, time_created, id)",
+    "CREATE INDEX messages_by_time ON messages (session_id, time_created, id)",
+    "CREATE INDEX messages_by_seq ON messages (session_id, seq)",
+    # Partial indexes: only flagged rows, so the hot "newest X" lookups read one
+    # index entry from the end of a small b-tree.
+    """CREATE INDEX messages_finished_by_agent ON messages (session_id, agent, id)
+        WHERE is_finished_assistant = 1""",
+    """CREATE INDEX messages_finished ON messages (session_id, id)
+        WHERE is_finished_assistant = 1""",
+    """CREATE INDEX messages_boundaries ON messages (session_id, agent, id)
+        WHERE is_boundary = 1""",
+    # One row per committed rebuild; the UNIQUE constraint is what makes
+    # commit_rebuild once-per-usage across tasks and processes.
+    """CREATE TABLE rebuilds (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        usage_key TEXT NOT NULL,
+        boundary_id TEXT NOT NULL,
+        time_committed INTEGER NOT NULL,
+        UNIQUE (session_id, usage_key)
+    )""",
+    """CREATE TABLE tasks (
+        session_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        PRIMARY KEY (session_id, id)
+    )""",
+    """CREATE TABLE actors (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        background INTEGER NOT NULL,
+        time_created INTEGER NOT NULL,
+        payload TEXT NOT NULL
+    )""",
+    "CREATE INDEX actors_by_session ON actors (session_id, time_created, id)",
+)
+
+# -- statements (module constants so tests can check their query plans) ------
+_MESSAGE_COLUMNS: Final = "token_estimate, payload"
+_SQL_LATEST_BOUNDARY: Final = (
+    f"SELECT {_MESSAGE_COLUMNS} FROM messages"
+    " WHERE session_id = ? AND agent = ? AND is_boundary = 1 ORDER BY id DESC LIMIT 1"
+)
+_SQL_LATEST_FINISHED_BY_AGENT: Final = (
+    f"SELECT {_MESSAGE_COLUMNS} FROM messages"
+    " WHERE session_id = ? AND agent = ? AND is_finished_assistant = 1"
+    " ORDER BY id DESC LIMIT 1"
+)
+_SQL_LATEST_FINISHED: Final = (
+    f"SELECT {_MESSAGE_COLUMNS} FROM messages"
+    " WHERE session_id = ? AND is_finished_assistant = 1 ORDER BY id DESC LIMIT 1"
+)
+_SQL_CHANGES: Final = (
+    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq"
+)
+_SQL_CURRENT_SEQ: Final = "SELECT value FROM counters WHERE name = 'seq'"
+_SQL_INSERT_MESSAGE: Final = (
+    "INSERT INTO messages (id, session_id, agent, role, time_created, is_boundary,"
+    " is_finished_assistant, token_estimate, payload, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_SQL_UPDATE_MESSAGE: Final = (
+    "UPDATE messages SET agent = ?, role = ?, time_created = ?, is_boundary = ?,"
+    " is_finished_assistant = ?, token_estimate = ?, payload = ?, seq = ?"
+    " WHERE id = ? AND session_id = ?"
+)
+
+# Row of a message as written: id, session_id, agent, role, time_created,
+# is_boundary, is_finished_assistant, token_estimate, payload.
+_MessageRow = tuple[str, str, str, str, int, int, int, int, str]
+
+_ACTIVE_STATUSES_SQL: Final = ", ".join(f"'{s}'" for s in sorted(ACTIVE_ACTOR_STATUSES))
+_IN_CHUNK: Final = 500  # ids per "IN (...)" lookup, well under SQLite's variable limit
+
+
+class _AlreadyCommitted(Exception):
+    """Internal: the usage key of a rebuild is taken; roll back and answer False."""
+
+
+def _message_row(message: Message) -> _MessageRow:
+    return (
+        message.id,
+        message.session_id,
+        message.agent,
+        message.role,
+        message.time_created,
+        int(message.is_boundary),
+        int(message.role == "assistant" and message.finish is not None),
+        estimate_message_tokens(message),
+        message.model_dump_json(),
+    )
+
+
+def _write_transaction(conn: sqlite3.Connection, body: Callable[[], _T]) -> _T:
+    """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction; roll back on any error."""
+    # IMMEDIATE takes the write lock up front (waiting up to busy_timeout), so a
+    # transaction never fails half-way because another writer got in first.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = body()
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+def _read_transaction(conn: sqlite3.Connection, body: Callable[[], _T]) -> _T:
+    """Run ``body`` on one consistent snapshot (several SELECTs that must agree)."""
+    conn.execute("BEGIN")
+    try:
+        return body()
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class SQLiteStore:
+    """A :class:`~mimo_ctx.store.base.Store` in one SQLite file (the embedded default).
+
+    The file is opened on first use; ``await SQLiteStore.open(path)`` or
+    ``async with SQLiteStore(path) as store:`` open it at once, so a bad file is
+    reported there. ``path=":memory:"`` gives a private in-memory database.
+
+    Example:
+        >>> async with SQLiteStore("agent.db") as store:  # doctest: +SKIP
+        ...     await store.create_session(Session(time_created=0))
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 30.0,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+    ) -> None:
+        """Prepare a store on ``path`` (nothing is opened yet).
+
+        Args:
+            path: The database file, created with its schema if missing, or
+                ``":memory:"``.
+            busy_timeout: Seconds a write waits for another connection (another
+                process) holding the write lock before failing.
+            synchronous: SQLite's ``synchronous`` setting (see the module docstring).
+        """
+        if busy_timeout < 0:
+            raise StoreError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
+        if synchronous not in ("NORMAL", "FULL"):
+            raise StoreError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
+        self._path = os.fspath(path)
+        self._busy_timeout = busy_timeout
+        self._synchronous = synchronous
+        # The limiter keeps this store to one worker thread at a time (others
+        # queue in the event loop, not in blocked threads); the lock guards the
+        # connection against any other thread (e.g. a second event loop).
+        self._limiter = anyio.CapacityLimiter(1)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 30.0,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+    ) -> SQLiteStore:
+        """Create a store and open its file now.
+
+        Raises:
+            StoreError: The file cannot be opened, is not an SQLite database, is
+                not a mimo_ctx store, or has a newer schema. The file is unchanged.
+        """
+        store = cls(path, busy_timeout=busy_timeout, synchronous=synchronous)
+        await store._run(lambda _conn: None)
+        return store
+
+    @property
+    def path(self) -> str:
+        """The database path as given."""
+        return self._path
+
+    async def __aenter__(self) -> Self:
+        await self._run(lambda _conn: None)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- plumbing ---------------------------------------------------------------
+    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        if self._closed:
+            raise StoreError(f"the SQLite store {self._path} is closed")
+        return await anyio.to_thread.run_sync(self._call, fn, limiter=self._limiter)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"the SQLite store {self._path} is closed")
+            conn = self._conn
+            if conn is None:
+                conn = self._conn = self._connect()
+            try:
+                return fn(conn)
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLite store {self._path}: {exc}") from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            # isolation_level=None: we issue BEGIN/COMMIT ourselves.
+            # check_same_thread=False: calls may land on different worker
+            # threads; self._lock serialises them.
+            conn = sqlite3.connect(
+                self._path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite store {self._path}: {exc}") from exc
+        try:
+            self._initialise(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _initialise(self, conn: sqlite3.Connection) -> None:
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+        # Read before anything writes: a file that is not a database fails here
+        # ("file is not a database") and has not been touched.
+        try:
+            version, tables = self._inspect(conn)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"{self._path} is not a readable SQLite database ({exc}); "
+                "the file was left unchanged"
+            ) from exc
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self._path} has store schema version {version}; this mimo_ctx "
+                f"supports up to {SCHEMA_VERSION}. Upgrade mimo_ctx to open it"
+            )
+        if version == 0 and tables and not tables <= _OUR_TABLES:
+            raise StoreError(
+                f"{self._path} is an SQLite database but not a mimo_ctx store "
+                f"(it has tables {sorted(tables)}); the file was left unchanged"
+            )
+        if self._path != ":memory:":
+            self._enable_wal(conn)
+        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if version < SCHEMA_VERSION:
+            _write_transaction(conn, lambda: self._create_schema(conn))
+
+    @staticmethod
+    def _inspect(conn: sqlite3.Connection) -> tuple[int, frozenset[str]]:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        rows = conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        ).fetchall()
+        return version, frozenset(str(r[0]) for r in rows)
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        # Switching to WAL needs a moment of exclusive access; two processes
+        # opening a new file together can see "locked" here even with a busy
+        # timeout, so retry until the timeout.
+        deadline = time.monotonic() + self._busy_timeout
+        while True:
+            try:
+                mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.02)
+        if mode.lower() != "wal":
+            warnings.warn(
+                f"SQLite store {self._path}: WAL mode unavailable (journal_mode={mode}); "
+                "readers will block writers",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def _create_schema(self, conn: sqlite3.Connection) -> None:
+        # Re-read inside the write transaction: another process may have created
+        # the schema since we looked.
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version >= SCHEMA_VERSION:
+            return
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _load_message(self, row: tuple[Any, ...]) -> Message:
+        estimate, payload = row
+        message = self._parse(Message, payload)
+        # The row's estimate was computed from this very payload at write time.
+        message._token_estimate = int(estimate)  # pyright: ignore[reportPrivateUsage]
+        return message
+
+    def _parse(self, model: type[_M], payload: str) -> _M:
+        try:
+            return model.model_validate_json(payload)
+        except ValidationError as exc:
+            raise StoreError(
+                f"SQLite store {self._path}: a stored {model.__name__} is invalid: {exc}"
+            ) from exc
+
+    @staticmethod
+    def _session_exists(conn: sqlite3.Connection, session_id: str) -> bool:
+        row = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return row is not None
+
+    @staticmethod
+    def _take_seqs(conn: sqlite3.Connection, count: int) -> int:
+        """Reserve ``count`` sequence numbers; return the first. Inside a write tx."""
+        current = int(conn.execute(_SQL_CURRENT_SEQ).fetchone()[0])
+        conn.execute("UPDATE counters SET value = ? WHERE name = 'seq'", (current + count,))
+        return current + 1
+
+    def _insert_messages(
+        self, conn: sqlite3.Connection, rows: Sequence[_MessageRow], what: str
+    ) -> None:
+        """Validate and insert new message rows. Inside a write transaction."""
+        for session_id in {r[1] for r in rows}:
+            if not self._session_exists(conn, session_id):
+                raise StoreError(f"{what}: unknown session {session_id!r}; nothing written")
+        ids = [r[0] for r in rows]
+        for chunk in _chunks(ids, _IN_CHUNK):
+            marks = ",".join("?" * len(chunk))
+            found = conn.execute(
+                f"SELECT id FROM messages WHERE id IN ({marks})", tuple(chunk)
+            ).fetchone()
+            if found is not None:
+                raise StoreError(f"{what}: message id {found[0]!r} already exists; nothing written")
+        first = self._take_seqs(conn, len(rows))
+        conn.executemany(_SQL_INSERT_MESSAGE, [(*r, first + i) for i, r in enumerate(rows)])
+
+    def _update_messages(
+        self,
+        conn: sqlite3.Connection,
+        rows: Sequence[_MessageRow],
+        what: str,
+        session_id: str | None = None,
+    ) -> None:
+        """Replace existing message rows. Inside a write transaction."""
+        if not rows:
+            return
+        first = self._take_seqs(conn, len(rows))
+        for i, r in enumerate(rows):
+            mid, sid = r[0], r[1]
+            if session_id is not None and sid != session_id:
+                raise StoreError(
+                    f"{what}: message {mid!r} belongs to session {sid!r}, not "
+                    f"{session_id!r}; nothing written"
+                )
+            cursor = conn.execute(_SQL_UPDATE_MESSAGE, (*r[2:], first + i, mid, sid))
+            if cursor.rowcount != 1:
+                stored = conn.execute(
+                    "SELECT session_id FROM messages WHERE id = ?", (mid,)
+                ).fetchone()
+                if stored is None:
+                    raise StoreError(f"{what}: message {mid!r} does not exist; nothing written")
+                raise StoreError(
+                    f"{what}: message {mid!r} belongs to session {stored[0]!r}, "
+                    f"not {sid!r}; nothing written"
+                )
+
+    # -- sessions -------------------------------------------------------------
+    async def create_session(self, session: Session) -> None:
+        """Store a new session. Raises ``StoreError`` if its id exists."""
+        payload = session.model_dump_json()
+
+        def run(conn: sqlite3.Connection) -> None:
+            def body() -> None:
+                if self._session_exists(conn, session.id):
+                    raise StoreError(f"session {session.id!r} already exists")
+                conn.execute(
+                    "INSERT INTO sessions (id, time_created, payload) VALUES (?, ?, ?)",
+                    (session.id, session.time_created, payload),
+                )
+
+            _write_transaction(conn, body)
+
+        await self._run(run)
+
+    async def get_session(self, session_id: str) -> Session | None:
+        """Return the session, or ``None`` when there is none with that id."""
+
+        def run(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(
+                "SELECT payload FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        payload = await self._run(run)
+        return None if payload is None else self._parse(Session, payload)
+
+    async def update_session(self, session: Session) -> None:
+        """Replace a stored session. Raises ``StoreError`` if it does not exist."""
+        payload = session.model_dump_json()
+
+        def run(conn: sqlite3.Connection) -> None:
+            def body() -> None:
+                cursor = conn.execute(
+                    "UPDATE sessions SET time_created = ?, payload = ? WHERE id = ?",
+                    (session.time_created, payload, session.id),
+                )
+                if cursor.rowcount != 1:
+                    raise StoreError(f"unknown session {session.id!r}")
+
+            _write_transaction(conn, body)
+
+        await self._run(run)
+
+    async def list_sessions(self) -> list[Session]:
+        """Return every session, oldest ``(time_created, id)`` first."""
+
+        def run(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute("SELECT payload FROM sessions ORDER BY time_created, id")
+            return [str(r[0]) for r in rows]
+
+        return [self._parse(Session, p) for p in await self._run(run)]
+
+    async def get_watermark(self, session_id: str) -> str | None:
+        """Return the session's watermark; ``None`` when unset or the session is unknown."""
+
+        def run(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(
+                "SELECT json_extract(payload, '$.watermark') FROM sessions WHERE id = ?",
+                (session_id,),
+            ).fetchone()
+            return None if row is None or row[0] is None else str(row[0])
+
+        return await self._run(run)
+
+    async def set_watermark(self, session_id: str, message_id: str) -> None:
+        """Persist the watermark. Raises ``StoreError`` if the session is unknown."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            def body() -> None:
+                # One statement edits the JSON in place: atomic with respect to a
+                # concurrent update_session, and no parse/serialise round trip.
+                cursor = conn.execute(
+                    "UPDATE sessions SET payload = json_set(payload, '$.watermark', ?)"
+                    " WHERE id = ?",
+                    (message_id, session_id),
+                )
+                if cursor.rowcount != 1:
+                    raise StoreError(f"unknown session {session_id!r}")
+
+            _write_transaction(conn, body)
+
+        await self._run(run)
+
+    # -- messages -------------------------------------------------------------
+    async def append_messages(self, messages: Sequence[Message]) -> None:
+        """Append new messages in one transaction.
+
+        Raises:
+            StoreError: An id already exists (or repeats in the batch) or a session
+                is unknown; nothing is written.
+        """
+        batch = list(messages)
+        _reject_repeated_ids(batch, "append_messages")
+        if not batch:
+            return
+
+        def run(conn: sqlite3.Connection) -> None:
+            # Serialise before taking the write lock, to hold it briefly.
+            rows = [_message_row(m) for m in batch]
+            _write_transaction(conn, lambda: self._insert_messages(conn, rows, "append_messages"))
+
+        await self._run(run)
+
+    async def update_messages(self, messages: Sequence[Message]) -> None:
+        """Replace stored messages (same ids) in one transaction.
+
+        Raises:
+            StoreError: A message does not exist or would move to another session;
+                nothing is written.
+        """
+        batch = list(messages)
+        if not batch:
+            return
+
+        def run(conn: sqlite3.Connection) -> None:
+            rows = [_message_row(m) for m in batch]
+            _write_transaction(conn, lambda: self._update_messages(conn, rows, "update_messages"))
+
+        await self._run(run)
+
+    async def get_message(self, message_id: str) -> Message | None:
+        """Return one message by id, or ``None``."""
+
+        def run(conn: sqlite3.Connection) -> Message | None:
+            row = conn.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ?", (message_id,)
+            ).fetchone()
+            return None if row is None else self._load_message(row)
+
+        return await self._run(run)
+
+    async def list_messages(
+        self,
+        session_id: str,
+        *,
+        agent: str | None = MAIN_AGENT,
+        since: tuple[int, str] | None = None,
+        last: int | None = None,
+    ) -> list[Message]:
+        """List a session's messages ordered by ``(time_created, id)``.
+
+        See :meth:`mimo_ctx.store.base.Store.list_messages`.
+        """
+        if last is not None and last < 0:
+            raise StoreError(f"list_messages: last must be >= 0, got {last}")
+        if last == 0:
+            return []
+        where = ["session_id = ?"]
+        params: list[object] = [session_id]
+        if agent is not None:
+            where.append("agent = ?")
+            params.append(agent)
+        if since is not None:
+            # Row-value comparison: SQLite turns it into an index range scan.
+            where.append("(time_created, id) >= (?, ?)")
+            params.extend(since)
+        order = "DESC" if last is not None else "ASC"
+        sql = (
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {' AND '.join(where)}"
+            f" ORDER BY time_created {order}, id {order}"
+        )
+        if last is not None:
+            sql += " LIMIT ?"
+            params.append(last)
+
+        def run(conn: sqlite3.Connection) -> list[Message]:
+            messages = [self._load_message(r) for r in conn.execute(sql, params)]
+            if last is not None:
+                messages.reverse()
+            return messages
+
+        return await self._run(run)
+
+    async def count_messages(self, session_id: str, *, agent: str | None = None) -> int:
+        """Count a session's messages (of one agent, or of all when ``agent`` is None)."""
+
+        def run(conn: sqlite3.Connection) -> int:
+            if agent is None:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)
+                ).fetchone()
+            else:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM messages WHERE session_id = ? AND agent = ?",
+                    (session_id, agent),
+                ).fetchone()
+            return int(row[0])
+
+        return await self._run(run)
+
+    async def latest_finished_assistant(
+        self, session_id: str, *, agent: str | None = MAIN_AGENT
+    ) -> Message | None:
+        """The newest (by id) assistant message whose ``finish`` is set."""
+
+        def run(conn: sqlite3.Connection) -> Message | None:
+            if agent is None:
+                row = conn.execute(_SQL_LATEST_FINISHED, (session_id,)).fetchone()
+            else:
+                row = conn.execute(_SQL_LATEST_FINISHED_BY_AGENT, (session_id, agent)).fetchone()
+            return None if row is None else self._load_message(row)
+
+        return await self._run(run)
+
+    async def latest_boundary(self, session_id: str) -> Message | None:
+        """The newest (by id) main-agent user message with a checkpoint or compaction part."""
+
+        def run(conn: sqlite3.Connection) -> Message | None:
+            row = conn.execute(_SQL_LATEST_BOUNDARY, (session_id, MAIN_AGENT)).fetchone()
+            return None if row is None else self._load_message(row)
+
+        return await self._run(run)
+
+    async def changes_since(self, session_id: str, seq: int) -> tuple[list[Message], int]:
+        """Messages of the session written after ``seq``, in write order, and the current seq.
+
+        Both are read from one snapshot, so nothing written concurrently (by this
+        or another process) can fall between them.
+        """
+
+        def run(conn: sqlite3.Connection) -> tuple[list[Message], int]:
+            def body() -> tuple[list[Message], int]:
+                rows = conn.execute(_SQL_CHANGES, (session_id, seq)).fetchall()
+                current = int(conn.execute(_SQL_CURRENT_SEQ).fetchone()[0])
+                return [self._load_message(r) for r in rows], current
+
+            return _read_transaction(conn, body)
+
+        return await self._run(run)
+
+    async def commit_rebuild(
+        self,
+        session_id: str,
+        *,
+        usage_key: str,
+        boundary: Message,
+        updated: Sequence[Message],
+        session: Session | None = None,
+    ) -> bool:
+        """Append ``boundary`` and replace ``updated`` in one transaction, once per usage key.
+
+        See :meth:`mimo_ctx.store.base.Store.commit_rebuild`.
+
+        Raises:
+            StoreError: The session is unknown, the boundary id exists, an updated
+                message is missing or belongs to another session, or ``session`` is
+                another session; nothing is written and the key stays unused.
+        """
+        if boundary.session_id != session_id:
+            raise StoreError(
+                f"commit_rebuild: boundary {boundary.id!r} belongs to session "
+                f"{boundary.session_id!r}, not {session_id!r}"
+            )
+        if session is not None and session.id != session_id:
+            raise StoreError(
+                f"commit_rebuild: session {session.id!r} given for rebuild of {session_id!r}"
+            )
+        batch = list(updated)
+        session_payload = None if session is None else session.model_dump_json()
+
+        def run(conn: sqlite3.Connection) -> bool:
+            boundary_row = _message_row(boundary)
+            rows = [_message_row(m) for m in batch]
+
+            def body() -> None:
+                if not self._session_exists(conn, session_id):
+                    raise StoreError(f"commit_rebuild: unknown session {session_id!r}")
+                # The key goes in first: the UNIQUE constraint, not a prior
+                # check, decides which of several concurrent commits wins.
+                try:
+                    conn.execute(
+                        "INSERT INTO rebuilds (session_id, usage_key, boundary_id,"
+                        " time_committed) VALUES (?, ?, ?, ?)",
+                        (session_id, usage_key, boundary.id, time.time_ns() // 1_000_000),
+                    )
+                except sqlite3.IntegrityError:
+                    raise _AlreadyCommitted from None
+                self._insert_messages(conn, [boundary_row], "commit_rebuild")
+                self._update_messages(conn, rows, "commit_rebuild", session_id)
+                if session_payload is not None and session is not None:
+                    conn.execute(
+                        "UPDATE sessions SET time_created = ?, payload = ? WHERE id = ?",
+                        (session.time_created, session_payload, session_id),
+                    )
+
+            try:
+                _write_transaction(conn, body)
+            except _AlreadyCommitted:
+                return False
+            return True
+
+        return await self._run(run)
+
+    # -- tasks and actors ----------------------------------------------------
+    async def upsert_task(self, task: Task) -> None:
+        """Insert or replace a task (keyed by session id and task id)."""
+        payload = task.model_dump_json()
+
+        def run(conn: sqlite3.Connection) -> None:
+            def body() -> None:
+                conn.execute(
+                    "INSERT INTO tasks (session_id, id, payload) VALUES (?, ?, ?)"
+                    " ON CONFLICT (session_id, id) DO UPDATE SET payload = excluded.payload",
+                    (task.session_id, task.id, payload),
+                )
+
+            _write_transaction(conn, body)
+
+        await self._run(run)
+
+    async def get_task(self, session_id: str, task_id: str) -> Task | None:
+        """Return one task of a session, or ``None``."""
+
+        def run(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(
+                "SELECT payload FROM tasks WHERE session_id = ? AND id = ?", (session_id, task_id)
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        payload = await self._run(run)
+        return None if payload is None else self._parse(Task, payload)
+
+    async def list_tasks(self, session_id: str) -> list[Task]:
+        """Return the session's tasks, terminal ones included, in natural id order."""
+
+        def run(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute("SELECT payload FROM tasks WHERE session_id = ?", (session_id,))
+            return [str(r[0]) for r in rows]
+
+        tasks = [self._parse(Task, p) for p in await self._run(run)]
+        tasks.sort(key=lambda t: (task_order_key(t.id), t.id))
+        return tasks
+
+    async def upsert_actor(self, actor: Actor) -> None:
+        """Insert or replace an actor (keyed by its id).
+
+        Raises:
+            StoreError: The id belongs to an actor of another session (an actor
+                never moves between sessions, SPEC R5.4).
+        """
+        payload = actor.model_dump_json()
+
+        def run(conn: sqlite3.Connection) -> None:
+            def body() -> None:
+                row = conn.execute(
+                    "SELECT session_id FROM actors WHERE id = ?", (actor.id,)
+                ).fetchone()
+                if row is not None and row[0] != actor.session_id:
+                    raise StoreError(
+                        f"actor {actor.id!r} belongs to another session; "
+                        f"it cannot be written for session {actor.session_id!r}"
+                    )
+                conn.execute(
+                    "INSERT INTO actors (id, session_id, status, background, time_created,"
+                    " payload) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+                    " status = excluded.status, background = excluded.background,"
+                    " time_created = excluded.time_created, payload = excluded.payload",
+                    (
+                        actor.id,
+                        actor.session_id,
+                        actor.status,
+                        int(actor.background),
+                        actor.time_created,
+                        payload,
+                    ),
+                )
+
+            _write_transaction(conn, body)
+
+        await self._run(run)
+
+    async def get_actor(self, session_id: str, actor_id: str) -> Actor | None:
+        """Return one actor, only if it belongs to ``session_id`` (SPEC R5.4)."""
+
+        def run(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(
+                "SELECT payload FROM actors WHERE id = ? AND session_id = ?",
+                (actor_id, session_id),
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        payload = await self._run(run)
+        return None if payload is None else self._parse(Actor, payload)
+
+    async def list_actors(self, session_id: str, *, active_only: bool = False) -> list[Actor]:
+        """Return this session's actors, oldest first (never another session's, R5.4).
+
+        ``active_only`` keeps background actors with status pending or running.
+        """
+        sql = "SELECT payload FROM actors WHERE session_id = ?"
+        if active_only:
+            sql += f" AND background = 1 AND status IN ({_ACTIVE_STATUSES_SQL})"
+        sql += " ORDER BY time_created, id"
+
+        def run(conn: sqlite3.Connection) -> list[str]:
+            return [str(r[0]) for r in conn.execute(sql, (session_id,))]
+
+        return [self._parse(Actor, p) for p in await self._run(run)]
+
+    async def aclose(self) -> None:
+        """Close the connection; later calls raise ``StoreError``. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+
+        def close() -> None:
+            with self._lock:
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+
+        # Shielded: a cancelled caller must still release the connection.
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(close, limiter=self._limiter)
+
+
+def _reject_repeated_ids(messages: Sequence[Message], what: str) -> None:
+    seen: set[str] = set()
+    for m in messages:
+        if m.id in seen:
+            raise StoreError(f"{what}: message id {m.id!r} appears twice; nothing written")
+        seen.add(m.id)
