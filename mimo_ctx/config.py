@@ -155,6 +155,8 @@ class RebuildConfig(_Frozen):
     """Everything that tunes triggers, rendering and the writer (SPEC R9).
 
     Attributes:
+        checkpoint_enabled: ``False`` turns checkpoints off: rebuilds fall back to a
+            plain compaction (outcome ``checkpoint-off``, SPEC A3).
         trigger_ratio: Share of the effective window at which a rebuild fires (R1.2).
         max_context: Optional lower window: tokens, ``"300K"`` or ``"60%"`` (R1.2).
         push_caps: Section caps (R5.3).
@@ -170,6 +172,7 @@ class RebuildConfig(_Frozen):
             than this share of the request, automatic rebuilds stop for the session.
     """
 
+    checkpoint_enabled: bool = True
     trigger_ratio: float = Field(default=0.90, gt=0, le=1)
     max_context: int | str | None = None
     push_caps: PushCaps = Field(default_factory=PushCaps)

@@ -1,0 +1,166 @@
+"""When to write a checkpoint and when to rebuild (SPEC R1, A3).
+
+Pure functions: the trigger line ``usable`` of R1.2, the writer threshold
+schedule of A3, context-pressure levels, and the once-per-usage rule of R1.4.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from mimo_ctx.config import RebuildConfig, parse_token_amount
+from mimo_ctx.errors import ConfigError
+from mimo_ctx.messages import Message
+
+__all__ = [
+    "OUTPUT_TOKEN_MAX",
+    "ModelLimits",
+    "due_thresholds",
+    "is_recovered",
+    "pressure_level",
+    "usable_tokens",
+    "usage_tokens",
+    "writer_thresholds",
+]
+
+OUTPUT_TOKEN_MAX: Final = 20000
+"""Output reserve ceiling for models without a separate input limit (R1.2)."""
+
+_NO_WRITER_BELOW: Final = 25000
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLimits:
+    """What the model can take.
+
+    Attributes:
+        context_window: Total context window in tokens.
+        input_limit: A separate input limit, for models that have one.
+        max_output_tokens: The model's output limit (default: ``OUTPUT_TOKEN_MAX``).
+    """
+
+    context_window: int
+    input_limit: int | None = None
+    max_output_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.context_window <= 0:
+            raise ConfigError(
+                f"context_window: expected a positive token count, got {self.context_window!r}"
+            )
+        if self.input_limit is not None and self.input_limit <= 0:
+            raise ConfigError(
+                f"input_limit: expected a positive token count, got {self.input_limit!r}"
+            )
+        if self.max_output_tokens is not None and self.max_output_tokens < 0:
+            raise ConfigError(
+                "max_output_tokens: expected a non-negative token count, "
+                f"got {self.max_output_tokens!r}"
+            )
+
+
+def usable_tokens(limits: ModelLimits, config: RebuildConfig | None = None) -> int:
+    """The trigger line (SPEC R1.2).
+
+    ``usable = min(floor(effective * ratio), effective - completion)``, where
+    ``effective`` is the input limit if the model has one, else its context window,
+    optionally lowered by ``config.max_context``; ``completion`` reserves room for
+    the answer on models without a separate input limit.
+    """
+    config = config or RebuildConfig()
+    has_input_limit = limits.input_limit is not None
+    effective = limits.input_limit if limits.input_limit is not None else limits.context_window
+    if config.max_context is not None:
+        effective = min(effective, parse_token_amount(config.max_context, of=effective))
+    output_reserve = (
+        0
+        if has_input_limit
+        else min(limits.max_output_tokens or OUTPUT_TOKEN_MAX, OUTPUT_TOKEN_MAX)
+    )
+    completion = min(output_reserve, effective // 2)
+    return max(0, min(math.floor(effective * config.trigger_ratio), effective - completion))
+
+
+def usage_tokens(message: Message | None) -> int | None:
+    """Tokens the provider reported for a finished assistant message (R1.2).
+
+    ``None`` for anything that cannot trigger: no message, not a finished
+    assistant message, no usage, or a compaction summary (its own usage never
+    triggers).
+    """
+    if message is None or message.role != "assistant" or message.finish is None:
+        return None
+    if message.summary or message.usage is None:
+        return None
+    return message.usage.context_tokens
+
+
+def writer_thresholds(usable: int, config: RebuildConfig | None = None) -> list[int]:
+    """Usage levels (tokens) at which a checkpoint writer starts (SPEC A3).
+
+    Default schedule, as shares of ``usable``: none below 25000; up to 200000,
+    20/40/60/80%; up to 500000, every 10% to 90%; above, every 5% to 90%. A
+    configured list (``"40%"``, ``"100K"``, ``"1.5M"``, numbers) replaces it. Every
+    threshold is capped at ``usable - writer.reserved``: the first one over the cap
+    is clamped to it and later ones are dropped.
+    """
+    config = config or RebuildConfig()
+    if config.writer.thresholds is not None:
+        raw = sorted(parse_token_amount(t, of=usable) for t in config.writer.thresholds)
+    elif usable < _NO_WRITER_BELOW:
+        return []
+    else:
+        if usable <= 200_000:
+            shares: Iterable[int] = (20, 40, 60, 80)
+        elif usable <= 500_000:
+            shares = range(10, 91, 10)
+        else:
+            shares = range(5, 91, 5)
+        raw = [usable * s // 100 for s in shares]
+    cap = usable - config.writer.reserved
+    result: list[int] = []
+    for threshold in raw:
+        if threshold <= 0:
+            continue
+        if threshold > cap:
+            if cap > 0 and (not result or result[-1] < cap):
+                result.append(cap)
+            break
+        if not result or result[-1] != threshold:
+            result.append(threshold)
+    return result
+
+
+def due_thresholds(usage: int, thresholds: Sequence[int], crossed: Iterable[int]) -> list[int]:
+    """Thresholds reached by ``usage`` that have not fired yet in this session."""
+    done = set(crossed)
+    return [t for t in thresholds if t <= usage and t not in done]
+
+
+def pressure_level(usage: int, usable: int) -> int:
+    """Context pressure 0..3 (information only, SPEC A3): <50%, <70%, <85%, above."""
+    if usable <= 0:
+        return 3
+    share = usage / usable
+    if share < 0.50:
+        return 0
+    if share < 0.70:
+        return 1
+    if share < 0.85:
+        return 2
+    return 3
+
+
+def is_recovered(last_finished_assistant_id: str | None, latest_boundary_id: str | None) -> bool:
+    """The once-per-usage rule (SPEC R1.4), decided by ids, never timestamps.
+
+    A usage is recovered when a boundary (checkpoint or compaction) newer than the
+    last finished assistant message exists; the boundary's time is back-dated, so
+    only its id says it came after.
+    """
+    if latest_boundary_id is None or last_finished_assistant_id is None:
+        return False
+    return latest_boundary_id > last_finished_assistant_id
