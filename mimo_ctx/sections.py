@@ -1,0 +1,616 @@
+"""Formatters of the rebuild body's sections and the boundary's index parts (SPEC R5, A5-A7, A15).
+
+Pure, synchronous functions: the caller gathers the sources (tasks, actors,
+messages, memory files) and these turn them into text.
+
+API convention. Every ``render_*`` function that produces a *body section*
+(``# <heading>`` ... , SPEC R5.3) returns the **whole section** as
+:func:`render_section` formats it -- or ``""`` when the section is omitted
+(nothing to show, or nothing fits its budget). Only the tasks ledger is always
+emitted (A6). Budgets and caps apply to the section's body; the heading line,
+the ``File:`` line and the closing blank line are fixed overhead. The two
+*boundary parts* (:func:`render_checkpoint_index`, :func:`render_active_actors_part`)
+are separate synthetic text parts of the boundary message and start with a
+level-2 heading instead.
+
+Section layout (A6), exactly::
+
+    # <heading>\\n
+    File: <path>\\n            (file-backed sections only)
+    <body, without leading/trailing newlines>\\n
+    \\n
+
+Forged structure (security). Text that comes from files, users, tasks or actors
+must not be able to fake the body's own structure. :func:`neutralise_structure`
+enforces, for every section body:
+
+* no line outside a fenced code block is a level-1 heading (``# Title``):
+  file-backed bodies have them removed (A6); in other bodies (verbatim user input)
+  such a line is escaped;
+* no line anywhere, code blocks included, is one of *our* headings -- a level-1
+  or level-2 heading whose title is a body section heading (R5.3) or a boundary
+  part heading (``Checkpoint``, ``Active Actors``);
+* the body's first non-blank line does not start with ``File:`` (which would
+  read as the section's source path);
+* a fenced code block opened in the body is closed at its end, so it cannot
+  swallow the sections that follow.
+
+Escaping is one backslash in front of the line (``\\# Recent activity``,
+``\\File: x``): minimal, visible, and Markdown reads ``\\#`` as a literal ``#``.
+Single-line fields (task summaries, actor descriptions, topics) have their
+whitespace runs, line breaks included, collapsed to one space; paths keep their
+exact characters except line breaks, which are written as escapes (``\\n``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from mimo_ctx.budget import scan_fences
+from mimo_ctx.errors import ConfigError, PathEscapeError
+from mimo_ctx.messages import MAIN_AGENT, Message, TextPart
+from mimo_ctx.store.base import ACTIVE_ACTOR_STATUSES, Actor, Task
+from mimo_ctx.tokens import TokenCounter, estimate_text_tokens
+
+__all__ = [
+    "ACTORS_PART_HEADING",
+    "BODY_INTRO",
+    "CHECKPOINT_INDEX_HEADING",
+    "ELISION_LINE",
+    "HEADING_ACTIVE_ACTORS",
+    "HEADING_CHECKPOINT",
+    "HEADING_GLOBAL_MEMORY",
+    "HEADING_MEMORY_KEYS",
+    "HEADING_NOTES",
+    "HEADING_PROJECT_MEMORY",
+    "HEADING_RECENT_ACTIVITY",
+    "HEADING_RECENT_USER",
+    "HEADING_TASKS",
+    "LEDGER_TRUNCATION_NOTICE",
+    "SECTION_HEADINGS",
+    "TASK_STATUS_ICONS",
+    "neutralise_structure",
+    "render_active_actors_part",
+    "render_active_actors_section",
+    "render_checkpoint_index",
+    "render_memory_keys_index",
+    "render_recent_user_input",
+    "render_section",
+    "render_tasks_ledger",
+    "strip_level1_headings",
+]
+
+BODY_INTRO: Final = (
+    "The sections below are auto-loaded session context already in this message. "
+    "File-backed sections list their path on a `File:` line — Grep that path for "
+    "specific facts; do not Read the whole file again."
+)
+"""The fixed first sentence of the rebuild body (SPEC R5.2), verbatim."""
+
+HEADING_TASKS: Final = "Tasks ledger"
+HEADING_CHECKPOINT: Final = "Session checkpoint"
+HEADING_ACTIVE_ACTORS: Final = "Active actors"
+HEADING_RECENT_USER: Final = "Recent user input (verbatim)"
+HEADING_PROJECT_MEMORY: Final = "Project durable knowledge"
+HEADING_GLOBAL_MEMORY: Final = "Global memory"
+HEADING_NOTES: Final = "Session notes"
+HEADING_MEMORY_KEYS: Final = "Memory keys index"
+HEADING_RECENT_ACTIVITY: Final = "Recent activity"
+
+SECTION_HEADINGS: Final[tuple[str, ...]] = (
+    HEADING_TASKS,
+    HEADING_CHECKPOINT,
+    HEADING_ACTIVE_ACTORS,
+    HEADING_RECENT_USER,
+    HEADING_PROJECT_MEMORY,
+    HEADING_GLOBAL_MEMORY,
+    HEADING_NOTES,
+    HEADING_MEMORY_KEYS,
+    HEADING_RECENT_ACTIVITY,
+)
+"""The body's level-1 section headings, in body order (SPEC R5.3)."""
+
+CHECKPOINT_INDEX_HEADING: Final = "## Checkpoint"
+"""Heading of the boundary's checkpoint index part (A5)."""
+
+ACTORS_PART_HEADING: Final = "## Active Actors"
+"""Heading of the boundary's active-actors part (A15)."""
+
+TASK_STATUS_ICONS: Final[dict[str, str]] = {
+    "open": "🔵",
+    "in_progress": "🔄",
+    "blocked": "🟡",
+    "done": "✅",
+    "abandoned": "❌",
+    # Not in the original's table (A6); ours.
+    "dispatched": "📤",
+    "human_review": "👀",
+    "failed": "⛔",
+}
+"""Ledger icons per task status (A6; ``dispatched``, ``human_review``, ``failed`` ours)."""
+
+LEDGER_TRUNCATION_NOTICE: Final = "[ledger truncated; use the task tool to list all tasks]"
+"""Last line of a ledger cut to its character cap (fits the 60 characters reserved)."""
+
+ELISION_LINE: Final = (
+    "[…elided {tokens} tokens; messageID={message_id}; "
+    "use the history tool with operation=around to fetch full content]"
+)
+"""The line between head and tail of a long user message (A7); ``str.format`` fields."""
+
+_SKIP_USER_PART_TYPES: Final = frozenset({"tool", "tool_result", "checkpoint", "compaction"})
+_LEDGER_RESERVE: Final = 60
+_TOPIC_LINE = re.compile(r"^Topic:[ \t]*(\S.*?)\s*$")
+_TOPIC_MAX_CHARS: Final = 300
+_LEVEL1 = re.compile(r"^# [^#]")
+_LEVEL1_LOOSE = re.compile(r"^ {0,3}#(?:[ \t]|$)")
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def _heading_pattern() -> re.Pattern[str]:
+    titles = [*SECTION_HEADINGS, "Checkpoint", "Active Actors"]
+    alternatives = "|".join(r"\s+".join(map(re.escape, t.split())) for t in titles)
+    # A level-1 or level-2 ATX heading whose title is one of ours, with any
+    # indentation up to three spaces, any spacing, case and closing hashes.
+    return re.compile(rf"^ {{0,3}}#{{1,2}}[ \t]+(?:{alternatives})[ \t]*#*[ \t]*\r?$", re.I)
+
+
+_OUR_HEADING = _heading_pattern()
+
+
+# -- small helpers -----------------------------------------------------------------------
+
+
+def _counter_fn(counter: TokenCounter | None) -> Callable[[str], int]:
+    return estimate_text_tokens if counter is None else counter.count
+
+
+def _check_tokens(value: int, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+def _one_line(text: str) -> str:
+    # str.split() splits on every Unicode line break too, so the result is one line.
+    return " ".join(text.split())
+
+
+def _escape_breaks(text: str) -> str:
+    return _LINE_BREAKS.sub(lambda m: ascii(m.group(0))[1:-1], text)
+
+
+def _natural_key(task_id: str) -> tuple[tuple[int, int, str], ...]:
+    """Sort key putting ``T2`` before ``T10`` and ``T1.2`` before ``T1.10``."""
+    chunks = re.split(r"([0-9]+)", task_id)
+    return tuple((0, int(c), "") if "0" <= c[0] <= "9" else (1, 0, c) for c in chunks if c)
+
+
+def _fit_lines(lines: Sequence[str], budget: int, count: Callable[[str], int]) -> list[str]:
+    """Lines in order while the joined text stays within ``budget``; stop at the first misfit."""
+    kept: list[str] = []
+    for line in lines:
+        if count("\n".join([*kept, line])) > budget:
+            break
+        kept.append(line)
+    return kept
+
+
+def _ago(delta_ms: int) -> str:
+    seconds = max(0, delta_ms) // 1000
+    if seconds < 60:
+        return f"{seconds}s ago"
+    if seconds < 3600:
+        return f"{seconds // 60}m ago"
+    if seconds < 86400:
+        return f"{seconds // 3600}h ago"
+    return f"{seconds // 86400}d ago"
+
+
+def _active_actors(actors: Sequence[Actor], session_id: str) -> list[Actor]:
+    # Defence in depth (R5.4 beyond): the store already filters by session, but a
+    # caller's mistake must not leak another session's actors into this prompt.
+    mine = [
+        a
+        for a in actors
+        if a.session_id == session_id and a.background and a.status in ACTIVE_ACTOR_STATUSES
+    ]
+    return sorted(mine, key=lambda a: (a.time_created, a.id))
+
+
+# -- structure ---------------------------------------------------------------------------
+
+
+def strip_level1_headings(text: str) -> str:
+    """Remove level-1 heading lines (``^# [^#]``) outside fenced code blocks (A6).
+
+    A file-backed section drops the file's own title so the file's level-2
+    headings nest under the section's level-1 heading.
+    """
+    lines = text.split("\n")
+    fenced, _ = scan_fences(lines)
+    kept = [
+        line
+        for line, in_fence in zip(lines, fenced, strict=True)
+        if in_fence or not _LEVEL1.match(line)
+    ]
+    return "\n".join(kept)
+
+
+def neutralise_structure(text: str) -> str:
+    """Escape lines of ``text`` that could fake the rebuild body's structure.
+
+    See the module docstring for the rules. Idempotent: neutralising twice
+    changes nothing more.
+
+    Args:
+        text: A section body (after :func:`strip_level1_headings` for file-backed
+            sections).
+
+    Returns:
+        The body with offending lines prefixed by a backslash and an open code
+        fence closed at the end.
+    """
+    if not text:
+        return text
+    lines = text.split("\n")
+    fenced, closer = scan_fences(lines)
+    out: list[str] = []
+    first_content = True
+    for line, in_fence in zip(lines, fenced, strict=True):
+        forged = (
+            _OUR_HEADING.match(line) is not None
+            or (not in_fence and _LEVEL1_LOOSE.match(line) is not None)
+            or (first_content and line.lstrip().startswith("File:"))
+        )
+        if line.strip():
+            first_content = False
+        out.append("\\" + line if forged else line)
+    if closer:
+        out.append(closer)
+    return "\n".join(out)
+
+
+def render_section(heading: str, body: str, *, file_path: str | None = None) -> str:
+    """Format one body section (A6).
+
+    The result is ``# <heading>\\n``, then ``File: <path>\\n`` when ``file_path``
+    is given, then the body without leading and trailing newlines followed by
+    ``\\n`` (nothing for an empty body), then a blank line (``\\n``). A
+    file-backed body has its level-1 headings removed
+    (:func:`strip_level1_headings`); every body is passed through
+    :func:`neutralise_structure`.
+
+    Args:
+        heading: The section heading without ``#`` (one of :data:`SECTION_HEADINGS`).
+        body: The section's content.
+        file_path: The file a file-backed section comes from.
+    """
+    head = f"# {_escape_breaks(heading)}\n"
+    if file_path is not None:
+        head += f"File: {_escape_breaks(file_path)}\n"
+        body = strip_level1_headings(body)
+    body = neutralise_structure(body.strip("\n")).strip("\n")
+    return f"{head}{body}\n\n" if body else f"{head}\n"
+
+
+# -- 1. tasks ledger -----------------------------------------------------------------------
+
+
+def _root_of(task: Task, by_id: dict[str, Task]) -> str:
+    seen = {task.id}
+    current = task
+    while current.parent_id is not None and current.parent_id in by_id:
+        if current.parent_id in seen:
+            # A parent cycle (corrupt data): treat the task as top-level.
+            return task.id
+        seen.add(current.parent_id)
+        current = by_id[current.parent_id]
+    return current.id
+
+
+def render_tasks_ledger(tasks: Sequence[Task], *, cap_chars: int) -> str:
+    """Render section 1, ``# Tasks ledger`` (R5.3, A6); always emitted.
+
+    The body is ``(none)`` without tasks. Otherwise, per top-level task in natural
+    id order (``T2`` before ``T10``), ``- <id> <status> — <summary>`` (just
+    ``- <id> <status>`` for an empty summary), and for a task with descendants one
+    more line ``  Subtasks: <icon><id> / <icon><id> …`` listing *all* its
+    descendants, however deep, in natural id order, with the icons of
+    :data:`TASK_STATUS_ICONS`. A task whose parent is not in ``tasks`` (or whose
+    parents form a cycle) counts as top-level. Finished tasks are listed too.
+
+    A body longer than ``cap_chars`` characters is cut to ``cap_chars - 60``
+    characters, back to the last whole line when there is one, and
+    :data:`LEDGER_TRUNCATION_NOTICE` is added as its last line, so the body never
+    exceeds ``max(cap_chars, 60)`` characters.
+
+    Args:
+        tasks: The session's tasks, terminal ones included.
+        cap_chars: The ``tasks_ledger`` cap, in characters.
+
+    Raises:
+        ConfigError: ``cap_chars`` is negative.
+    """
+    _check_tokens(cap_chars, "cap_chars")
+    by_id = {t.id: t for t in tasks}
+    children: dict[str, list[Task]] = {}
+    roots: list[Task] = []
+    for task in by_id.values():
+        root = _root_of(task, by_id)
+        if root == task.id:
+            roots.append(task)
+        else:
+            children.setdefault(root, []).append(task)
+
+    lines: list[str] = []
+    for task in sorted(roots, key=lambda t: _natural_key(t.id)):
+        summary = _one_line(task.summary)
+        line = f"- {_one_line(task.id)} {task.status}"
+        lines.append(f"{line} — {summary}" if summary else line)
+        descendants = sorted(children.get(task.id, []), key=lambda t: _natural_key(t.id))
+        if descendants:
+            items = " / ".join(
+                f"{TASK_STATUS_ICONS.get(d.status, '')}{_one_line(d.id)}" for d in descendants
+            )
+            lines.append(f"  Subtasks: {items}")
+    body = "\n".join(lines) if lines else "(none)"
+
+    if len(body) > cap_chars:
+        keep = max(0, cap_chars - _LEDGER_RESERVE)
+        newline = body.rfind("\n", 0, keep + 1)
+        head = body[:newline] if newline > 0 else body[:keep]
+        body = f"{head}\n{LEDGER_TRUNCATION_NOTICE}" if head else LEDGER_TRUNCATION_NOTICE
+    return render_section(HEADING_TASKS, body)
+
+
+# -- 3. active actors ------------------------------------------------------------------------
+
+
+def render_active_actors_section(
+    actors: Sequence[Actor],
+    *,
+    session_id: str,
+    budget: int,
+    counter: TokenCounter | None = None,
+) -> str:
+    """Render section 3, ``# Active actors`` (R5.3, R5.4, A6).
+
+    Only actors of ``session_id`` (R5.4 **beyond**: filtered here as well as in
+    the store) that run in the background with status pending or running, oldest
+    first, one line each: ``- <actor_id> — <status>, "<description>"
+    (agent=<agent>)``. Lines are added while the body stays within ``budget``
+    tokens; the first line that does not fit ends the list.
+
+    Args:
+        actors: Candidate actors (normally the store's active actors of the session).
+        session_id: The session being rebuilt.
+        budget: The ``actor_ledger`` cap, in tokens.
+        counter: Token counter; defaults to the chars/4 estimate.
+
+    Returns:
+        The section, or ``""`` when no actor qualifies or the first line does not fit.
+
+    Raises:
+        ConfigError: ``budget`` is negative.
+    """
+    _check_tokens(budget, "budget")
+    lines = [
+        f'- {_one_line(a.id)} — {a.status}, "{_one_line(a.description)}" '
+        f"(agent={_one_line(a.agent)})"
+        for a in _active_actors(actors, session_id)
+    ]
+    kept = _fit_lines(lines, budget, _counter_fn(counter))
+    return render_section(HEADING_ACTIVE_ACTORS, "\n".join(kept)) if kept else ""
+
+
+def render_active_actors_part(actors: Sequence[Actor], *, session_id: str, now_ms: int) -> str:
+    """Render the boundary's ``## Active Actors`` part (R4.4, A15).
+
+    Lists this session's background actors with status pending or running (the
+    same filter as section 3), oldest first::
+
+        ## Active Actors
+        This session has 2 background actors; reach them through the `actor` tool.
+        - act_1 — running, last active 3m ago: "index the repo" (agent=explore)
+
+    Without such actors the part is ``## Active Actors`` and the line
+    ``No background actors are running in this session.`` (our choice: the model
+    learns that nothing is running rather than guessing from a missing part).
+
+    Args:
+        actors: Candidate actors.
+        session_id: The session being rebuilt.
+        now_ms: The current time in epoch ms, for "last active ... ago".
+    """
+    mine = _active_actors(actors, session_id)
+    if not mine:
+        return f"{ACTORS_PART_HEADING}\nNo background actors are running in this session."
+    noun = "actor" if len(mine) == 1 else "actors"
+    lines = [
+        ACTORS_PART_HEADING,
+        f"This session has {len(mine)} background {noun}; reach them through the `actor` tool.",
+    ]
+    lines.extend(
+        f"- {_one_line(a.id)} — {a.status}, last active {_ago(now_ms - a.time_last_activity)}: "
+        f'"{_one_line(a.description)}" (agent={_one_line(a.agent)})'
+        for a in mine
+    )
+    return "\n".join(lines)
+
+
+# -- 4. recent user input --------------------------------------------------------------------
+
+
+def _user_text(message: Message) -> str | None:
+    """The user's own words in ``message``, or ``None`` when it does not qualify (R5.5)."""
+    if message.role != "user" or message.agent != MAIN_AGENT:
+        return None
+    if any(p.type in _SKIP_USER_PART_TYPES for p in message.parts):
+        return None
+    texts = [
+        p.text
+        for p in message.parts
+        if isinstance(p, TextPart) and not p.synthetic and not p.ignored
+    ]
+    text = "\n".join(texts)
+    return text if text.strip() else None
+
+
+def _elide(text: str, message_id: str, cap: int, count: Callable[[str], int]) -> str:
+    """Keep the head and tail of a message over ``cap`` tokens (A7)."""
+    head_tokens, tail_tokens = cap * 6 // 10, cap * 3 // 10
+    head_chars, tail_chars = head_tokens * 4, tail_tokens * 4
+    # With the default estimator these cuts are within the token shares; a real
+    # tokenizer can count more per character, so shrink until they are.
+    while head_chars and count(text[:head_chars]) > head_tokens:
+        head_chars = head_chars * 9 // 10
+    head = text[:head_chars]
+    tail_chars = min(tail_chars, len(text) - len(head))
+    while tail_chars and count(text[len(text) - tail_chars :]) > tail_tokens:
+        tail_chars = tail_chars * 9 // 10
+    tail = text[len(text) - tail_chars :] if tail_chars else ""
+    elided = max(0, count(text) - count(head) - count(tail))
+    line = ELISION_LINE.format(tokens=elided, message_id=_one_line(message_id))
+    return "\n".join(p for p in (head, line, tail) if p)
+
+
+def render_recent_user_input(
+    messages: Sequence[Message],
+    *,
+    budget: int,
+    per_message_cap: int,
+    counter: TokenCounter | None = None,
+) -> str:
+    """Render section 4, ``# Recent user input (verbatim)`` (R5.5, A7).
+
+    ``messages`` are the newest main-line messages (the caller picks the last
+    ``recent_user_window``). A message qualifies when its role is ``user``, its
+    agent is the main agent, and it has no tool, tool result, checkpoint or
+    compaction part; its text is its non-synthetic, non-ignored text parts joined
+    by ``\\n``, and a blank text is skipped. A text over ``per_message_cap`` tokens
+    keeps its first ``floor(cap*0.6)*4`` and last ``floor(cap*0.3)*4`` characters
+    with :data:`ELISION_LINE` between them, where ``N`` = the message's tokens
+    minus the tokens of the kept head and tail.
+
+    Each entry is ``[user message <id>]`` on its own line followed by the text,
+    passed through :func:`neutralise_structure`; entries are separated by a blank
+    line. Entries are taken newest first while the body stays within ``budget``
+    tokens (the first that does not fit ends the walk) and shown oldest first.
+
+    Args:
+        messages: Candidate messages, oldest first.
+        budget: The ``recent_user`` cap in tokens; 0 disables the section.
+        per_message_cap: The ``recent_user_per_msg`` cap in tokens.
+        counter: Token counter; defaults to the chars/4 estimate.
+
+    Returns:
+        The section, or ``""`` when nothing qualifies or fits.
+
+    Raises:
+        ConfigError: ``budget`` or ``per_message_cap`` is negative.
+    """
+    _check_tokens(budget, "budget")
+    _check_tokens(per_message_cap, "per_message_cap")
+    if budget == 0:
+        return ""
+    count = _counter_fn(counter)
+    chosen: list[str] = []  # newest first
+    for message in reversed(messages):
+        text = _user_text(message)
+        if text is None:
+            continue
+        if count(text) > per_message_cap:
+            text = _elide(text, message.id, per_message_cap, count)
+        entry = neutralise_structure(f"[user message {_one_line(message.id)}]\n{text}")
+        if count("\n\n".join([entry, *reversed(chosen)])) > budget:
+            break
+        chosen.append(entry)
+    if not chosen:
+        return ""
+    return render_section(HEADING_RECENT_USER, "\n\n".join(reversed(chosen)))
+
+
+# -- 8. memory keys index ----------------------------------------------------------------------
+
+
+def render_memory_keys_index(
+    paths: Sequence[str], *, budget: int, counter: TokenCounter | None = None
+) -> str:
+    """Render section 8, ``# Memory keys index`` (R5.6, A6).
+
+    One line ``- <path>`` per path, in the given order, duplicates dropped, while
+    the body stays within ``budget`` tokens; the first line that does not fit
+    ends the list. The caller reconciles the index with the disk and leaves out
+    the files injected elsewhere (R5.6); line breaks in a name are written as
+    escapes.
+
+    Args:
+        paths: Paths relative to the memory root, ``/``-separated.
+        budget: The ``memory_titles`` cap, in tokens.
+        counter: Token counter; defaults to the chars/4 estimate.
+
+    Returns:
+        The section, or ``""`` when there is no path or the first does not fit.
+
+    Raises:
+        ConfigError: ``budget`` is negative.
+        PathEscapeError: A path is absolute or has a ``..`` component (R5.6).
+    """
+    _check_tokens(budget, "budget")
+    seen: set[str] = set()
+    lines: list[str] = []
+    for path in paths:
+        parts = path.replace("\\", "/").split("/")
+        if not path or path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", path):
+            raise PathEscapeError(f"memory key path must be relative to the memory root: {path!r}")
+        if ".." in parts:
+            raise PathEscapeError(f"memory key path escapes the memory root: {path!r}")
+        if path not in seen:
+            seen.add(path)
+            lines.append(f"- {_escape_breaks(path)}")
+    kept = _fit_lines(lines, budget, _counter_fn(counter))
+    return render_section(HEADING_MEMORY_KEYS, "\n".join(kept)) if kept else ""
+
+
+# -- boundary index part -----------------------------------------------------------------------
+
+
+def render_checkpoint_index(*, directory: str | None, checkpoint_text: str | None) -> str:
+    """Render the boundary's ``## Checkpoint`` index part (R4.4, A5).
+
+    With a checkpoint::
+
+        ## Checkpoint
+        Directory: <directory>
+        Current topic: <topic>
+        The checkpoint itself is in the `# Session checkpoint` section below.
+
+    The topic is the text of the first line of ``checkpoint_text`` matching
+    ``Topic: <text>`` (collapsed to one line, at most 300 characters), else
+    ``(unknown)``; a missing directory reads ``(unknown)``. Without a checkpoint
+    (``checkpoint_text`` ``None`` or blank) the part is the heading plus the one
+    line ``No checkpoints yet.``.
+
+    Args:
+        directory: The session's checkpoint directory.
+        checkpoint_text: The content of ``checkpoint.md``.
+    """
+    if checkpoint_text is None or not checkpoint_text.strip():
+        return f"{CHECKPOINT_INDEX_HEADING}\nNo checkpoints yet."
+    topic = "(unknown)"
+    for line in checkpoint_text.splitlines():
+        match = _TOPIC_LINE.match(line)
+        if match:
+            topic = _one_line(match.group(1))
+            if len(topic) > _TOPIC_MAX_CHARS:
+                topic = topic[: _TOPIC_MAX_CHARS - 1] + "…"
+            break
+    where = _escape_breaks(directory) if directory else "(unknown)"
+    return (
+        f"{CHECKPOINT_INDEX_HEADING}\n"
+        f"Directory: {where}\n"
+        f"Current topic: {topic}\n"
+        f"The checkpoint itself is in the `# {HEADING_CHECKPOINT}` section below."
+    )
