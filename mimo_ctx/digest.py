@@ -1,0 +1,378 @@
+"""The tail digest and the collapse of digested messages (SPEC R7, A9).
+
+At a rebuild, the messages after the watermark (the *tail*) are summarised as a
+"# Recent activity" list in the boundary body: one line per assistant text, tool
+call and sub-task (:func:`render_tail_digest`). From then on every outgoing
+request drops the digested assistant/tool messages and keeps only the user
+messages among them (:func:`collapse_checkpoint_tail`).
+
+Choices where the SPEC is silent (documented, ours):
+
+* Over the line limit the **newest** lines are kept: the model is told to
+  "resume the last task from that list", so the end of the list matters most.
+  The first line then says how many earlier lines were left out; that note counts
+  towards the limit.
+* Assistant text parts marked ``ignored`` are skipped (the model never saw them);
+  ``synthetic`` assistant text is listed like any other text (the model did see
+  it). Blank text is skipped.
+* A sub-task line is cut like assistant text, so every line stays on one line.
+* Provider-format data keeps results in separate ``role="tool"`` messages, so a
+  call's own state can still read pending. A pending/running call whose result
+  appears among the digested messages is listed as completed (or as failed, with
+  the result text as the error, when the result is an error).
+* Lengths count Python characters (code points), so a cut never splits a
+  surrogate pair; the original counts UTF-16 code units.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from mimo_ctx.messages import (
+    Message,
+    SubtaskPart,
+    TextPart,
+    ToolPart,
+    ToolResultPart,
+    ToolStateCompleted,
+    ToolStateError,
+)
+from mimo_ctx.tokens import js_json
+
+__all__ = [
+    "ACTIVITY_HEADING",
+    "DEFAULT_ARG_CHARS",
+    "DEFAULT_MAX_LINES",
+    "DEFAULT_TEXT_CHARS",
+    "INTERRUPTED_NOTE",
+    "DigestLine",
+    "TailDigest",
+    "build_tail_digest",
+    "collapse_checkpoint_tail",
+    "digest_lines",
+    "format_tool_call",
+    "omitted_note",
+    "render_tail_digest",
+    "truncate",
+]
+
+ACTIVITY_HEADING: Final = "# Recent activity"
+"""Heading of section 9 of the rebuild body (SPEC R5.3)."""
+DEFAULT_MAX_LINES: Final = 200
+"""At most this many activity lines (SPEC R7.2)."""
+DEFAULT_TEXT_CHARS: Final = 240
+"""Assistant text is cut to this many characters (SPEC R7.2)."""
+DEFAULT_ARG_CHARS: Final = 80
+"""Each tool argument and error message is cut to this many characters (SPEC R7.2)."""
+INTERRUPTED_NOTE: Final = (
+    "Tool calls marked → interrupted did not finish before the rebuild; "
+    "re-run them if you still need their results."
+)
+"""First line of the section when any listed call was interrupted (wording ours, A9)."""
+
+_ELLIPSIS: Final = "…"
+_ARROW: Final = " → "
+
+
+def truncate(text: str, limit: int) -> str:
+    """Collapse whitespace runs to one space, strip, and cut to ``limit`` characters.
+
+    SPEC A9: a longer string keeps its first ``limit - 1`` characters followed by
+    ``…``, so the result is never longer than ``limit``.
+
+    Args:
+        text: Any text.
+        limit: The maximum length, at least 1.
+
+    Raises:
+        ValueError: ``limit`` is smaller than 1.
+    """
+    if limit < 1:
+        raise ValueError(f"truncate limit must be at least 1, got {limit!r}")
+    flat = _one_line(text)
+    if len(flat) <= limit:
+        return flat
+    return flat[: limit - 1] + _ELLIPSIS
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _json_value(value: Any) -> str:
+    try:
+        return js_json(value)
+    except (ValueError, TypeError, RecursionError):
+        # Not JSON (NaN, a set, a cycle...): show something rather than fail.
+        return repr(value)
+
+
+def _format_arg(key: str, value: Any, limit: int) -> str:
+    if isinstance(value, str):
+        # The cut happens before escaping, as in the original: the escaped
+        # form may be longer than `limit`, the text it encodes is not.
+        return f"{key}={json.dumps(truncate(value, limit), ensure_ascii=False)}"
+    return f"{key}={truncate(_json_value(value), limit)}"
+
+
+def format_tool_call(tool: str, arguments: dict[str, Any], *, arg_chars: int = 80) -> str:
+    """Render a call as ``tool(k="v", n=1)``, each argument cut to ``arg_chars`` (A9).
+
+    String arguments are cut, then JSON-escaped and quoted (non-ASCII kept); other
+    values are serialised as compact JSON and then cut. Arguments keep their
+    insertion order.
+    """
+    # Names are shown as they are, except that whitespace runs become one space:
+    # a digest line must stay one line whatever a model put in a key.
+    args = ", ".join(_format_arg(_one_line(str(k)), v, arg_chars) for k, v in arguments.items())
+    return f"{_one_line(tool)}({args})"
+
+
+@dataclass(frozen=True, slots=True)
+class DigestLine:
+    """One activity line, without the leading ``- ``.
+
+    Attributes:
+        text: The line's text, e.g. ``assistant: Done.`` or ``read(path="a.py")``.
+        interrupted: The line is a tool call that did not finish.
+    """
+
+    text: str
+    interrupted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TailDigest:
+    """The rendered "# Recent activity" section and what went into it.
+
+    Attributes:
+        text: The section (heading, optional notes, lines), or ``""`` when there
+            was no activity to list. No trailing newline.
+        lines: The activity lines that were kept, oldest first.
+        omitted: How many older lines were left out to respect the line limit.
+    """
+
+    text: str
+    lines: tuple[DigestLine, ...]
+    omitted: int
+
+    @property
+    def rendered(self) -> bool:
+        """True when the section is non-empty (the boundary then sets ``digestUpTo``)."""
+        return bool(self.text)
+
+    @property
+    def has_interrupted(self) -> bool:
+        """True when a kept line is an interrupted tool call."""
+        return any(line.interrupted for line in self.lines)
+
+    def __bool__(self) -> bool:
+        return self.rendered
+
+
+def _answered(messages: Sequence[Message]) -> dict[str, ToolResultPart]:
+    results: dict[str, ToolResultPart] = {}
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ToolResultPart):
+                results.setdefault(part.call_id, part)
+    return results
+
+
+def _tool_line(part: ToolPart, result: ToolResultPart | None, arg_chars: int) -> DigestLine:
+    call = format_tool_call(part.tool, part.state.input, arg_chars=arg_chars)
+    state = part.state
+    if isinstance(state, ToolStateError):
+        return DigestLine(f"{call}{_ARROW}error: {truncate(state.error, arg_chars)}")
+    if isinstance(state, ToolStateCompleted):
+        return DigestLine(call)
+    # Pending or running: interrupted, unless a split-off result answered it.
+    if result is None:
+        return DigestLine(f"{call}{_ARROW}interrupted", interrupted=True)
+    if result.is_error:
+        return DigestLine(f"{call}{_ARROW}error: {truncate(result.output, arg_chars)}")
+    return DigestLine(call)
+
+
+def digest_lines(
+    messages: Sequence[Message],
+    *,
+    text_chars: int = DEFAULT_TEXT_CHARS,
+    arg_chars: int = DEFAULT_ARG_CHARS,
+) -> list[DigestLine]:
+    """Every activity line of ``messages``, oldest first, with no line limit.
+
+    SPEC R7.1, R7.2, A9: user messages and boundary messages are skipped; assistant
+    text becomes ``assistant: <text>``, a sub-task ``subtask: <command or agent>``,
+    a tool call ``tool(args)`` with `` → error: <message>`` or `` → interrupted``
+    appended when it failed or did not finish. Reasoning, file and tool-result
+    parts are ignored.
+
+    Args:
+        messages: The tail: messages after the watermark, in order.
+        text_chars: Cut length of assistant text and sub-task lines.
+        arg_chars: Cut length of each tool argument and error message.
+
+    Raises:
+        ValueError: A cut length is smaller than 1.
+    """
+    if text_chars < 1 or arg_chars < 1:
+        raise ValueError(
+            f"digest cut lengths must be at least 1, got text_chars={text_chars!r}, "
+            f"arg_chars={arg_chars!r}"
+        )
+    results = _answered(messages)
+    lines: list[DigestLine] = []
+    for message in messages:
+        if message.role != "assistant" or message.is_boundary:
+            continue
+        for part in message.parts:
+            if isinstance(part, TextPart):
+                if part.ignored or not part.text.strip():
+                    continue
+                lines.append(DigestLine(f"assistant: {truncate(part.text, text_chars)}"))
+            elif isinstance(part, SubtaskPart):
+                label = part.command or part.agent
+                lines.append(DigestLine(f"subtask: {truncate(label, text_chars)}"))
+            elif isinstance(part, ToolPart):
+                lines.append(_tool_line(part, results.get(part.call_id), arg_chars))
+    return lines
+
+
+def omitted_note(count: int) -> str:
+    """The line that stands for ``count`` older activity lines left out (wording ours)."""
+    noun = "line" if count == 1 else "lines"
+    return f"(… {count} earlier activity {noun} omitted)"
+
+
+def build_tail_digest(
+    messages: Sequence[Message],
+    *,
+    max_lines: int = DEFAULT_MAX_LINES,
+    text_chars: int = DEFAULT_TEXT_CHARS,
+    arg_chars: int = DEFAULT_ARG_CHARS,
+) -> TailDigest:
+    """Render section 9, "# Recent activity", and report what it holds (SPEC R7.1, R7.2).
+
+    The section is ``# Recent activity``, a blank line, then (only if a kept line
+    is an interrupted tool call) :data:`INTERRUPTED_NOTE` and a blank line, then
+    one ``- `` line per activity. With more than ``max_lines`` lines the newest are
+    kept and the list starts with :func:`omitted_note`; the note counts towards
+    ``max_lines``, so the list never has more than ``max_lines`` lines.
+
+    Args:
+        messages: The tail: messages after the watermark up to the insert moment.
+        max_lines: Line limit of the list; 0 disables the section.
+        text_chars: Cut length of assistant text.
+        arg_chars: Cut length of each tool argument and error message.
+
+    Returns:
+        The digest; its ``text`` is ``""`` when nothing was listed.
+
+    Raises:
+        ValueError: ``max_lines`` is negative or a cut length is smaller than 1.
+    """
+    if max_lines < 0:
+        raise ValueError(f"max_lines must not be negative, got {max_lines!r}")
+    every = digest_lines(messages, text_chars=text_chars, arg_chars=arg_chars)
+    if not every or max_lines == 0:
+        return TailDigest(text="", lines=(), omitted=len(every))
+    omitted = 0
+    kept = every
+    if len(every) > max_lines:
+        # One slot goes to the note, unless the note would be the only line.
+        room = max_lines - 1 if max_lines > 1 else max_lines
+        kept = every[len(every) - room :]
+        omitted = len(every) - room
+    out = [ACTIVITY_HEADING, ""]
+    if any(line.interrupted for line in kept):
+        out += [INTERRUPTED_NOTE, ""]
+    if omitted and max_lines > 1:
+        out.append(omitted_note(omitted))
+    out += [f"- {line.text}" for line in kept]
+    return TailDigest(text="\n".join(out), lines=tuple(kept), omitted=omitted)
+
+
+def render_tail_digest(
+    messages: Sequence[Message],
+    *,
+    max_lines: int = DEFAULT_MAX_LINES,
+    text_chars: int = DEFAULT_TEXT_CHARS,
+    arg_chars: int = DEFAULT_ARG_CHARS,
+) -> str:
+    """The "# Recent activity" section as text; ``""`` when there is no activity.
+
+    See :func:`build_tail_digest`, which also reports what was rendered.
+    """
+    return build_tail_digest(
+        messages, max_lines=max_lines, text_chars=text_chars, arg_chars=arg_chars
+    ).text
+
+
+def collapse_checkpoint_tail(messages: list[Message]) -> list[Message]:
+    """Drop the messages a rebuild digested from an outgoing request (SPEC R7.3).
+
+    Finds the newest user message (last in list order) with a ``checkpoint`` part.
+    Without one, or when its part has no ``digest_up_to``, ``messages`` itself is
+    returned. Otherwise a message is kept iff its id is ``<= covered_up_to``, or
+    ``> digest_up_to``, or its role is ``user``: the filter uses the id range, not
+    list positions, because a message made in the same millisecond as the boundary
+    can sort before it. User messages always stay (the last one carries the
+    per-turn reminder).
+
+    Refinement for provider-format data (ours): a kept ``role="tool"`` message
+    whose results answer tool calls that this collapse removed would be an orphan
+    result, which providers reject. Such results are dropped too (a message left
+    with no parts is dropped; one with other parts is kept as a copy without
+    them). This happens when a rebuild lands mid-loop: the calls were digested
+    (as interrupted), their results arrived after the insert. It matches the
+    original, where call and result share one part and leave together.
+
+    Args:
+        messages: The request's messages in order.
+
+    Returns:
+        ``messages`` itself when nothing is removed, else a new list. Input
+        messages are never modified.
+    """
+    boundary = next(
+        (m for m in reversed(messages) if m.role == "user" and m.checkpoint_part is not None),
+        None,
+    )
+    part = boundary.checkpoint_part if boundary is not None else None
+    if part is None or not part.digest_up_to:
+        return messages
+    covered, digested = part.covered_up_to, part.digest_up_to
+    live: list[Message] = []
+    removed_calls: set[str] = set()
+    for message in messages:
+        if message.id <= covered or message.id > digested or message.role == "user":
+            live.append(message)
+        else:
+            removed_calls.update(p.call_id for p in message.parts if isinstance(p, ToolPart))
+    if not removed_calls:
+        return messages if len(live) == len(messages) else live
+    return _drop_orphan_results(live, removed_calls)
+
+
+def _drop_orphan_results(messages: list[Message], removed_calls: set[str]) -> list[Message]:
+    # Only called when some call was removed, so the result always differs
+    # from the input list: at least the calling message is gone.
+    out: list[Message] = []
+    for message in messages:
+        if message.role != "tool" or not any(
+            isinstance(p, ToolResultPart) and p.call_id in removed_calls for p in message.parts
+        ):
+            out.append(message)
+            continue
+        parts = [
+            p
+            for p in message.parts
+            if not (isinstance(p, ToolResultPart) and p.call_id in removed_calls)
+        ]
+        if parts:
+            out.append(message.model_copy(update={"parts": parts}))
+    return out
