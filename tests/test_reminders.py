@@ -1,0 +1,221 @@
+"""Tests of closing lines and reminders (SPEC R5.7, R5.8, R8.3, A12)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mimo_ctx.messages import Message, Part, TextPart, ToolPart, ToolStatePending
+from mimo_ctx.reminders import (
+    AUTONOMOUS_LOOP_REMINDER,
+    CLOSING_WITH_ACTIVITY,
+    CLOSING_WITHOUT_ACTIVITY,
+    PER_TURN_MARKER,
+    PROGRESS_CHECK_REMINDER,
+    LastMessageInfo,
+    append_per_turn_reminder,
+    closing_line,
+    closing_text,
+    compute_last_message_info,
+    has_per_turn_reminder,
+    per_turn_reminder,
+    reminder_for,
+)
+from mimo_ctx.tokens import estimate_text_tokens
+
+
+def _msg(
+    index: int, role: str, parts: Sequence[Part] = (), *, finish: str | None = None
+) -> Message:
+    return Message(
+        id=f"msg_{index:04d}",
+        session_id="ses_test",
+        role=role,  # type: ignore[arg-type]
+        time_created=1_000 + index,
+        finish=finish,
+        parts=list(parts) or [TextPart(text="x")],
+    )
+
+
+def _call() -> ToolPart:
+    return ToolPart(call_id="c", tool="bash", state=ToolStatePending())
+
+
+# ---------------------------------------------------------------- R5.7 closing lines
+
+
+def test_r5_7_closing_lines_verbatim() -> None:
+    assert CLOSING_WITH_ACTIVITY == (
+        "This session is continued from a checkpoint. The blocks above cover earlier "
+        "history and the recent activity list. Resume the last task from that list and "
+        "any live messages after it. Do not recap this dump."
+    )
+    assert CLOSING_WITHOUT_ACTIVITY == (
+        "This session is continued from a checkpoint. The blocks above cover earlier "
+        "history. Resume the last task from the most recent live messages. Do not recap "
+        "this dump."
+    )
+    assert closing_line(True) == CLOSING_WITH_ACTIVITY
+    assert closing_line(False) == CLOSING_WITHOUT_ACTIVITY
+
+
+# ---------------------------------------------------------------- R5.8 reminders
+
+
+def test_r5_8_autonomous_loop_reminder_verbatim() -> None:
+    assert AUTONOMOUS_LOOP_REMINDER == (
+        "<system-reminder>\n"
+        "You are mid-loop in an autonomous task. Continue your work loop:\n"
+        "respond to the tool results below and proceed to the next iteration.\n"
+        "</system-reminder>"
+    )
+
+
+def test_r5_8_progress_reminder_points_to_progress_md() -> None:
+    assert PROGRESS_CHECK_REMINDER.startswith("<system-reminder>\n")
+    assert PROGRESS_CHECK_REMINDER.endswith("\n</system-reminder>")
+    assert "progress.md" in PROGRESS_CHECK_REMINDER
+    assert "spec" in PROGRESS_CHECK_REMINDER
+    assert "truly done" in PROGRESS_CHECK_REMINDER
+
+
+def test_r5_8_compute_last_message_info() -> None:
+    assert compute_last_message_info([]) is None
+    msgs = [_msg(0, "user"), _msg(1, "assistant", [_call()], finish="tool-calls")]
+    assert compute_last_message_info(msgs) == LastMessageInfo(
+        role="assistant", finish="tool-calls", message_id="msg_0001", has_tool_calls=True
+    )
+    assert compute_last_message_info(msgs[:1]) == LastMessageInfo(
+        role="user", finish=None, message_id="msg_0000", has_tool_calls=False
+    )
+
+
+def test_r5_8_reminder_for_each_shape() -> None:
+    def info_of(message: Message) -> LastMessageInfo | None:
+        return compute_last_message_info([message])
+
+    # assistant with finish tool-calls -> autonomous loop
+    assert reminder_for(info_of(_msg(0, "assistant", finish="tool-calls"))) == (
+        AUTONOMOUS_LOOP_REMINDER
+    )
+    # provider spellings of the same finish reason
+    for finish in ("tool_calls", "tool_use"):
+        assert reminder_for(info_of(_msg(0, "assistant", finish=finish))) == (
+            AUTONOMOUS_LOOP_REMINDER
+        )
+    # assistant that finished otherwise -> progress check
+    for finish in ("stop", "length", "end_turn"):
+        assert reminder_for(info_of(_msg(0, "assistant", finish=finish))) == (
+            PROGRESS_CHECK_REMINDER
+        )
+    # last message is a user message -> nothing
+    assert reminder_for(info_of(_msg(0, "user"))) == ""
+    assert reminder_for(None) == ""
+    # ours: provider-form tool results waiting for the model -> mid-loop
+    assert reminder_for(info_of(_msg(0, "tool"))) == AUTONOMOUS_LOOP_REMINDER
+    # ours: cut off while calling tools (no finish) -> mid-loop; without calls -> progress
+    assert reminder_for(info_of(_msg(0, "assistant", [_call()]))) == AUTONOMOUS_LOOP_REMINDER
+    assert reminder_for(info_of(_msg(0, "assistant"))) == PROGRESS_CHECK_REMINDER
+
+
+def test_r5_7_r5_8_closing_text() -> None:
+    loop = LastMessageInfo(role="assistant", finish="tool-calls")
+    done = LastMessageInfo(role="assistant", finish="stop")
+    user = LastMessageInfo(role="user")
+    assert closing_text(True, loop) == f"{CLOSING_WITH_ACTIVITY}\n\n{AUTONOMOUS_LOOP_REMINDER}"
+    assert closing_text(False, done) == f"{CLOSING_WITHOUT_ACTIVITY}\n\n{PROGRESS_CHECK_REMINDER}"
+    assert closing_text(True, user) == CLOSING_WITH_ACTIVITY
+    assert closing_text(False, None) == CLOSING_WITHOUT_ACTIVITY
+
+
+# ---------------------------------------------------------------- R8.3 per-turn reminder
+
+MEMORY_DIR = "/home/me/.mimo/sessions/ses_0196f3a1b2c3d4Ab3dE9fGh1Jk2Lm"
+
+PER_TURN_GOLDEN = f"""\
+<system-reminder data-mimo-ctx="per-turn">
+Session memory directory: {MEMORY_DIR}
+Memory, tasks and actors outlive the context window. Look things up with tools:
+- search memory: memory(operation="search", query="<keywords>")
+- read a memory file: memory(operation="read", path="<file>.md")
+- list tasks: task(operation="list")
+- check an actor: actor(operation="status", actor_id="<id>")
+Do not ask the user for facts, decisions or results that memory may already hold;
+search it first.
+</system-reminder>"""
+
+
+def test_r8_3_per_turn_reminder_golden() -> None:
+    text = per_turn_reminder(MEMORY_DIR)
+    assert text == PER_TURN_GOLDEN
+    assert text.startswith(PER_TURN_MARKER + "\n")
+    # About 120 tokens (A12): well under 200 with a long directory name.
+    assert 80 <= estimate_text_tokens(text) <= 200
+
+
+def test_a12_marker_detection() -> None:
+    assert has_per_turn_reminder(per_turn_reminder("/m"))
+    assert has_per_turn_reminder("before\n" + per_turn_reminder("/m"))
+    assert not has_per_turn_reminder("<system-reminder>\nsomething else\n</system-reminder>")
+
+
+def test_r8_3_appends_to_last_user_message_without_mutating() -> None:
+    msgs = [
+        _msg(0, "user", [TextPart(text="first")]),
+        _msg(1, "assistant"),
+        _msg(2, "user", [TextPart(text="second")]),
+        _msg(3, "assistant", finish="tool-calls"),
+        _msg(4, "tool"),
+    ]
+    snapshot = [m.model_dump() for m in msgs]
+    out = append_per_turn_reminder(msgs, MEMORY_DIR)
+    assert out is not msgs
+    assert [m.model_dump() for m in msgs] == snapshot
+    assert [m.id for m in out] == [m.id for m in msgs]
+    assert all(a is b for i, (a, b) in enumerate(zip(out, msgs, strict=True)) if i != 2)
+    changed = out[2]
+    assert changed is not msgs[2]
+    assert len(changed.parts) == 2
+    added = changed.parts[-1]
+    assert isinstance(added, TextPart)
+    assert added.synthetic
+    assert added.text == per_turn_reminder(MEMORY_DIR)
+    assert changed.parts[0] is msgs[2].parts[0]
+
+
+def test_a12_never_duplicated() -> None:
+    msgs = [_msg(0, "user", [TextPart(text="hi")])]
+    once = append_per_turn_reminder(msgs, MEMORY_DIR)
+    twice = append_per_turn_reminder(once, MEMORY_DIR)
+    assert twice is not once
+    assert twice[0] is once[0]
+    texts = [p.text for p in twice[0].parts if isinstance(p, TextPart)]
+    assert sum(has_per_turn_reminder(t) for t in texts) == 1
+
+
+def test_r8_3_no_user_message_changes_nothing() -> None:
+    msgs = [_msg(0, "assistant", finish="stop")]
+    out = append_per_turn_reminder(msgs, MEMORY_DIR)
+    assert out == msgs
+    assert out[0] is msgs[0]
+    assert append_per_turn_reminder([], MEMORY_DIR) == []
+
+
+@settings(max_examples=200)
+@given(roles=st.lists(st.sampled_from(["user", "assistant", "tool"]), max_size=8))
+def test_r8_3_property_exactly_one_reminder_on_the_last_user_message(roles: list[str]) -> None:
+    msgs = [_msg(i, role) for i, role in enumerate(roles)]
+    out = append_per_turn_reminder(append_per_turn_reminder(msgs, "/m"), "/m")
+    marked = [
+        i
+        for i, m in enumerate(out)
+        for p in m.parts
+        if isinstance(p, TextPart) and has_per_turn_reminder(p.text)
+    ]
+    users = [i for i, r in enumerate(roles) if r == "user"]
+    assert marked == users[-1:]
+    assert not any(
+        has_per_turn_reminder(p.text) for m in msgs for p in m.parts if isinstance(p, TextPart)
+    )
