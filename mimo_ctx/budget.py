@@ -71,7 +71,7 @@ _INDEX_LINE = re.compile(r"^- See \S+\.md \(\d+")
 _FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _FENCE_CLOSE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*\r?$")
 # "1. ", "1) ", "1 - ", "1.2 ", "§1 ", "§ 1. " in front of a heading's title.
-_NUMBER_PREFIX = re.compile(r"^(?:§\s*)?\d+(?:\.\d+)*\s*[.):\-–—]?\s+")
+_NUMBER_PREFIX = re.compile(r"^(?:§\s*)?\d+(?:\.\d+)*\s*[.):\-–—]?(?:\s+|$)")
 # Characters str.splitlines() breaks on: a path containing one must not start a line.
 _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
