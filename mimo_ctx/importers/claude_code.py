@@ -1,0 +1,790 @@
+"""Import Claude Code session transcripts (``~/.claude/projects/*/<session>.jsonl``).
+
+Each line of a Claude Code transcript is one JSON object. Lines of type ``user``
+and ``assistant`` are the conversation; ``system``, ``progress``,
+``file-history-snapshot``, ``summary``, ``queue-operation`` and any other type
+are bookkeeping and are not imported (they still link the chain, see below).
+
+Decisions (our choices, documented here because the format is not):
+
+* **Active branch.** Lines form a tree through ``parentUuid``. Per agent we
+  take the chain that ends at the agent's last conversation line and walk it
+  back to the root, through bookkeeping lines, and across a compaction
+  (a ``compact_boundary`` line has no ``parentUuid`` but a
+  ``logicalParentUuid`` pointing at the last line before it). Claude Code also
+  makes side branches that are *not* alternatives: parallel tool calls of one
+  API response and their tool results hang off different lines (progress lines
+  split the chain). Such lines are kept: an off-chain assistant line whose
+  ``message.id`` is on the chain (same API response), and an off-chain user line
+  holding only results for kept tool calls. Everything else off the chain is a
+  real fork (the user rewound or edited a message): it is left out and listed in
+  :attr:`~mimo_ctx.importers.ImportedTranscript.off_branch`. When the walk meets
+  a parent that is not in the files read (a line skipped as malformed, or a line
+  of another agent), it continues at the agent's previous conversation line, so
+  a gap does not cut off the history before it.
+* **Sub-agents.** ``isSidechain`` lines are sub-agent conversations: their
+  ``agentId`` is the message's ``agent``. Old (v1.0) transcripts keep
+  sub-agents inline without an ``agentId``; each such chain becomes the agent
+  ``sidechain-<first 8 characters of its root uuid>``. Newer transcripts keep
+  them in separate files, which are **loaded automatically** when they sit
+  beside the main file as ``<stem>_subagents_agent-<id>.jsonl`` or in
+  ``<stem>/subagents/agent-<id>.jsonl`` (Claude Code's own layout); pass
+  ``subagents=[...]`` to choose the files, or ``subagents=[]`` for none.
+  ``agent-acompact-*`` files are Claude Code's compaction sub-agent and are
+  imported like any other sub-agent. Messages of all agents are merged into one
+  list by time (each agent keeps its own order).
+* **Merging.** Claude Code writes one API response as several lines, one per
+  content block, all with the same ``message.id``. Consecutive lines with the
+  same ``message.id`` become one assistant message with
+  ``provider_message_id`` set; its usage is the last line's (the most complete),
+  its ``time_completed`` the last line's time.
+* **Tools.** A ``tool_use`` block and the ``tool_result`` that answers it (in a
+  later user line) are joined into one ``ToolPart`` of the assistant message:
+  ``completed`` with the result text, ``error`` when ``is_error``, ``running``
+  (which reads as interrupted) when no result ever came. A result with no known
+  call becomes a ``tool`` message holding a ``ToolResultPart``. User lines that
+  hold only tool results do not become user messages.
+* **Finish.** ``stop_reason`` maps to ``finish`` (``end_turn``/``stop_sequence``
+  -> ``stop``, ``tool_use`` -> ``tool-calls``, ``max_tokens`` -> ``length``,
+  ``refusal`` -> ``content-filter``, others unchanged). Claude Code usually
+  writes ``null`` (streamed lines), so a missing one is inferred from content:
+  ``tool-calls`` when the message made calls, else ``stop``; only a last message
+  whose call never got a result stays unfinished. API error lines
+  (``isApiErrorMessage``) get ``error`` instead of ``finish``.
+* **Compactions.** A user line with ``isCompactSummary`` becomes a user message
+  whose only content is a ``CompactionPart`` with the summary; it is listed in
+  ``compactions`` with the pre-compaction token count from the boundary line's
+  ``compactMetadata.preTokens`` when present.
+* **Synthetic text.** User text the CLI wrote rather than the person -- lines
+  with ``isMeta``, slash-command wrappers (``<command-name>``...), local command
+  output, ``<system-reminder>``, ``<task-notification>`` and the
+  ``[Request interrupted by user...]`` notes -- is kept as text with
+  ``synthetic=True``, so "recent user input" (SPEC R5.5/A7) skips it.
+* ``thinking`` -> ``ReasoningPart`` (signature kept); ``redacted_thinking`` ->
+  ``ReasoningPart(redacted=True)`` with the encrypted ``data`` kept as
+  ``signature`` (it must be sent back unchanged); images and base64/URL
+  documents -> ``FilePart`` (``data:`` URL); any other block type ->
+  ``OpaquePart(source="claude-code")``.
+"""
+
+from __future__ import annotations
+
+import glob
+import heapq
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from mimo_ctx.importers._common import (
+    FORMAT_CLAUDE_CODE,
+    BadRecord,
+    ImportedTranscript,
+    MessageDraft,
+    Problems,
+    SkippedLine,
+    ToolDraft,
+    ToolResultDraft,
+    TranscriptCompaction,
+    as_list,
+    as_object,
+    build_messages,
+    data_url,
+    file_time_ms,
+    first_line,
+    infer_finish,
+    is_array,
+    iter_jsonl_objects,
+    new_session,
+    opt_bool,
+    opt_int,
+    opt_str,
+    orphan_result_draft,
+    parse_timestamp,
+    read_bytes,
+    req_str,
+    tool_input,
+)
+from mimo_ctx.messages import (
+    MAIN_AGENT,
+    CompactionPart,
+    FilePart,
+    MessageError,
+    OpaquePart,
+    Part,
+    ReasoningPart,
+    TextPart,
+    TokenUsage,
+)
+
+__all__ = ["find_subagent_files", "import_claude_code"]
+
+_CONVERSATION: Final = frozenset({"user", "assistant"})
+
+_STOP_REASONS: Final = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool-calls",
+    "max_tokens": "length",
+    "refusal": "content-filter",
+}
+
+# Text the Claude Code CLI writes into user lines on the user's behalf.
+_SYNTHETIC_PREFIXES: Final = (
+    "<command-name>",
+    "<command-message>",
+    "<command-args>",
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<local-command-caveat>",
+    "<system-reminder>",
+    "<task-notification>",
+    "<bash-stdout>",
+    "<bash-stderr>",
+    "[Request interrupted by user",
+)
+
+_OFF_BRANCH_REASON: Final = "not on the active branch (abandoned fork)"
+
+
+@dataclass
+class _ToolUse:
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+@dataclass
+class _ToolResult:
+    tool_use_id: str
+    output: str
+    is_error: bool
+    attachments: list[FilePart]
+
+
+_Block = Part | _ToolUse | _ToolResult
+
+
+@dataclass
+class _Line:
+    """One validated line of a transcript."""
+
+    path: Path
+    number: int
+    type: str
+    uuid: str | None = None
+    parent: str | None = None
+    logical_parent: str | None = None
+    sidechain: bool = False
+    agent_id: str | None = None
+    # Conversation lines only.
+    ts: int = 0
+    blocks: list[_Block] = field(default_factory=list["_Block"])
+    message_id: str | None = None
+    model: str | None = None
+    stop_reason: str | None = None
+    usage: TokenUsage | None = None
+    is_meta: bool = False
+    is_compact_summary: bool = False
+    is_api_error: bool = False
+    # system/compact_boundary lines.
+    subtype: str | None = None
+    compact_trigger: str | None = None
+    compact_pre_tokens: int | None = None
+    # summary lines.
+    summary: str | None = None
+    leaf_uuid: str | None = None
+    # Session facts (first conversation line that has them).
+    session_id: str | None = None
+    cwd: str | None = None
+    git_branch: str | None = None
+    version: str | None = None
+    # Set while grouping.
+    agent: str = MAIN_AGENT
+
+    @property
+    def is_conversation(self) -> bool:
+        return self.type in _CONVERSATION
+
+
+# ---------------------------------------------------------------------------
+# Parsing and validation
+# ---------------------------------------------------------------------------
+
+
+def _file_part(source: object, what: str, default_mime: str) -> FilePart | None:
+    src = as_object(source, what)
+    kind = opt_str(src, "type", what)
+    if kind == "base64":
+        mime = opt_str(src, "media_type", what) or default_mime
+        return FilePart(mime=mime, url=data_url(mime, req_str(src, "data", what)))
+    if kind == "url":
+        return FilePart(mime=default_mime, url=req_str(src, "url", what))
+    return None
+
+
+def _media_block(block: dict[str, Any], btype: str, what: str) -> Part:
+    default = "image/png" if btype == "image" else "application/octet-stream"
+    part = _file_part(block.get("source"), f"{what}.source", default)
+    if part is None:
+        return OpaquePart(source="claude-code", kind=btype, data=block)
+    return part
+
+
+def _tool_result(block: dict[str, Any], what: str) -> _ToolResult:
+    tool_use_id = req_str(block, "tool_use_id", what)
+    is_error = opt_bool(block, "is_error", what)
+    content = block.get("content")
+    texts: list[str] = []
+    attachments: list[FilePart] = []
+    if content is None:
+        pass
+    elif isinstance(content, str):
+        texts.append(content)
+    else:
+        for j, raw in enumerate(as_list(content, f"{what}.content")):
+            item = as_object(raw, f"{what}.content[{j}]")
+            itype = req_str(item, "type", f"{what}.content[{j}]")
+            if itype == "text":
+                texts.append(req_str(item, "text", f"{what}.content[{j}]"))
+            elif itype == "image" and (
+                part := _file_part(item.get("source"), f"{what}.content[{j}].source", "image/png")
+            ):
+                attachments.append(part)
+            else:
+                # Keep unknown result content as JSON text rather than lose it.
+                texts.append(json.dumps(item, ensure_ascii=False))
+    return _ToolResult(tool_use_id, "\n".join(texts), is_error, attachments)
+
+
+def _blocks(content: object, role: str) -> list[_Block]:
+    if isinstance(content, str):
+        return [TextPart(text=content)]
+    out: list[_Block] = []
+    for i, raw in enumerate(as_list(content, "message.content")):
+        what = f"message.content[{i}]"
+        block = as_object(raw, what)
+        btype = req_str(block, "type", what)
+        if btype == "text":
+            out.append(TextPart(text=req_str(block, "text", what)))
+        elif btype == "thinking" and role == "assistant":
+            out.append(
+                ReasoningPart(
+                    text=req_str(block, "thinking", what),
+                    signature=opt_str(block, "signature", what),
+                )
+            )
+        elif btype == "redacted_thinking" and role == "assistant":
+            out.append(
+                ReasoningPart(text="", signature=opt_str(block, "data", what), redacted=True)
+            )
+        elif btype == "tool_use" and role == "assistant":
+            out.append(
+                _ToolUse(
+                    id=req_str(block, "id", what),
+                    name=req_str(block, "name", what),
+                    input=tool_input(block.get("input"), f"{what}.input"),
+                )
+            )
+        elif btype == "tool_result" and role == "user":
+            out.append(_tool_result(block, what))
+        elif btype in ("tool_use", "tool_result", "thinking", "redacted_thinking"):
+            raise BadRecord(f"{what}: a {btype!r} block cannot be in a {role} message")
+        elif btype in ("image", "document"):
+            out.append(_media_block(block, btype, what))
+        else:
+            out.append(OpaquePart(source="claude-code", kind=btype, data=block))
+    return out
+
+
+def _usage(value: object) -> TokenUsage | None:
+    if value is None:
+        return None
+    usage = as_object(value, "message.usage")
+    return TokenUsage(
+        input=opt_int(usage, "input_tokens", "message.usage") or 0,
+        output=opt_int(usage, "output_tokens", "message.usage") or 0,
+        cache_read=opt_int(usage, "cache_read_input_tokens", "message.usage") or 0,
+        cache_write=opt_int(usage, "cache_creation_input_tokens", "message.usage") or 0,
+    )
+
+
+def _parse_line(obj: dict[str, Any], path: Path, number: int) -> _Line:
+    what = "the line"
+    line = _Line(
+        path=path,
+        number=number,
+        type=req_str(obj, "type", what),
+        uuid=opt_str(obj, "uuid", what),
+        parent=opt_str(obj, "parentUuid", what),
+        logical_parent=opt_str(obj, "logicalParentUuid", what),
+        sidechain=opt_bool(obj, "isSidechain", what),
+        agent_id=opt_str(obj, "agentId", what),
+    )
+    if line.type == "system":
+        line.subtype = opt_str(obj, "subtype", what)
+        meta = obj.get("compactMetadata")
+        if line.subtype == "compact_boundary" and meta is not None:
+            meta_obj = as_object(meta, "compactMetadata")
+            line.compact_trigger = opt_str(meta_obj, "trigger", "compactMetadata")
+            line.compact_pre_tokens = opt_int(meta_obj, "preTokens", "compactMetadata")
+        return line
+    if line.type == "summary":
+        line.summary = opt_str(obj, "summary", what)
+        line.leaf_uuid = opt_str(obj, "leafUuid", what)
+        return line
+    if not line.is_conversation:
+        return line
+    if line.uuid is None:
+        raise BadRecord(f"a {line.type} line has no 'uuid'")
+    if "timestamp" not in obj:
+        raise BadRecord(f"a {line.type} line has no 'timestamp'")
+    line.ts = parse_timestamp(obj["timestamp"], "timestamp")
+    if "message" not in obj:
+        raise BadRecord(f"a {line.type} line has no 'message'")
+    message = as_object(obj["message"], "message")
+    role = opt_str(message, "role", "message")
+    if role is not None and role != line.type:
+        raise BadRecord(f"message.role is {role!r} in a {line.type} line")
+    if "content" not in message:
+        raise BadRecord("message has no 'content'")
+    content = message["content"]
+    if not (isinstance(content, str) or is_array(content)):
+        raise BadRecord("message.content must be a string or an array")
+    line.blocks = _blocks(content, line.type)
+    line.message_id = opt_str(message, "id", "message")
+    line.model = opt_str(message, "model", "message")
+    line.stop_reason = opt_str(message, "stop_reason", "message")
+    line.usage = _usage(message.get("usage"))
+    line.is_meta = opt_bool(obj, "isMeta", what)
+    line.is_compact_summary = opt_bool(obj, "isCompactSummary", what)
+    line.is_api_error = opt_bool(obj, "isApiErrorMessage", what)
+    line.session_id = opt_str(obj, "sessionId", what)
+    line.cwd = opt_str(obj, "cwd", what)
+    line.git_branch = opt_str(obj, "gitBranch", what)
+    line.version = opt_str(obj, "version", what)
+    return line
+
+
+def _read_file(path: Path, data: bytes, problems: Problems) -> list[_Line]:
+    lines: list[_Line] = []
+    for number, obj in iter_jsonl_objects(path, data, problems):
+        try:
+            lines.append(_parse_line(obj, path, number))
+        except BadRecord as exc:
+            problems.report(path, number, exc.reason)
+    return lines
+
+
+# ---------------------------------------------------------------------------
+# Sub-agent files
+# ---------------------------------------------------------------------------
+
+
+def find_subagent_files(path: str | Path) -> list[Path]:
+    """Sub-agent transcripts stored beside a Claude Code session file.
+
+    Looks for ``<stem>_subagents_agent-*.jsonl`` next to the file and for
+    ``<stem>/subagents/agent-*.jsonl`` (Claude Code's own layout).
+    """
+    main = Path(path)
+    stem = glob.escape(main.stem)
+    beside = sorted(main.parent.glob(f"{stem}_subagents_agent-*.jsonl"))
+    nested = sorted((main.parent / main.stem / "subagents").glob("agent-*.jsonl"))
+    return [p for p in beside + nested if p.is_file()]
+
+
+def _agent_from_name(path: Path) -> str:
+    name = path.stem
+    marker = "agent-"
+    at = name.rfind(marker)
+    return name[at + len(marker) :] if at >= 0 and name[at + len(marker) :] else name
+
+
+# ---------------------------------------------------------------------------
+# Grouping and branch selection
+# ---------------------------------------------------------------------------
+
+
+def _assign_agents(
+    main_lines: list[_Line], sub_files: list[tuple[Path, list[_Line]]], by_uuid: dict[str, _Line]
+) -> list[tuple[str, list[_Line]]]:
+    """Conversation lines per agent, main first, then by first appearance."""
+    groups: dict[str, list[_Line]] = {}
+    taken: set[str] = set()
+    last_inline: str | None = None
+
+    def inline_group(line: _Line) -> str:
+        # v1.0 inline sidechain without agentId: join the chain of its parent.
+        nonlocal last_inline
+        parent = line.parent
+        seen: set[str] = set()
+        while parent is not None and parent not in seen:
+            seen.add(parent)
+            up = by_uuid.get(parent)
+            if up is None:
+                # Gap (a skipped line): assume it continues the latest sidechain.
+                if last_inline is not None:
+                    return last_inline
+                break
+            if up.is_conversation:
+                if up.sidechain and up.path == line.path:
+                    return up.agent
+                break
+            parent = up.parent
+        assert line.uuid is not None  # conversation lines always have one
+        name = f"sidechain-{line.uuid[:8]}"
+        suffix = 2
+        while name in taken:
+            name = f"sidechain-{line.uuid[:8]}-{suffix}"
+            suffix += 1
+        taken.add(name)
+        return name
+
+    for line in main_lines:
+        if not line.is_conversation:
+            continue
+        if not line.sidechain:
+            line.agent = MAIN_AGENT
+        elif line.agent_id:
+            line.agent = line.agent_id
+        else:
+            line.agent = inline_group(line)
+            last_inline = line.agent
+        groups.setdefault(line.agent, []).append(line)
+    for path, lines in sub_files:
+        default = _agent_from_name(path)
+        for line in lines:
+            if line.is_conversation:
+                line.agent = line.agent_id or default
+                groups.setdefault(line.agent, []).append(line)
+    return sorted(groups.items(), key=lambda item: item[0] != MAIN_AGENT)
+
+
+def _select_branch(agent: str, lines: list[_Line], by_uuid: dict[str, _Line]) -> list[bool]:
+    """Which of an agent's conversation lines are imported (see the module docs)."""
+    position = {id(line): i for i, line in enumerate(lines)}
+    keep = [False] * len(lines)
+    visited: set[str] = set()
+    cur: _Line | None = lines[-1]
+    last = len(lines) - 1
+    while cur is not None:
+        at = position.get(id(cur))
+        if at is not None:
+            if keep[at]:
+                break
+            keep[at] = True
+            last = at
+        nxt_id = cur.parent if cur.parent is not None else cur.logical_parent
+        if nxt_id is None:
+            break
+        nxt = by_uuid.get(nxt_id)
+        gap = (
+            nxt is None
+            or nxt_id in visited
+            or (nxt.is_conversation and (nxt.agent != agent or id(nxt) not in position))
+        )
+        if gap:
+            # Bridge the gap from the agent's previous conversation line.
+            cur = lines[last - 1] if last > 0 else None
+            continue
+        visited.add(nxt_id)
+        cur = nxt
+    # Side lines of the same response and results of kept calls are not forks.
+    changed = True
+    while changed:
+        changed = False
+        responses = {
+            line.message_id
+            for i, line in enumerate(lines)
+            if keep[i] and line.type == "assistant" and line.message_id is not None
+        }
+        calls = {
+            b.id
+            for i, line in enumerate(lines)
+            if keep[i] and line.type == "assistant"
+            for b in line.blocks
+            if isinstance(b, _ToolUse)
+        }
+        for i, line in enumerate(lines):
+            if keep[i]:
+                continue
+            if line.type == "assistant":
+                attach = line.message_id is not None and line.message_id in responses
+            else:
+                attach = bool(line.blocks) and all(
+                    isinstance(b, _ToolResult) and b.tool_use_id in calls for b in line.blocks
+                )
+            if attach:
+                keep[i] = True
+                changed = True
+    return keep
+
+
+# ---------------------------------------------------------------------------
+# Building messages
+# ---------------------------------------------------------------------------
+
+
+def _is_synthetic_text(text: str) -> bool:
+    return text.lstrip().startswith(_SYNTHETIC_PREFIXES)
+
+
+@dataclass
+class _PendingCompaction:
+    draft: MessageDraft
+    line: _Line
+    trigger: str | None
+    tokens_before: int | None
+
+
+def _compact_boundary(
+    line: _Line, by_uuid: dict[str, _Line], boundaries: list[_Line]
+) -> _Line | None:
+    parent = by_uuid.get(line.parent) if line.parent is not None else None
+    if parent is not None and parent.subtype == "compact_boundary":
+        return parent
+    before = [b for b in boundaries if b.path == line.path and b.number < line.number]
+    return before[-1] if before else None
+
+
+def _build_agent(
+    agent: str,
+    lines: list[_Line],
+    by_uuid: dict[str, _Line],
+    boundaries: list[_Line],
+    compactions: list[_PendingCompaction],
+) -> list[MessageDraft]:
+    drafts: list[MessageDraft] = []
+    calls: dict[str, ToolDraft] = {}
+    current: MessageDraft | None = None
+    for line in lines:
+        source = {"uuids": [line.uuid], "line": line.number}
+        if line.type == "assistant":
+            if (
+                current is not None
+                and drafts
+                and drafts[-1] is current
+                and line.message_id is not None
+                and current.provider_message_id == line.message_id
+            ):
+                current.metadata["claude_code"]["uuids"].append(line.uuid)
+            else:
+                current = MessageDraft(
+                    role="assistant",
+                    time=line.ts,
+                    agent=agent,
+                    provider_message_id=line.message_id,
+                    metadata={"claude_code": source},
+                )
+                drafts.append(current)
+            for block in line.blocks:
+                if isinstance(block, _ToolUse):
+                    tool = ToolDraft(block.id, block.name, block.input, start=line.ts)
+                    calls[block.id] = tool
+                    current.parts.append(tool)
+                elif not isinstance(block, _ToolResult):  # parsing keeps results out
+                    current.parts.append(block)
+            current.time_completed = line.ts
+            current.model = line.model or current.model
+            if line.usage is not None:
+                current.usage = line.usage
+            if line.stop_reason is not None:
+                current.finish = _STOP_REASONS.get(line.stop_reason, line.stop_reason)
+            if line.is_api_error:
+                text = "\n".join(p.text for p in current.parts if isinstance(p, TextPart))
+                current.error = MessageError(name="APIError", message=text)
+            continue
+        parts: list[Part | ToolDraft] = []
+        for block in line.blocks:
+            if isinstance(block, _ToolResult):
+                result = ToolResultDraft(
+                    output=block.output,
+                    is_error=block.is_error,
+                    attachments=block.attachments,
+                    end=line.ts,
+                )
+                tool = calls.get(block.tool_use_id)
+                if tool is not None and tool.result is None:
+                    tool.result = result
+                else:
+                    why = "no such tool call" if tool is None else "duplicate result"
+                    drafts.append(
+                        orphan_result_draft(
+                            block.tool_use_id, result, time=line.ts, agent=agent, why=why
+                        )
+                    )
+            elif isinstance(block, TextPart) and (line.is_meta or _is_synthetic_text(block.text)):
+                parts.append(block.model_copy(update={"synthetic": True}))
+            elif not isinstance(block, _ToolUse):
+                parts.append(block)
+        meta: dict[str, Any] = {"claude_code": source}
+        if line.is_meta:
+            meta["claude_code"]["is_meta"] = True
+        if line.is_compact_summary:
+            summary = "\n".join(p.text for p in parts if isinstance(p, TextPart))
+            boundary = _compact_boundary(line, by_uuid, boundaries)
+            trigger = boundary.compact_trigger if boundary else None
+            others = [p for p in parts if not isinstance(p, TextPart)]
+            draft = MessageDraft(
+                role="user",
+                time=line.ts,
+                agent=agent,
+                parts=[CompactionPart(summary=summary, auto=trigger != "manual"), *others],
+                metadata=meta,
+            )
+            drafts.append(draft)
+            compactions.append(
+                _PendingCompaction(
+                    draft, line, trigger, boundary.compact_pre_tokens if boundary else None
+                )
+            )
+        elif parts:
+            drafts.append(
+                MessageDraft(role="user", time=line.ts, agent=agent, parts=parts, metadata=meta)
+            )
+    for i, d in enumerate(drafts):
+        if d.role == "assistant" and d.finish is None:
+            d.finish = infer_finish(d, followed=i < len(drafts) - 1)
+    return drafts
+
+
+def _merge_by_time(per_agent: list[list[MessageDraft]]) -> list[MessageDraft]:
+    """One list in time order; each agent keeps its own order (running max time)."""
+    streams: list[list[tuple[int, int, int, MessageDraft]]] = []
+    for rank, drafts in enumerate(per_agent):
+        running = 0
+        stream: list[tuple[int, int, int, MessageDraft]] = []
+        for i, d in enumerate(drafts):
+            running = max(running, d.time)
+            stream.append((running, rank, i, d))
+        streams.append(stream)
+    return [item[3] for item in heapq.merge(*streams, key=lambda item: item[:3])]
+
+
+def import_claude_code(
+    path: Path,
+    data: bytes,
+    *,
+    strict: bool,
+    session_id: str | None,
+    subagents: Sequence[str | Path] | None = None,
+) -> ImportedTranscript:
+    """Import a Claude Code transcript already read into ``data``.
+
+    Args:
+        path: The main transcript file.
+        data: Its bytes.
+        strict: Raise on the first malformed line instead of skipping it.
+        session_id: Id for the new session (default: a new ascending id).
+        subagents: Sub-agent files to import too; ``None`` finds them beside the
+            main file (:func:`find_subagent_files`), ``[]`` imports none.
+
+    Raises:
+        TranscriptError: A line is malformed (``strict``), or a file cannot be read.
+    """
+    problems = Problems(strict=strict)
+    main_lines = _read_file(path, data, problems)
+    sub_paths = find_subagent_files(path) if subagents is None else [Path(p) for p in subagents]
+    sub_files = [(p, _read_file(p, read_bytes(p), problems)) for p in sub_paths]
+
+    by_uuid: dict[str, _Line] = {}
+    for line in [*main_lines, *(ln for _, lines in sub_files for ln in lines)]:
+        if line.uuid is not None:
+            by_uuid.setdefault(line.uuid, line)
+    boundaries = [
+        ln
+        for ln in [*main_lines, *(ln for _, lines in sub_files for ln in lines)]
+        if ln.subtype == "compact_boundary"
+    ]
+
+    off_branch: list[SkippedLine] = []
+    per_agent: list[list[MessageDraft]] = []
+    pending: list[_PendingCompaction] = []
+    main_path_uuids: set[str] = set()
+    for agent, lines in _assign_agents(main_lines, sub_files, by_uuid):
+        keep = _select_branch(agent, lines, by_uuid)
+        kept = [line for line, k in zip(lines, keep, strict=True) if k]
+        off_branch.extend(
+            SkippedLine(str(line.path), line.number, _OFF_BRANCH_REASON)
+            for line, k in zip(lines, keep, strict=True)
+            if not k
+        )
+        if agent == MAIN_AGENT:
+            main_path_uuids = {line.uuid for line in kept if line.uuid is not None}
+        per_agent.append(_build_agent(agent, kept, by_uuid, boundaries, pending))
+
+    ordered = _merge_by_time(per_agent)
+    first = next((ln for ln in main_lines if ln.is_conversation), None)
+    started = ordered[0].time if ordered else file_time_ms(path)
+    session = new_session(
+        session_id=session_id,
+        time_created=started,
+        title=_title(main_lines, main_path_uuids, ordered),
+        fmt=FORMAT_CLAUDE_CODE,
+        source=path,
+        metadata={"claude_code": _session_facts(first)} if first is not None else None,
+    )
+    messages = build_messages(ordered, session.id)
+    index = {id(d): i for i, d in enumerate(ordered)}
+    compactions: list[TranscriptCompaction] = []
+    for item in pending:
+        i = index[id(item.draft)]
+        tokens = item.tokens_before
+        if tokens is None:
+            tokens = _usage_before(messages, i, item.draft.agent)
+        compactions.append(
+            TranscriptCompaction(
+                message_id=messages[i].id,
+                index=i,
+                at=messages[i].time_created,
+                agent=item.draft.agent,
+                line=item.line.number,
+                trigger=item.trigger,
+                tokens_before=tokens,
+            )
+        )
+    compactions.sort(key=lambda c: c.index)
+    return ImportedTranscript(
+        session=session,
+        messages=messages,
+        format=FORMAT_CLAUDE_CODE,
+        source=path,
+        sources=[path, *sub_paths],
+        compactions=compactions,
+        skipped=problems.skipped,
+        off_branch=off_branch,
+    )
+
+
+def _usage_before(messages: Sequence[Any], index: int, agent: str) -> int | None:
+    for m in reversed(messages[:index]):
+        if m.agent == agent and m.role == "assistant" and m.finish and m.usage is not None:
+            return int(m.usage.context_tokens)
+    return None
+
+
+def _session_facts(line: _Line) -> dict[str, Any]:
+    facts = {
+        "session_id": line.session_id,
+        "cwd": line.cwd,
+        "git_branch": line.git_branch,
+        "version": line.version,
+    }
+    return {k: v for k, v in facts.items() if v is not None}
+
+
+def _title(lines: list[_Line], on_path: set[str], drafts: list[MessageDraft]) -> str:
+    summaries = [ln for ln in lines if ln.type == "summary" and ln.summary]
+    for ln in reversed(summaries):
+        if ln.leaf_uuid in on_path:
+            return ln.summary or ""
+    if summaries:
+        return summaries[-1].summary or ""
+    for d in drafts:
+        if d.role == "user" and d.agent == MAIN_AGENT:
+            for p in d.parts:
+                if isinstance(p, TextPart) and not p.synthetic and p.text.strip():
+                    return first_line(p.text)
+    return ""
