@@ -18,7 +18,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -94,6 +94,17 @@ def parse_token_amount(value: int | float | str, *, of: int | None = None) -> in
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _reject_booleans(cls, value: Any) -> Any:
+        # pydantic's lax mode reads `true` as 1 for a number field; no setting is a
+        # boolean, so `memory = true` is a mistake to report, not a cap of 1 token.
+        sequence = isinstance(value, list | tuple)
+        items = cast("list[object]", value) if sequence else [value]
+        if any(isinstance(item, bool) for item in items):
+            raise ValueError(f"expected a number or text, got a boolean: {value!r}")
+        return value
 
 
 class PushCaps(_Frozen):
