@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import NamedTuple, Self, TypeVar
 
 import anyio
 
@@ -58,14 +58,34 @@ def task_order_key(task_id: str) -> tuple[tuple[int, str], ...]:
     return tuple((int(p), "") if i % 2 else (0, p) for i, p in enumerate(pieces))
 
 
-def _is_finished_assistant(message: Message) -> bool:
-    return message.role == "assistant" and message.finish is not None
-
-
 def _remove_sorted(items: list[_K], item: _K) -> None:
     i = bisect.bisect_left(items, item)
     if i < len(items) and items[i] == item:
         del items[i]
+
+
+class _IndexKey(NamedTuple):
+    """What the indexes know of a message, captured when it was written.
+
+    Kept apart from the message so that a caller who (against the rules) edits a
+    stored message in place cannot leave the indexes pointing at wrong keys.
+    """
+
+    session_id: str
+    agent: str
+    time_created: int
+    finished_assistant: bool
+    main_boundary: bool
+
+    @classmethod
+    def of(cls, message: Message) -> _IndexKey:
+        return cls(
+            message.session_id,
+            message.agent,
+            message.time_created,
+            message.role == "assistant" and message.finish is not None,
+            message.agent == MAIN_AGENT and message.is_boundary,
+        )
 
 
 @dataclass
@@ -84,24 +104,24 @@ class _SessionIndex:
     # entries are sorted by seq and changes_since reads a suffix.
     written: OrderedDict[str, int] = field(default_factory=OrderedDict[str, int])
 
-    def add(self, message: Message, seq: int) -> None:
-        bisect.insort(self.by_time, (message.time_created, message.id))
-        if _is_finished_assistant(message):
-            bisect.insort(self.finished.setdefault(message.agent, []), message.id)
-            bisect.insort(self.finished_any, message.id)
-        if message.agent == MAIN_AGENT and message.is_boundary:
-            bisect.insort(self.boundaries, message.id)
-        self.written.pop(message.id, None)
-        self.written[message.id] = seq
+    def add(self, message_id: str, key: _IndexKey, seq: int) -> None:
+        bisect.insort(self.by_time, (key.time_created, message_id))
+        if key.finished_assistant:
+            bisect.insort(self.finished.setdefault(key.agent, []), message_id)
+            bisect.insort(self.finished_any, message_id)
+        if key.main_boundary:
+            bisect.insort(self.boundaries, message_id)
+        self.written.pop(message_id, None)
+        self.written[message_id] = seq
 
-    def remove(self, message: Message) -> None:
-        """Drop ``message`` from the sorted indexes (before re-adding its new version)."""
-        _remove_sorted(self.by_time, (message.time_created, message.id))
-        if _is_finished_assistant(message):
-            _remove_sorted(self.finished.get(message.agent, []), message.id)
-            _remove_sorted(self.finished_any, message.id)
-        if message.agent == MAIN_AGENT and message.is_boundary:
-            _remove_sorted(self.boundaries, message.id)
+    def remove(self, message_id: str, key: _IndexKey) -> None:
+        """Drop a message from the sorted indexes (before re-adding its new version)."""
+        _remove_sorted(self.by_time, (key.time_created, message_id))
+        if key.finished_assistant:
+            _remove_sorted(self.finished.get(key.agent, []), message_id)
+            _remove_sorted(self.finished_any, message_id)
+        if key.main_boundary:
+            _remove_sorted(self.boundaries, message_id)
 
 
 class InMemoryStore:
@@ -119,6 +139,7 @@ class InMemoryStore:
         self._seq = 0
         self._sessions: dict[str, Session] = {}
         self._messages: dict[str, Message] = {}
+        self._keys: dict[str, _IndexKey] = {}
         self._index: dict[str, _SessionIndex] = {}
         self._rebuild_keys: set[tuple[str, str]] = set()
         self._tasks: dict[tuple[str, str], Task] = {}
@@ -208,7 +229,7 @@ class InMemoryStore:
         self, messages: Sequence[Message], what: str, session_id: str | None = None
     ) -> None:
         for m in messages:
-            old = self._messages.get(m.id)
+            old = self._keys.get(m.id)
             if old is None:
                 raise StoreError(f"{what}: message {m.id!r} does not exist; nothing written")
             if old.session_id != m.session_id or (
@@ -224,11 +245,13 @@ class InMemoryStore:
         """Store ``message`` (new or replacing its old version) with the next seq."""
         self._seq += 1
         index = self._index[message.session_id]
-        old = self._messages.get(message.id)
+        old = self._keys.get(message.id)
         if old is not None:
-            index.remove(old)
+            index.remove(message.id, old)
+        key = _IndexKey.of(message)
         self._messages[message.id] = message
-        index.add(message, self._seq)
+        self._keys[message.id] = key
+        index.add(message.id, key, self._seq)
 
     async def append_messages(self, messages: Sequence[Message]) -> None:
         """Append new messages atomically.
@@ -284,15 +307,18 @@ class InMemoryStore:
             keys = index.by_time
             start = 0 if since is None else bisect.bisect_left(keys, since)
             if last is None:
-                selected = [self._messages[k[1]] for k in keys[start:]]
-                return [m for m in selected if agent is None or m.agent == agent]
+                return [
+                    self._messages[mid]
+                    for _, mid in keys[start:]
+                    if agent is None or self._keys[mid].agent == agent
+                ]
             # Walk back from the newest so `last` costs O(last) for the common
             # "recent window" call, not O(history).
             newest: list[Message] = []
             for i in range(len(keys) - 1, start - 1, -1):
-                m = self._messages[keys[i][1]]
-                if agent is None or m.agent == agent:
-                    newest.append(m)
+                mid = keys[i][1]
+                if agent is None or self._keys[mid].agent == agent:
+                    newest.append(self._messages[mid])
                     if len(newest) == last:
                         break
             newest.reverse()
@@ -307,7 +333,7 @@ class InMemoryStore:
                 return 0
             if agent is None:
                 return len(index.by_time)
-            return sum(1 for _, mid in index.by_time if self._messages[mid].agent == agent)
+            return sum(1 for _, mid in index.by_time if self._keys[mid].agent == agent)
 
     async def latest_finished_assistant(
         self, session_id: str, *, agent: str | None = MAIN_AGENT
@@ -373,6 +399,10 @@ class InMemoryStore:
             if session is not None and session.id != session_id:
                 raise StoreError(
                     f"commit_rebuild: session {session.id!r} given for rebuild of {session_id!r}"
+                )
+            if any(m.id == boundary.id for m in updated):
+                raise StoreError(
+                    f"commit_rebuild: the boundary {boundary.id!r} is also in `updated`"
                 )
             self._require_session(session_id)
             if (session_id, usage_key) in self._rebuild_keys:

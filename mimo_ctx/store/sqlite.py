@@ -725,6 +725,8 @@ class SQLiteStore:
                 f"commit_rebuild: session {session.id!r} given for rebuild of {session_id!r}"
             )
         batch = list(updated)
+        if any(m.id == boundary.id for m in batch):
+            raise StoreError(f"commit_rebuild: the boundary {boundary.id!r} is also in `updated`")
         session_payload = None if session is None else session.model_dump_json()
 
         def run(conn: sqlite3.Connection) -> bool:

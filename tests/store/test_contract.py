@@ -481,6 +481,8 @@ async def test_r4_commit_rebuild_invalid_writes_nothing_and_keeps_key(store: Sto
         {"boundary": b(), "updated": [], "session": other},
         {"boundary": u, "updated": []},  # boundary id already stored
     ]
+    twice = b()
+    bad_calls.append({"boundary": twice, "updated": [twice]})  # boundary also "updated"
     for kwargs in bad_calls:
         with pytest.raises(StoreError):
             await store.commit_rebuild(s.id, usage_key="k", **kwargs)
