@@ -37,6 +37,7 @@ Conventions of the generated sessions (rely on them in assertions):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -405,10 +406,23 @@ _SAMPLES: tuple[str, ...] = (
 )
 
 
+@functools.cache
+def _ints(low: int, high: int) -> st.SearchStrategy[int]:
+    # Strategies are built once and reused: building (and validating) a fresh one
+    # per draw dominated the cost of generating a session.
+    return st.integers(min_value=low, max_value=high)
+
+
+_bools = st.booleans()
+_ticks = st.sampled_from([0, 0, 1, 7, 250, 4000])
+_tool_name_lists = st.lists(st.sampled_from(TOOL_NAMES), min_size=1, max_size=3)
+
+
 def _repeat(sample: str, times: int) -> str:
     return sample * times
 
 
+@functools.cache
 def _sized_text(max_chars: int) -> st.SearchStrategy[str]:
     """Cheap text of up to about ``max_chars`` characters.
 
@@ -453,7 +467,7 @@ class _Builder:
 
     def tick(self) -> int:
         # 0 ms steps are common on purpose: ids must order messages of one millisecond.
-        self.now += self.draw(st.sampled_from([0, 0, 1, 7, 250, 4000]))
+        self.now += self.draw(_ticks)
         return self.now
 
     def message_id(self) -> str:
@@ -486,15 +500,15 @@ class _Builder:
         return self.draw(_sized_text(max_chars))
 
     def usage(self) -> TokenUsage:
-        self.tokens += self.draw(st.integers(min_value=50, max_value=6000))
-        return TokenUsage(input=self.tokens, output=self.draw(st.integers(0, 800)))
+        self.tokens += self.draw(_ints(50, 6000))
+        return TokenUsage(input=self.tokens, output=self.draw(_ints(0, 800)))
 
 
 def _user_parts(b: _Builder) -> list[Part]:
     result: list[Part] = [TextPart(id=b.part_id(), text=b.prose(b.max_text))]
-    if b.draw(st.integers(0, 5)) == 0:
+    if b.draw(_ints(0, 5)) == 0:
         result.append(TextPart(id=b.part_id(), text="<reminder>", synthetic=True))
-    if b.draw(st.integers(0, 7)) == 0:
+    if b.draw(_ints(0, 7)) == 0:
         result.append(
             FilePart(id=b.part_id(), mime="image/png", url="data:image/png;base64,iVBORw0KGgo=")
         )
@@ -505,7 +519,7 @@ def _sub_agent_block(b: _Builder) -> None:
     b.sub_seq += 1
     agent = f"sub-{b.sub_seq}"
     b.add("user", [TextPart(id=b.part_id(), text=b.prose(b.max_text))], agent=agent)
-    for _ in range(b.draw(st.integers(1, 2))):
+    for _ in range(b.draw(_ints(1, 2))):
         b.add(
             "assistant",
             [TextPart(id=b.part_id(), text=b.prose(b.max_text))],
@@ -518,18 +532,18 @@ def _sub_agent_block(b: _Builder) -> None:
 
 def _assistant_step(b: _Builder, *, split: bool, with_tools: bool, unfinished: bool) -> None:
     head: list[Part] = []
-    if b.draw(st.booleans()):
+    if b.draw(_bools):
         head.append(ReasoningPart(id=b.part_id(), text=b.prose(b.max_text), signature="sig"))
-    if b.draw(st.booleans()) or not with_tools:
+    if b.draw(_bools) or not with_tools:
         head.append(TextPart(id=b.part_id(), text=b.prose(b.max_text)))
     if not with_tools:
         b.add("assistant", head, finish="stop", usage=b.usage(), time_completed=b.now)
         return
 
-    names: list[str] = b.draw(st.lists(st.sampled_from(TOOL_NAMES), min_size=1, max_size=3))
+    names: list[str] = b.draw(_tool_name_lists)
     inputs: list[dict[str, Any]] = [b.draw(_tool_inputs) for _ in names]
     calls = [(b.call_id(), name, args) for name, args in zip(names, inputs, strict=True)]
-    spawns_sub_agent = b.sub_agents and "task" in names and b.draw(st.booleans())
+    spawns_sub_agent = b.sub_agents and "task" in names and b.draw(_bools)
 
     if unfinished:
         running: list[Part] = [
@@ -543,7 +557,7 @@ def _assistant_step(b: _Builder, *, split: bool, with_tools: bool, unfinished: b
         done: list[Part] = []
         for c, n, a in calls:
             state: ToolStateCompleted | ToolStateError
-            if b.draw(st.integers(0, 4)) == 0:
+            if b.draw(_ints(0, 4)) == 0:
                 state = ToolStateError(input=a, error=b.draw(texts(60)))
             else:
                 state = ToolStateCompleted(input=a, output=b.prose(b.max_output))
@@ -560,7 +574,7 @@ def _assistant_step(b: _Builder, *, split: bool, with_tools: bool, unfinished: b
         ToolPart(id=b.part_id(), call_id=c, tool=n, state=ToolStatePending(input=a))
         for c, n, a in calls
     ]
-    if head and b.draw(st.booleans()):
+    if head and b.draw(_bools):
         # One provider message stored as two messages (R2.6 must not split them).
         # Both halves carry the provider's one usage, as in Claude Code transcripts.
         group = f"provider-{len(b.out)}"
@@ -590,11 +604,11 @@ def _assistant_step(b: _Builder, *, split: bool, with_tools: bool, unfinished: b
             call_id=c,
             tool=n,
             output=b.prose(b.max_output),
-            is_error=b.draw(st.integers(0, 4)) == 0,
+            is_error=b.draw(_ints(0, 4)) == 0,
         )
         for c, n, _ in calls
     ]
-    if b.draw(st.booleans()):
+    if b.draw(_bools):
         b.add("tool", results)  # all results in one message (Anthropic style)
     else:
         for r in results:
@@ -631,22 +645,22 @@ def sessions(
     """
     b = _Builder(
         draw=draw,
-        session_id=make_id("ses", draw(_epoch_ms) * 4096, draw(st.integers(0, 62**14 - 1))),
+        session_id=make_id("ses", draw(_epoch_ms) * 4096, draw(_ints(0, 62**14 - 1))),
         now=draw(_epoch_ms),
         sub_agents=sub_agents,
         max_text=max_text_chars,
         max_output=max_output_chars,
     )
-    turns = draw(st.integers(min_value=min_turns, max_value=max_turns))
-    leave_unfinished = draw(st.booleans()) if unfinished is None else unfinished
+    turns = draw(_ints(min_turns, max_turns))
+    leave_unfinished = draw(_bools) if unfinished is None else unfinished
     for turn in range(turns):
         b.add("user", _user_parts(b))
-        steps = draw(st.integers(min_value=1, max_value=max_steps))
+        steps = draw(_ints(1, max_steps))
         last_turn = turn == turns - 1
         for step in range(steps):
             last_step = step == steps - 1
             if tool_results == "mixed":
-                split: bool = draw(st.booleans())
+                split: bool = draw(_bools)
             else:
                 split = tool_results == "split"
             stop_running = last_turn and last_step and leave_unfinished
