@@ -144,7 +144,11 @@ class Store(Protocol):
         ...
 
     async def update_session(self, session: Session) -> None:
-        """Replace a stored session. Raises ``StoreError`` if it does not exist."""
+        """Replace a stored session. Raises ``StoreError`` if it does not exist.
+
+        The stored watermark is kept: only :meth:`set_watermark` changes it, so a
+        caller replacing the session from an older copy cannot roll it back.
+        """
         ...
 
     async def list_sessions(self) -> list[Session]:

@@ -182,8 +182,12 @@ class InMemoryStore:
         """Replace a stored session. Raises ``StoreError`` if it does not exist."""
         async with self._lock:
             self._check_open()
-            self._require_session(session.id)
-            self._sessions[session.id] = session.model_copy(deep=True)
+            stored = self._require_session(session.id)
+            # The watermark is the writer's (set_watermark): a caller replacing
+            # the session from an older copy must not roll it back.
+            self._sessions[session.id] = session.model_copy(
+                update={"watermark": stored.watermark}, deep=True
+            )
 
     async def list_sessions(self) -> list[Session]:
         """Return copies of every session, oldest ``(time_created, id)`` first."""
@@ -415,7 +419,9 @@ class InMemoryStore:
             for m in updated:
                 self._write(m)
             if session is not None:
-                self._sessions[session_id] = session.model_copy(deep=True)
+                self._sessions[session_id] = session.model_copy(
+                    update={"watermark": self._sessions[session_id].watermark}, deep=True
+                )
             return True
 
     # -- tasks and actors ----------------------------------------------------

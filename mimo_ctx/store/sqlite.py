@@ -500,7 +500,11 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> None:
             def body() -> None:
                 cursor = conn.execute(
-                    "UPDATE sessions SET time_created = ?, payload = ? WHERE id = ?",
+                    # The watermark is the writer's (set_watermark): replacing the
+                    # session from an older copy must not roll it back.
+                    "UPDATE sessions SET time_created = ?,"
+                    " payload = json_set(?, '$.watermark', json_extract(payload, '$.watermark'))"
+                    " WHERE id = ?",
                     (session.time_created, payload, session.id),
                 )
                 if cursor.rowcount != 1:
@@ -750,7 +754,8 @@ class SQLiteStore:
                 self._update_messages(conn, rows, "commit_rebuild", session_id)
                 if session_payload is not None and session is not None:
                     conn.execute(
-                        "UPDATE sessions SET time_created = ?, payload = ? WHERE id = ?",
+                        "UPDATE sessions SET time_created = ?, payload = json_set(?,"
+                        " '$.watermark', json_extract(payload, '$.watermark')) WHERE id = ?",
                         (session.time_created, session_payload, session_id),
                     )
 

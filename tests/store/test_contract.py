@@ -124,6 +124,31 @@ async def test_r2_1_watermark_get_set(store: Store) -> None:
         await store.set_watermark("ses_unknown", "msg_x")
 
 
+async def test_r2_1_session_replace_never_rolls_back_the_watermark(store: Store) -> None:
+    """The writer owns the watermark: replacing a session from an older copy keeps it."""
+    session = await new_session(store)
+    stale = await store.get_session(session.id)
+    assert stale is not None
+    await store.set_watermark(session.id, "msg_newer")
+    await store.update_session(
+        stale.model_copy(update={"state": SessionState(crossed_thresholds=[1000])})
+    )
+    assert await store.get_watermark(session.id) == "msg_newer"
+    got = await store.get_session(session.id)
+    assert got is not None
+    assert got.state.crossed_thresholds == [1000]
+    u1 = user(session.id, "hi", t=T0)
+    await store.append_messages([u1])
+    await store.commit_rebuild(
+        session.id,
+        usage_key="k",
+        boundary=boundary(session.id, u1.id, t=T0 + 1),
+        updated=[],
+        session=stale,
+    )
+    assert await store.get_watermark(session.id) == "msg_newer"
+
+
 # --------------------------------------------------------------------------- ordering
 
 
