@@ -129,9 +129,14 @@ def _detect(path: Path, data: bytes, *, strict: bool) -> tuple[str, object | Non
         else:
             if is_object(document):
                 fmt = _format_of_object(document)
-                if fmt == FORMAT_CLAUDE_CODE:
-                    return fmt, None, None  # a one-line JSONL file
                 if fmt is not None:
+                    single_record = (
+                        fmt == FORMAT_CLAUDE_CODE
+                        or (fmt == FORMAT_OPENAI_CHAT and "messages" not in document)
+                        or (fmt == FORMAT_OPENAI_RESPONSES and "input" not in document)
+                    )
+                    if single_record:
+                        return fmt, None, None  # a one-line JSONL file
                     return fmt, document, text
                 raise TranscriptError(
                     "unknown transcript format: a JSON object without 'history', "

@@ -138,12 +138,8 @@ class ImportedTranscript:
     @property
     def agents(self) -> list[str]:
         """Agent ids present, ``main`` first, then sub-agents by first appearance."""
-        seen: dict[str, None] = {MAIN_AGENT: None} if self.messages else {}
-        for m in self.messages:
-            seen.setdefault(m.agent, None)
-        if MAIN_AGENT in seen and not any(m.agent == MAIN_AGENT for m in self.messages):
-            del seen[MAIN_AGENT]
-        return list(seen)
+        found = list(dict.fromkeys(m.agent for m in self.messages))
+        return sorted(found, key=lambda agent: agent != MAIN_AGENT)
 
     def agent_messages(self, agent: str = MAIN_AGENT) -> list[Message]:
         """The messages of one agent, in order."""

@@ -260,7 +260,7 @@ def _tool_result(block: dict[str, Any], what: str) -> _ToolResult:
 
 def _blocks(content: object, role: str) -> list[_Block]:
     if isinstance(content, str):
-        return [TextPart(text=content)]
+        return [TextPart(text=content)] if content else []
     out: list[_Block] = []
     for i, raw in enumerate(as_list(content, "message.content")):
         what = f"message.content[{i}]"

@@ -250,8 +250,9 @@ class ChatConverter:
     def _parse_assistant(self, msg: dict[str, Any], what: str, agent: str) -> ParsedMessage:
         parts: list[Part] = []
         for key in ("reasoning_content", "reasoning"):
-            reasoning = opt_str(msg, key, what) if isinstance(msg.get(key), str | None) else None
-            if reasoning:
+            # Some servers put an object under "reasoning"; only text is reasoning text.
+            reasoning = msg.get(key)
+            if isinstance(reasoning, str) and reasoning:
                 parts.append(ReasoningPart(text=reasoning))
                 break
         parts.extend(_content_parts(msg.get("content"), f"{what}.content"))
@@ -442,6 +443,11 @@ def convert_items(
     label: str,
     parse: Callable[[ChatConverter, object, str], ParsedMessage],
 ) -> ChatConverter:
+    """Validate and apply each item in order; malformed items go to ``problems``.
+
+    ``parse`` validates one item without changing state, so a malformed item is
+    skipped whole (lenient mode) rather than half applied.
+    """
     conv = ChatConverter(base_time)
     for i, raw in enumerate(items):
         what = f"{label}[{i}]"
@@ -466,6 +472,10 @@ def finish_import(
     tools: list[dict[str, Any]] | None = None,
     metadata: Mapping[str, Any] | None = None,
 ) -> ImportedTranscript:
+    """Build the session and messages from a filled converter.
+
+    The title defaults to the first line of the first user text.
+    """
     drafts = conv.finish()
     if title is None:
         title = ""

@@ -428,3 +428,14 @@ def test_a1_build_messages_ids_always_ascend(times: list[int]) -> None:
     for m, t in zip(messages, times, strict=True):
         assert m.time_created >= 1_800_000_000_000 + t
         assert ids.timestamp_of(m.id) == m.time_created
+
+
+def test_parent_cycle_does_not_hang(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "cycle.jsonl",
+        [
+            user("u1", "a1", 0, "one"),
+            assistant("a1", "u1", 1, [{"type": "text", "text": "two"}], msg_id="m1"),
+        ],
+    )
+    assert [_texts(m.parts) for m in load_transcript(path).messages] == [["one"], ["two"]]

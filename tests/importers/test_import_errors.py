@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mimo_ctx.errors import MimoCtxError, TranscriptError
 from mimo_ctx.importers import aload_transcript, detect_format, load_transcript
@@ -236,3 +239,55 @@ async def test_aload_transcript_off_the_loop(tmp_path: Path) -> None:
     empty.write_bytes(b"")
     with pytest.raises(TranscriptError, match="empty file"):
         await aload_transcript(empty)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(
+        st.sampled_from(
+            ["type", "uuid", "parentUuid", "message", "role", "content", "history", "messages",
+             "tool_calls", "id", "name", "input", "timestamp", "tool_call_id", "text"]
+        ),
+        inner,
+        max_size=5,
+    ),
+    max_leaves=15,
+)  # fmt: skip
+
+
+def _only_clean_errors(path: Path) -> None:
+    for strict in (True, False):
+        error: TranscriptError | None = None
+        try:
+            result = load_transcript(path, strict=strict, subagents=[], base_time_ms=0)
+        except TranscriptError as exc:
+            error = exc
+        else:
+            msg_ids = [m.id for m in result.messages]
+            assert msg_ids == sorted(msg_ids)
+        if error is not None:
+            assert error.path == str(path)
+            # The catch-all at the boundary must never be what reports a problem.
+            assert "cannot import the transcript" not in str(error)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.binary(max_size=400))
+def test_arbitrary_bytes_give_a_result_or_a_clean_error(data: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fuzz.jsonl"
+        path.write_bytes(data)
+        _only_clean_errors(path)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(_JSON, min_size=1, max_size=6), as_lines=st.booleans())
+def test_arbitrary_json_gives_a_result_or_a_clean_error(
+    values: list[object], *, as_lines: bool
+) -> None:
+    text = "\n".join(json.dumps(v) for v in values) if as_lines else json.dumps(values[0])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fuzz.json"
+        path.write_text(text)
+        _only_clean_errors(path)

@@ -202,3 +202,11 @@ def test_empty_message_list_imports_nothing(tmp_path: Path) -> None:
     result = load_transcript(_write(tmp_path, []))
     assert result.messages == []
     assert result.format == "openai-chat"
+
+
+def test_one_line_chat_jsonl(tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"role": "user", "content": "only me"}) + "\n")
+    result = load_transcript(path)
+    assert result.format == "openai-chat"
+    assert [m.role for m in result.messages] == ["user"]
