@@ -1,0 +1,948 @@
+"""The asyncio middleware that keeps an agent inside its context window.
+
+:class:`ContextMiddleware` hooks a prompt loop at three points:
+
+* :meth:`~ContextMiddleware.prepare` before every request: keeps the session's
+  live window current in O(new messages), starts the checkpoint writer when a
+  usage threshold is crossed (A3), rebuilds when the last assistant usage crosses
+  the trigger line (R1), and returns the request view (R8): the frozen prefix,
+  the newest boundary, the collapsed tail, placeholders for compacted results and
+  the per-turn reminder (in memory only).
+* :meth:`~ContextMiddleware.record` after every response: stores the assistant
+  message with its provider usage.
+* :meth:`~ContextMiddleware.on_error` when a request fails: recognises a context
+  overflow, rebuilds once for that usage and tells the caller to retry; a second
+  overflow for the same usage raises :class:`~mimo_ctx.errors.ContextOverflowError`.
+
+``/rebuild`` is :meth:`~ContextMiddleware.rebuild`. The middleware is an async
+context manager owning the task group its checkpoint writers run in.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from bisect import bisect_left
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Literal, Self
+
+import anyio
+from anyio.abc import TaskGroup
+
+from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
+from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
+from mimo_ctx.config import RebuildConfig
+from mimo_ctx.digest import collapse_checkpoint_tail
+from mimo_ctx.errors import ContextOverflowError, MimoCtxError, StoreError
+from mimo_ctx.events import (
+    AutoRebuildDisabled,
+    ContextRebuilt,
+    EventBus,
+    EventHandler,
+    StatusChanged,
+    UsagePending,
+    WaitingForWriter,
+)
+from mimo_ctx.memory import MemoryLayout, read_text
+from mimo_ctx.messages import (
+    MAIN_AGENT,
+    CompactionPart,
+    Message,
+    TextPart,
+    ToolPart,
+    ToolResultPart,
+    ToolStateCompleted,
+    new_message_id,
+)
+from mimo_ctx.overflow import is_context_overflow
+from mimo_ctx.rebuild import (
+    RebuildOutcome,
+    build_boundary_message,
+    build_compaction_message,
+    micro_compact,
+)
+from mimo_ctx.reminders import append_per_turn_reminder
+from mimo_ctx.render import RenderedBody, render_rebuild_context
+from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
+from mimo_ctx.store.base import RequestPrefix, Session, Store
+from mimo_ctx.tokens import TokenCounter, estimate_message_tokens, estimate_text_tokens, js_json
+from mimo_ctx.triggers import (
+    ModelLimits,
+    due_thresholds,
+    usable_tokens,
+    usage_tokens,
+    writer_thresholds,
+)
+from mimo_ctx.view import apply_send_rules
+from mimo_ctx.writer import CheckpointDraft, CheckpointWriter, WriterCoordinator, WriterRequest
+
+__all__ = ["ContextMiddleware", "RebuildReport", "RequestView", "Trigger"]
+
+_log = logging.getLogger("mimo_ctx")
+
+Trigger = Literal["usage", "overflow", "manual"]
+
+_SEQ_PROBE = 2**62
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _key(message: Message) -> tuple[int, str]:
+    return (message.time_created, message.id)
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildReport:
+    """What a rebuild did.
+
+    Attributes:
+        outcome: How it ended (see :data:`~mimo_ctx.rebuild.RebuildOutcome`).
+        trigger: ``usage`` (trigger line), ``overflow`` (provider error) or ``manual``.
+        boundary_id: The inserted boundary (or compaction) message, if any.
+        watermark: The watermark the checkpoint covers.
+        tokens_before: Estimated request tokens before the rebuild.
+        tokens_after: Estimated request tokens after it.
+        compacted_results: Tool results micro-compaction cleared.
+        sections: Per-section figures of the rendered body.
+        fallback: ``compaction`` when a plain compaction was inserted instead.
+    """
+
+    outcome: RebuildOutcome
+    trigger: Trigger
+    boundary_id: str | None = None
+    watermark: str | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    compacted_results: int = 0
+    sections: RenderedBody | None = None
+    fallback: Literal["compaction"] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """What to send next (SPEC R8.1).
+
+    Attributes:
+        session_id: The session.
+        agent: The agent the view is for.
+        prefix: The session's frozen prefix (system prompt and tools), byte-identical
+            every turn.
+        messages: The messages to send, send rules applied (A10) and the per-turn
+            reminder appended to the last user message (R8.3, never stored).
+        tokens: Estimated tokens of prefix + messages.
+        boundary_id: The newest boundary the view starts at, if any.
+        rebuild: The rebuild this ``prepare`` ran, if one ran.
+    """
+
+    session_id: str
+    agent: str
+    prefix: RequestPrefix
+    messages: list[Message]
+    tokens: int
+    boundary_id: str | None
+    rebuild: RebuildReport | None = None
+
+
+@dataclass(slots=True)
+class _Window:
+    """The live part of one agent's history, kept current from the change feed."""
+
+    agent: str
+    seq: int = 0
+    boundary: Message | None = None
+    start: tuple[int, str] | None = None
+    messages: list[Message] = field(default_factory=list[Message])
+    keys: list[tuple[int, str]] = field(default_factory=list[tuple[int, str]])
+    sendable: dict[str, tuple[Message, Message]] = field(
+        default_factory=dict[str, tuple[Message, Message]]
+    )
+    last_finished: Message | None = None
+    newest_id: str | None = None
+    loaded: bool = False
+
+    def live(self, message: Message) -> bool:
+        return self.start is None or _key(message) > self.start
+
+    def put(self, message: Message) -> None:
+        key = _key(message)
+        index = bisect_left(self.keys, key)
+        if index < len(self.keys) and self.keys[index] == key:
+            self.messages[index] = message
+        else:
+            self.keys.insert(index, key)
+            self.messages.insert(index, message)
+        self.sendable.pop(message.id, None)
+
+
+@dataclass(slots=True)
+class _SessionState:
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    windows: dict[str, _Window] = field(default_factory=dict[str, _Window])
+    prefix_tokens: int | None = None
+    overflow_recovered: set[str] = field(default_factory=set[str])
+
+
+class ContextMiddleware:
+    """Context rebuild and budgeted injection for one store and memory root.
+
+    Args:
+        store: Where sessions live (e.g. :class:`~mimo_ctx.store.sqlite.SQLiteStore`).
+        memory_root: Root of the memory files (SPEC A13).
+        model: The model's limits, or just its context window in tokens.
+        config: Tuning; defaults follow the SPEC.
+        writer: The checkpoint writer; defaults to the offline writer.
+        fallback_writer: Used when ``writer`` fails; defaults to the offline writer
+            when ``writer`` is another one.
+        on_event: A callback for every event (also available as a stream through
+            :attr:`events`).
+        counter: Token counter used for the body's section caps.
+
+    Example:
+        >>> async with ContextMiddleware(store, "memory", model=200_000) as mw:  # doctest: +SKIP
+        ...     view = await mw.prepare(session.id)
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        memory_root: str | os.PathLike[str],
+        *,
+        model: ModelLimits | int,
+        config: RebuildConfig | None = None,
+        writer: CheckpointWriter | None = None,
+        fallback_writer: CheckpointWriter | None = None,
+        on_event: EventHandler | None = None,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config or RebuildConfig()
+        self.limits = model if isinstance(model, ModelLimits) else ModelLimits(context_window=model)
+        self.layout = MemoryLayout(Path(memory_root))
+        self.events = EventBus()
+        if on_event is not None:
+            self.events.handlers.append(on_event)
+        self.counter = counter
+        offline = OfflineCheckpointWriter()
+        self.writer: CheckpointWriter = writer or offline
+        if fallback_writer is None and writer is not None and writer.name != offline.name:
+            fallback_writer = offline
+        self.coordinator = WriterCoordinator(
+            store, self.layout, self.config, self.writer, self.events, fallback=fallback_writer
+        )
+        self.usable = usable_tokens(self.limits, self.config)
+        self.thresholds = writer_thresholds(self.usable, self.config)
+        self._sessions: dict[str, _SessionState] = {}
+        self._task_group: TaskGroup | None = None
+
+    # -- lifecycle --------------------------------------------------------------
+    async def __aenter__(self) -> Self:
+        if self._task_group is not None:
+            raise MimoCtxError("this ContextMiddleware is already running")
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        self.coordinator.attach(task_group)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        task_group, self._task_group = self._task_group, None
+        self.coordinator.attach(None)
+        if task_group is None:
+            return None
+        # Writers still running are cancelled: a checkpoint is only persisted
+        # (atomically) when a writer completes, so nothing half-written remains.
+        task_group.cancel_scope.cancel()
+        try:
+            return await task_group.__aexit__(exc_type, exc, tb)
+        finally:
+            self.events.close()
+
+    # -- sessions -----------------------------------------------------------------
+    async def open_session(
+        self,
+        session_id: str | None = None,
+        *,
+        project_id: str = "default",
+        system: str = "",
+        tools: Sequence[dict[str, object]] = (),
+        title: str = "",
+    ) -> Session:
+        """Return the session, creating it (with its frozen prefix) when it is new."""
+        if session_id is not None:
+            existing = await self.store.get_session(session_id)
+            if existing is not None:
+                return existing
+        session = Session(
+            project_id=project_id,
+            title=title,
+            time_created=_now_ms(),
+            prefix=RequestPrefix(system=system, tools=[dict(t) for t in tools]),
+        )
+        if session_id is not None:
+            session = session.model_copy(update={"id": session_id})
+        try:
+            await self.store.create_session(session)
+        except StoreError:
+            # Another task or worker created it first: use theirs.
+            existing = await self.store.get_session(session.id)
+            if existing is None:
+                raise
+            return existing
+        return session
+
+    async def _session(self, session_id: str) -> Session:
+        session = await self.store.get_session(session_id)
+        if session is None:
+            raise MimoCtxError(f"unknown session {session_id!r}: call open_session() first")
+        return session
+
+    def _state(self, session_id: str) -> _SessionState:
+        state = self._sessions.get(session_id)
+        if state is None:
+            state = self._sessions[session_id] = _SessionState()
+        return state
+
+    # -- writing messages -------------------------------------------------------------
+    async def add_user_message(
+        self, session_id: str, text: str, *, agent: str = MAIN_AGENT
+    ) -> Message:
+        """Append a user message typed by a person."""
+        message = Message(
+            session_id=session_id,
+            role="user",
+            agent=agent,
+            time_created=_now_ms(),
+            parts=[TextPart(text=text)],
+        )
+        await self.store.append_messages([message])
+        return message
+
+    async def append(self, messages: Sequence[Message]) -> None:
+        """Append messages (user turns, tool results, sub-agent output) as they are."""
+        await self.store.append_messages(messages)
+
+    async def record(self, message: Message) -> None:
+        """Store an assistant response (new, or an update of a streamed one).
+
+        When the message finished with provider usage, the writer thresholds are
+        checked right away (SPEC A3), so the checkpoint writer runs while the agent
+        keeps working.
+        """
+        existing = await self.store.get_message(message.id)
+        if existing is None:
+            await self.store.append_messages([message])
+        else:
+            await self.store.update_messages([message])
+        if message.agent == MAIN_AGENT and usage_tokens(message) is not None:
+            state = self._state(message.session_id)
+            window = await self._refresh(message.session_id, state, MAIN_AGENT)
+            await self._maybe_start_writer(message.session_id, window)
+
+    # -- the hot path -----------------------------------------------------------------
+    async def prepare(self, session_id: str, *, agent: str = MAIN_AGENT) -> RequestView:
+        """Return the request to send next, rebuilding first if the trigger line is crossed.
+
+        Safe under concurrent calls for the same session: one rebuild per usage.
+        """
+        state = self._state(session_id)
+        report: RebuildReport | None = None
+        async with state.lock:
+            window = await self._refresh(session_id, state, agent)
+            usage = usage_tokens(window.last_finished)
+            if usage is not None and usage >= self.usable and not self._recovered(window):
+                session = await self._session(session_id)
+                if session.state.auto_rebuild_disabled:
+                    pass
+                elif agent == MAIN_AGENT:
+                    report = await self._rebuild_locked(session_id, state, trigger="usage")
+                else:
+                    report = await self._compact_agent_locked(session_id, state, agent)
+                window = await self._refresh(session_id, state, agent)
+            elif agent == MAIN_AGENT and usage is not None:
+                await self._maybe_start_writer(session_id, window)
+            view = await self._view(session_id, state, window)
+        if report is not None:
+            view = RequestView(
+                session_id=view.session_id,
+                agent=view.agent,
+                prefix=view.prefix,
+                messages=view.messages,
+                tokens=view.tokens,
+                boundary_id=view.boundary_id,
+                rebuild=report,
+            )
+        return view
+
+    async def on_error(
+        self, session_id: str, error: BaseException, *, agent: str = MAIN_AGENT
+    ) -> bool:
+        """Handle a failed request.
+
+        Returns:
+            ``True`` when the error was a context overflow and a rebuild ran: retry
+            the request once (with a fresh :meth:`prepare`). ``False`` for any other
+            error: re-raise it unchanged.
+
+        Raises:
+            ContextOverflowError: The provider overflowed again for a usage that was
+                already recovered (no loop, SPEC R1.4).
+        """
+        if not is_context_overflow(error):
+            return False
+        state = self._state(session_id)
+        async with state.lock:
+            window = await self._refresh(session_id, state, agent)
+            usage_key = window.last_finished.id if window.last_finished else f"start:{agent}"
+            if usage_key in state.overflow_recovered:
+                raise ContextOverflowError(
+                    f"session {session_id}: the provider still reports a context overflow "
+                    "after a rebuild for the same usage; not retrying again"
+                ) from error
+            state.overflow_recovered.add(usage_key)
+            if agent == MAIN_AGENT:
+                report = await self._rebuild_locked(session_id, state, trigger="overflow")
+            else:
+                report = await self._compact_agent_locked(session_id, state, agent)
+        if report.boundary_id is None and report.outcome != "already-recovered":
+            raise ContextOverflowError(
+                f"session {session_id}: context overflow and the rebuild could not run "
+                f"(outcome {report.outcome})"
+            ) from error
+        return True
+
+    async def turn(
+        self,
+        session_id: str,
+        call: Callable[[RequestView], Awaitable[Message]],
+        *,
+        agent: str = MAIN_AGENT,
+    ) -> Message:
+        """Run one model turn: prepare, call, recover from an overflow once, record.
+
+        Args:
+            session_id: The session.
+            call: Sends a request view to the model and returns the assistant
+                message (with its provider usage).
+            agent: The agent taking the turn.
+
+        Returns:
+            The recorded assistant message.
+
+        Raises:
+            ContextOverflowError: The provider overflowed again after the rebuild.
+            Exception: Any other error of ``call``, unchanged.
+        """
+        view = await self.prepare(session_id, agent=agent)
+        try:
+            reply = await call(view)
+        except Exception as exc:
+            if not await self.on_error(session_id, exc, agent=agent):
+                raise
+            view = await self.prepare(session_id, agent=agent)
+            try:
+                reply = await call(view)
+            except Exception as again:
+                if is_context_overflow(again):
+                    raise ContextOverflowError(
+                        f"session {session_id}: the request still overflows after a rebuild"
+                    ) from again
+                raise
+        await self.record(reply)
+        return reply
+
+    async def rebuild(self, session_id: str, *, manual: bool = True) -> RebuildReport:
+        """Rebuild now (the ``/rebuild`` command). Starts no model turn (SPEC A3).
+
+        A manual rebuild folds the whole tail into the activity digest (R7.4) and
+        reports its outcome as a status event.
+        """
+        state = self._state(session_id)
+        async with state.lock:
+            await self._refresh(session_id, state, MAIN_AGENT)
+            report = await self._rebuild_locked(
+                session_id, state, trigger="manual" if manual else "usage"
+            )
+        if manual:
+            await self.events.emit(
+                StatusChanged(
+                    session_id=session_id,
+                    time=_now_ms(),
+                    status=f"Context rebuild: {report.outcome}",
+                    level="info" if report.boundary_id else "warning",
+                )
+            )
+        return report
+
+    # -- window maintenance ------------------------------------------------------------
+    async def _refresh(self, session_id: str, state: _SessionState, agent: str) -> _Window:
+        window = state.windows.get(agent)
+        if window is None or not window.loaded:
+            window = await self._load_window(session_id, agent)
+            state.windows[agent] = window
+            return window
+        changed, seq = await self.store.changes_since(session_id, window.seq)
+        window.seq = seq
+        reload = False
+        for message in changed:
+            if message.agent != agent:
+                continue
+            if window.newest_id is None or message.id > window.newest_id:
+                window.newest_id = message.id
+            if (
+                message.role == "assistant"
+                and message.finish is not None
+                and (window.last_finished is None or message.id >= window.last_finished.id)
+            ):
+                window.last_finished = message
+            if message.is_boundary and (window.boundary is None or message.id > window.boundary.id):
+                reload = True
+            elif window.live(message):
+                window.put(message)
+        if reload:
+            window = await self._load_window(session_id, agent)
+            state.windows[agent] = window
+        return window
+
+    async def _load_window(self, session_id: str, agent: str) -> _Window:
+        window = _Window(agent=agent)
+        _, window.seq = await self.store.changes_since(session_id, _SEQ_PROBE)
+        if agent == MAIN_AGENT:
+            boundary = await self.store.latest_boundary(session_id)
+        else:
+            boundary = None
+            for message in await self.store.list_messages(session_id, agent=agent):
+                if message.is_boundary and (boundary is None or message.id > boundary.id):
+                    boundary = message
+        window.boundary = boundary
+        if boundary is not None:
+            covered = _covered_up_to(boundary)
+            watermark = await self.store.get_message(covered) if covered else None
+            window.start = (
+                _key(watermark)
+                if watermark is not None
+                else (
+                    boundary.time_created - 1,
+                    "\uffff",
+                )
+            )
+        messages = await self.store.list_messages(session_id, agent=agent, since=window.start)
+        for message in messages:
+            if window.live(message):
+                window.keys.append(_key(message))
+                window.messages.append(message)
+        window.last_finished = await self.store.latest_finished_assistant(session_id, agent=agent)
+        window.newest_id = max((m.id for m in messages), default=None)
+        window.loaded = True
+        return window
+
+    def _recovered(self, window: _Window) -> bool:
+        # R1.4: decided by ids — the boundary's creation time is back-dated.
+        if window.boundary is None or window.last_finished is None:
+            return False
+        return window.boundary.id > window.last_finished.id
+
+    async def _view(self, session_id: str, state: _SessionState, window: _Window) -> RequestView:
+        session = await self._session(session_id)
+        prefix = session.prefix or RequestPrefix()
+        if state.prefix_tokens is None:
+            state.prefix_tokens = estimate_text_tokens(prefix.system) + estimate_text_tokens(
+                js_json(prefix.tools)
+            )
+        boundary = window.boundary
+        # Older boundaries that still list after the watermark are not resent:
+        # the newest boundary supersedes them.
+        live = [m for m in window.messages if not m.is_boundary]
+        ordered = [boundary, *live] if boundary is not None else live
+        collapsed = collapse_checkpoint_tail(ordered)
+        sources = {m.id: m for m in collapsed}
+        sendable: list[Message] = []
+        tokens = state.prefix_tokens
+        for converted in apply_send_rules(collapsed):
+            source = sources.get(converted.id)
+            if converted is not source:
+                # A converted copy (boundary, compacted results...) is rebuilt every
+                # turn; reuse last turn's equal copy so its token estimate stays cached.
+                cached = window.sendable.get(converted.id)
+                if cached is not None and cached[0] is source and cached[1] == converted:
+                    converted = cached[1]
+                elif source is not None:
+                    window.sendable[converted.id] = (source, converted)
+            sendable.append(converted)
+            tokens += estimate_message_tokens(converted)
+        if await self._needs_reminder(session_id):
+            with_reminder = append_per_turn_reminder(
+                sendable, str(self.layout.session_dir(session_id))
+            )
+            if with_reminder is not sendable and with_reminder:
+                tokens += sum(estimate_message_tokens(m) for m in with_reminder) - sum(
+                    estimate_message_tokens(m) for m in sendable
+                )
+            sendable = with_reminder
+        return RequestView(
+            session_id=session_id,
+            agent=window.agent,
+            prefix=prefix,
+            messages=sendable,
+            tokens=tokens,
+            boundary_id=boundary.id if boundary is not None else None,
+        )
+
+    async def _needs_reminder(self, session_id: str) -> bool:
+        # R8.3 / A12: only when the session has memory files or tasks.
+        directory = self.layout.session_dir(session_id)
+        try:
+            has_files = await anyio.to_thread.run_sync(_dir_has_entries, directory)
+        except OSError:
+            has_files = False
+        if has_files:
+            return True
+        return bool(await self.store.list_tasks(session_id))
+
+    # -- writer thresholds ---------------------------------------------------------------
+    async def _maybe_start_writer(self, session_id: str, window: _Window) -> None:
+        usage = usage_tokens(window.last_finished)
+        if usage is None or not self.config.checkpoint_enabled or self._recovered(window):
+            return
+        session = await self._session(session_id)
+        due = due_thresholds(usage, self.thresholds, session.state.crossed_thresholds)
+        if not due or self.coordinator.in_flight(session_id):
+            # A3: while a writer runs no threshold is marked, so it fires later.
+            return
+        result = await self.coordinator.request(session_id, reason=f"usage {usage} >= {due[-1]}")
+        if result == "skipped":
+            return
+        crossed = sorted({*session.state.crossed_thresholds, *due})
+        state = session.state.model_copy(update={"crossed_thresholds": crossed})
+        await self.store.update_session(session.model_copy(update={"state": state}))
+
+    # -- rebuild ---------------------------------------------------------------------
+    async def _rebuild_locked(
+        self, session_id: str, state: _SessionState, *, trigger: Trigger
+    ) -> RebuildReport:
+        manual = trigger == "manual"
+        session = await self._session(session_id)
+        window = state.windows[MAIN_AGENT]
+        usage_key = (
+            f"manual:{new_message_id()}"
+            if manual
+            else (window.last_finished.id if window.last_finished else f"start:{MAIN_AGENT}")
+        )
+        before = (await self._view(session_id, state, window)).tokens
+        await self.events.emit(UsagePending(session_id=session_id, time=_now_ms()))
+        if not self.config.checkpoint_enabled:
+            return await self._fallback_compaction(
+                session_id, state, usage_key, "checkpoint-off", trigger, before
+            )
+
+        checkpoint_path = self.layout.checkpoint_path(session_id)
+        watermark_id = await self.store.get_watermark(session_id)
+        if watermark_id is None or not await anyio.Path(checkpoint_path).exists():
+            # The ensure-checkpoint path (A3): start a writer and wait for it.
+            timeout = (
+                self.config.writer.ensure_wait_manual
+                if manual
+                else self.config.writer.ensure_wait_auto
+            )
+            await self.events.emit(
+                StatusChanged(session_id=session_id, time=_now_ms(), status="Writing checkpoint…")
+            )
+            started = await self.coordinator.request(session_id, reason=f"ensure ({trigger})")
+            if started != "skipped" or self.coordinator.in_flight(session_id):
+                await self.coordinator.wait(session_id, timeout)
+            watermark_id = await self.store.get_watermark(session_id)
+            if watermark_id is None or not await anyio.Path(checkpoint_path).exists():
+                return await self._fallback_compaction(
+                    session_id, state, usage_key, "writer-failed", trigger, before
+                )
+        elif self.coordinator.in_flight(session_id):
+            # R3.2: wait for the in-flight writer; on timeout or failure use the
+            # checkpoint on disk.
+            timeout = self.config.writer.wait_with_watermark
+            await self.events.emit(
+                WaitingForWriter(session_id=session_id, time=_now_ms(), timeout=timeout)
+            )
+            await self.coordinator.wait(session_id, timeout)
+            watermark_id = await self.store.get_watermark(session_id) or watermark_id
+
+        watermark = await self.store.get_message(watermark_id)
+        if watermark is None:
+            return await self._fallback_compaction(
+                session_id, state, usage_key, "insert-failed", trigger, before, fallback=False
+            )
+        return await self._insert(
+            session, state, watermark, usage_key=usage_key, trigger=trigger, before=before
+        )
+
+    async def _insert(
+        self,
+        session: Session,
+        state: _SessionState,
+        watermark: Message,
+        *,
+        usage_key: str,
+        trigger: Trigger,
+        before: int,
+    ) -> RebuildReport:
+        session_id = session.id
+        main = await self.store.list_messages(session_id, agent=MAIN_AGENT, since=_key(watermark))
+        tail = [m for m in main if m.id > watermark.id and not m.is_boundary]
+        checkpoint_text = await read_text(self.layout.checkpoint_path(session_id))
+        now = _now_ms()
+        actors = await self.store.list_actors(session_id, active_only=True)
+        index_text = render_checkpoint_index(
+            directory=str(self.layout.session_dir(session_id)), checkpoint_text=checkpoint_text
+        )
+        actors_text = render_active_actors_part(actors, session_id=session_id, now_ms=now)
+
+        everything = await self.store.list_messages(
+            session_id, agent=None, since=(watermark.time_created + 1, "")
+        )
+        compacted = micro_compact(
+            everything,
+            after_time=watermark.time_created,
+            tools=self.config.micro_compact_tools,
+            now_ms=now,
+        )
+        compacted_by_id = {m.id: m for m in compacted}
+        # What stays live after the insert: user messages of the tail (collapse
+        # keeps them) with compacted results as placeholders.
+        live_tail = [compacted_by_id.get(m.id, m) for m in tail if m.role == "user"]
+        prefix_tokens = state.prefix_tokens or 0
+        live_tokens = sum(estimate_message_tokens(m) for m in apply_send_rules(live_tail))
+        fixed = (
+            prefix_tokens
+            + live_tokens
+            + estimate_text_tokens(index_text)
+            + estimate_text_tokens(actors_text)
+            + 64
+        )
+        # R5.9 beyond: the rebuilt request must fit under the trigger line, so the
+        # body gets at most what is left (and at most the configured total cap).
+        room = self.usable - fixed
+        max_body = room if self.config.total_cap is None else min(room, self.config.total_cap)
+        rendered = await render_rebuild_context(
+            store=self.store,
+            layout=self.layout,
+            session=session,
+            agent=MAIN_AGENT,
+            watermark=watermark,
+            tail=tail,
+            config=self.config,
+            max_tokens=max(max_body, 0),
+            counter=self.counter,
+        )
+        if not rendered.text:
+            return RebuildReport(
+                outcome="insert-failed",
+                trigger=trigger,
+                watermark=watermark.id,
+                tokens_before=before,
+                sections=rendered,
+            )
+        digest_up_to = max(m.id for m in tail) if rendered.has_activity and tail else None
+        boundary = build_boundary_message(
+            watermark=watermark,
+            digest_up_to=digest_up_to,
+            directory=str(self.layout.session_dir(session_id)),
+            number=session.state.rebuilds + 1,
+            index_text=index_text,
+            body=rendered.text,
+            actors_text=actors_text,
+        )
+        after = fixed - 64 + estimate_message_tokens(boundary)
+        report = RebuildReport(
+            outcome="rebuilt",
+            trigger=trigger,
+            boundary_id=boundary.id,
+            watermark=watermark.id,
+            tokens_before=before,
+            tokens_after=after,
+            compacted_results=_count_compacted(compacted, now),
+            sections=rendered,
+        )
+        return await self._commit(session, state, usage_key, boundary, compacted, report)
+
+    async def _commit(
+        self,
+        session: Session,
+        state: _SessionState,
+        usage_key: str,
+        boundary: Message,
+        compacted: Sequence[Message],
+        report: RebuildReport,
+    ) -> RebuildReport:
+        freed = 0.0
+        if report.tokens_before and report.tokens_after is not None:
+            freed = max(0.0, 1 - report.tokens_after / report.tokens_before)
+        fractions = [*session.state.freed_fractions, freed][-5:]
+        disable = (
+            report.trigger != "manual"
+            and len(fractions) >= 2
+            and all(f < self.config.min_freed_fraction for f in fractions[-2:])
+        )
+        new_state = session.state.model_copy(
+            update={
+                "crossed_thresholds": [],
+                "skip_overflow_once": True,
+                "rebuilds": session.state.rebuilds + 1,
+                "freed_fractions": fractions,
+                "auto_rebuild_disabled": session.state.auto_rebuild_disabled or disable,
+            }
+        )
+        committed = await self.store.commit_rebuild(
+            session.id,
+            usage_key=usage_key,
+            boundary=boundary,
+            updated=compacted,
+            session=session.model_copy(update={"state": new_state}),
+        )
+        if not committed:
+            return RebuildReport(outcome="already-recovered", trigger=report.trigger)
+        await self.events.emit(
+            ContextRebuilt(
+                session_id=session.id,
+                time=_now_ms(),
+                outcome=report.outcome,
+                manual=report.trigger == "manual",
+                boundary_id=boundary.id,
+                watermark=report.watermark,
+                tokens_before=report.tokens_before,
+                tokens_after=report.tokens_after,
+                compacted_results=report.compacted_results,
+            )
+        )
+        if disable and not session.state.auto_rebuild_disabled:
+            await self.events.emit(
+                AutoRebuildDisabled(
+                    session_id=session.id,
+                    time=_now_ms(),
+                    freed_fractions=tuple(fractions[-2:]),
+                    reason=(
+                        "two consecutive rebuilds each freed less than "
+                        f"{self.config.min_freed_fraction:.0%} of the request; "
+                        "the live tail alone is too large to fit"
+                    ),
+                )
+            )
+        await self._refresh(session.id, state, boundary.agent)
+        return report
+
+    async def _fallback_compaction(
+        self,
+        session_id: str,
+        state: _SessionState,
+        usage_key: str,
+        outcome: RebuildOutcome,
+        trigger: Trigger,
+        before: int,
+        *,
+        fallback: bool = True,
+    ) -> RebuildReport:
+        """A3: outcomes other than rebuilt/insert-failed fall back to a plain compaction."""
+        if not fallback:
+            return RebuildReport(outcome=outcome, trigger=trigger, tokens_before=before)
+        return await self._plain_compaction(
+            session_id, state, MAIN_AGENT, usage_key, outcome, trigger, before
+        )
+
+    async def _compact_agent_locked(
+        self, session_id: str, state: _SessionState, agent: str
+    ) -> RebuildReport:
+        window = state.windows[agent]
+        usage_key = window.last_finished.id if window.last_finished else f"start:{agent}"
+        before = (await self._view(session_id, state, window)).tokens
+        return await self._plain_compaction(
+            session_id, state, agent, usage_key, "compacted", "usage", before
+        )
+
+    async def _plain_compaction(
+        self,
+        session_id: str,
+        state: _SessionState,
+        agent: str,
+        usage_key: str,
+        outcome: RebuildOutcome,
+        trigger: Trigger,
+        before: int,
+    ) -> RebuildReport:
+        session = await self._session(session_id)
+        history = await self.store.list_messages(session_id, agent=agent)
+        history = [m for m in history if not m.is_boundary]
+        boundary_id = compute_boundary(history, self.config)
+        if boundary_id is None:
+            return RebuildReport(outcome=outcome, trigger=trigger, tokens_before=before)
+        boundary_id = adjust_boundary_for_api_invariants(history, boundary_id)
+        watermark = next(m for m in history if m.id == boundary_id)
+        covered = [m for m in history if m.id <= boundary_id]
+        draft: CheckpointDraft = OfflineCheckpointWriter().build(
+            WriterRequest(
+                session_id=session_id,
+                project_id=session.project_id,
+                watermark=boundary_id,
+                messages=covered,
+                previous_checkpoint=None,
+                notes=None,
+                tasks=await self.store.list_tasks(session_id),
+                checkpoint_path=self.layout.checkpoint_path(session_id),
+                project_memory_path=self.layout.project_memory_path(session.project_id),
+                notes_path=self.layout.notes_path(session_id),
+                tasks_dir=self.layout.tasks_dir(session_id),
+                budgets={},
+            )
+        )
+        message = build_compaction_message(watermark=watermark, summary=draft.text, auto=True)
+        after = estimate_message_tokens(message) + sum(
+            estimate_message_tokens(m) for m in history if m.id > boundary_id
+        )
+        report = RebuildReport(
+            outcome=outcome,
+            trigger=trigger,
+            boundary_id=message.id,
+            watermark=boundary_id,
+            tokens_before=before,
+            tokens_after=after,
+            fallback="compaction",
+        )
+        return await self._commit(session, state, usage_key, message, [], report)
+
+
+def _covered_up_to(boundary: Message) -> str | None:
+    checkpoint = boundary.checkpoint_part
+    if checkpoint is not None:
+        return checkpoint.covered_up_to
+    for part in boundary.parts:
+        if isinstance(part, CompactionPart):
+            return part.covered_up_to
+    return None
+
+
+def _count_compacted(messages: Sequence[Message], now: int) -> int:
+    count = 0
+    for message in messages:
+        for part in message.parts:
+            if (
+                isinstance(part, ToolPart)
+                and isinstance(part.state, ToolStateCompleted)
+                and part.state.time.compacted == now
+            ) or (isinstance(part, ToolResultPart) and part.time.compacted == now):
+                count += 1
+    return count
+
+
+def _dir_has_entries(directory: Path) -> bool:
+    try:
+        with os.scandir(directory) as entries:
+            return any(True for _ in entries)
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,352 @@
+"""The rebuild body (SPEC R5): gather every source under its cap and assemble it.
+
+:func:`render_rebuild_context` reads the sources (task registry, actors, recent
+user messages from the store; ``checkpoint.md``, project and global
+``MEMORY.md``, ``notes.md`` and the memory-file list from disk) and hands them
+to the pure formatters of :mod:`mimo_ctx.sections`, :mod:`mimo_ctx.budget` and
+:mod:`mimo_ctx.digest`.
+
+Beyond the original (R5.9): ``max_tokens`` bounds the whole body. When the
+sections add up to more, they are shrunk one at a time in this order, least
+precious first, each only as far as needed: memory keys index, global memory,
+session notes, project memory, recent activity, active actors, session
+checkpoint, recent user input, tasks ledger. The user's own words and the
+checkpoint go last because they are what the model cannot recover elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from mimo_ctx.budget import checkpoint_section_caps, read_budgeted, read_budgeted_section_aware
+from mimo_ctx.config import RebuildConfig
+from mimo_ctx.digest import build_tail_digest
+from mimo_ctx.memory import MemoryLayout, list_memory_files, read_text
+from mimo_ctx.messages import MAIN_AGENT, Message
+from mimo_ctx.reminders import closing_text, compute_last_message_info
+from mimo_ctx.sections import (
+    BODY_INTRO,
+    HEADING_CHECKPOINT,
+    HEADING_GLOBAL_MEMORY,
+    HEADING_NOTES,
+    HEADING_PROJECT_MEMORY,
+    render_active_actors_section,
+    render_memory_keys_index,
+    render_recent_user_input,
+    render_section,
+    render_tasks_ledger,
+)
+from mimo_ctx.store.base import Session, Store
+from mimo_ctx.tokens import TokenCounter, estimate_text_tokens
+
+__all__ = ["SHRINK_ORDER", "RenderedBody", "SectionFigure", "render_rebuild_context"]
+
+MAX_FILE_CHARS: Final = 8_000_000
+"""Memory files are read up to this many characters (bounded memory, issue 10)."""
+
+SHRINK_ORDER: Final[tuple[str, ...]] = (
+    "memory_titles",
+    "global",
+    "notes",
+    "memory",
+    "activity",
+    "actor_ledger",
+    "checkpoint",
+    "recent_user",
+    "tasks_ledger",
+)
+"""Order in which sections shrink when the body exceeds ``max_tokens`` (R5.9 beyond)."""
+
+Unit = Literal["tokens", "characters", "lines"]
+
+
+@dataclass(frozen=True, slots=True)
+class SectionFigure:
+    """Size of one rendered section against its cap.
+
+    Attributes:
+        key: The config key (``checkpoint``, ``recent_user``...; ``activity`` for §9).
+        heading: The section heading.
+        tokens: Estimated tokens of the rendered section (0 when omitted).
+        cap: The cap that applied, in ``unit``.
+        unit: ``tokens``, ``characters`` (tasks ledger) or ``lines`` (activity).
+        file: The file a file-backed section came from.
+    """
+
+    key: str
+    heading: str
+    tokens: int
+    cap: int
+    unit: Unit
+    file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedBody:
+    """The rebuild body and what went into it.
+
+    Attributes:
+        text: The body; ``""`` when there is nothing to inject (R5.1).
+        has_activity: A recent-activity section was rendered (sets ``digest_up_to``).
+        sections: One figure per section, in body order.
+        tokens: Estimated tokens of ``text``.
+    """
+
+    text: str
+    has_activity: bool
+    sections: list[SectionFigure] = field(default_factory=list[SectionFigure])
+    tokens: int = 0
+
+
+@dataclass(slots=True)
+class _Slot:
+    key: str
+    heading: str
+    unit: Unit
+    cap: int
+    render: Callable[[int], str]
+    file: str | None = None
+    text: str = ""
+
+
+async def render_rebuild_context(
+    *,
+    store: Store,
+    layout: MemoryLayout,
+    session: Session,
+    agent: str,
+    watermark: Message,
+    tail: Sequence[Message],
+    config: RebuildConfig | None = None,
+    max_tokens: int | None = None,
+    counter: TokenCounter | None = None,
+) -> RenderedBody:
+    """Render the rebuild body of SPEC R5.
+
+    Args:
+        store: The session's store.
+        layout: The memory layout.
+        session: The session rebuilt.
+        agent: The agent asking; any agent other than ``main`` gets ``""`` (R3.1).
+        watermark: The watermark message (covered by the checkpoint).
+        tail: Main-agent messages after the watermark up to now, oldest first: the
+            recent-activity digest and the last-message reminder come from them.
+        config: Caps and limits.
+        max_tokens: **beyond** (R5.9): bound on the whole body.
+        counter: Token counter for caps; defaults to the chars/4 estimate.
+
+    Returns:
+        The body with per-section figures.
+    """
+    if agent != MAIN_AGENT:
+        return RenderedBody(text="", has_activity=False)
+    config = config or RebuildConfig()
+    caps = config.push_caps
+    count = counter.count if counter is not None else estimate_text_tokens
+    session_id = session.id
+
+    tasks = await store.list_tasks(session_id)
+    actors = await store.list_actors(session_id, active_only=True)
+    recent = (
+        await store.list_messages(session_id, agent=MAIN_AGENT, last=config.recent_user_window)
+        if config.recent_user_window
+        else []
+    )
+    checkpoint_path = layout.checkpoint_path(session_id)
+    project_path = layout.project_memory_path(session.project_id)
+    global_path = layout.global_memory_path()
+    notes_path = layout.notes_path(session_id)
+    checkpoint = await read_text(checkpoint_path, max_chars=MAX_FILE_CHARS) or ""
+    project = await read_text(project_path, max_chars=MAX_FILE_CHARS) or ""
+    global_memory = await read_text(global_path, max_chars=MAX_FILE_CHARS) or ""
+    notes = await read_text(notes_path, max_chars=MAX_FILE_CHARS) or ""
+    memory_files = await list_memory_files(
+        layout, session_id=session_id, project_id=session.project_id
+    )
+    digest = build_tail_digest(
+        tail,
+        max_lines=config.activity_max_lines,
+        text_chars=config.activity_text_chars,
+        arg_chars=config.activity_arg_chars,
+    )
+
+    def file_section(
+        heading: str, text: str, path: str, *, section_aware: bool
+    ) -> Callable[[int], str]:
+        def render(cap: int) -> str:
+            if not text.strip():
+                return ""
+            if section_aware:
+                caps_for = checkpoint_section_caps(caps) if heading == HEADING_CHECKPOINT else None
+                body = read_budgeted_section_aware(
+                    text, cap, path=path, counter=counter, section_caps=caps_for
+                )
+            else:
+                body = read_budgeted(text, cap, path=path, counter=counter)
+            return render_section(heading, body, file_path=path) if body.strip() else ""
+
+        return render
+
+    def activity(lines: int) -> str:
+        if lines == config.activity_max_lines:
+            return digest.text
+        return build_tail_digest(
+            tail,
+            max_lines=lines,
+            text_chars=config.activity_text_chars,
+            arg_chars=config.activity_arg_chars,
+        ).text
+
+    slots = [
+        _Slot(
+            "tasks_ledger",
+            "Tasks ledger",
+            "characters",
+            caps.tasks_ledger,
+            lambda cap: render_tasks_ledger(tasks, cap_chars=cap),
+        ),
+        _Slot(
+            "checkpoint",
+            HEADING_CHECKPOINT,
+            "tokens",
+            caps.checkpoint,
+            file_section(HEADING_CHECKPOINT, checkpoint, str(checkpoint_path), section_aware=True),
+            str(checkpoint_path),
+        ),
+        _Slot(
+            "actor_ledger",
+            "Active actors",
+            "tokens",
+            caps.actor_ledger,
+            lambda cap: render_active_actors_section(
+                actors, session_id=session_id, budget=cap, counter=counter
+            ),
+        ),
+        _Slot(
+            "recent_user",
+            "Recent user input (verbatim)",
+            "tokens",
+            caps.recent_user,
+            lambda cap: render_recent_user_input(
+                recent,
+                budget=cap,
+                per_message_cap=min(caps.recent_user_per_msg, cap),
+                counter=counter,
+            ),
+        ),
+        _Slot(
+            "memory",
+            HEADING_PROJECT_MEMORY,
+            "tokens",
+            caps.memory,
+            file_section(HEADING_PROJECT_MEMORY, project, str(project_path), section_aware=True),
+            str(project_path),
+        ),
+        _Slot(
+            "global",
+            HEADING_GLOBAL_MEMORY,
+            "tokens",
+            caps.global_,
+            file_section(
+                HEADING_GLOBAL_MEMORY, global_memory, str(global_path), section_aware=True
+            ),
+            str(global_path),
+        ),
+        _Slot(
+            "notes",
+            HEADING_NOTES,
+            "tokens",
+            caps.notes,
+            file_section(HEADING_NOTES, notes, str(notes_path), section_aware=False),
+            str(notes_path),
+        ),
+        _Slot(
+            "memory_titles",
+            "Memory keys index",
+            "tokens",
+            caps.memory_titles,
+            lambda cap: render_memory_keys_index(memory_files, budget=cap, counter=counter),
+        ),
+        _Slot("activity", "Recent activity", "lines", config.activity_max_lines, activity),
+    ]
+    for slot in slots:
+        slot.text = slot.render(slot.cap)
+    by_key = {slot.key: slot for slot in slots}
+
+    # R5.1: nothing to inject (notes alone do not count, A6).
+    if not (
+        tasks
+        or checkpoint.strip()
+        or project.strip()
+        or global_memory.strip()
+        or by_key["actor_ledger"].text
+        or by_key["recent_user"].text
+    ):
+        return RenderedBody(text="", has_activity=False)
+
+    closing = closing_text(bool(by_key["activity"].text), compute_last_message_info(tail))
+
+    def assemble() -> str:
+        body = "".join(
+            (s.text if s.text.endswith("\n\n") else s.text.rstrip("\n") + "\n\n")
+            for s in slots
+            if s.text
+        )
+        return f"{BODY_INTRO}\n\n{body}{closing}"
+
+    text = assemble()
+    if max_tokens is not None:
+        for key in SHRINK_ORDER:
+            over = count(text) - max_tokens
+            if over <= 0:
+                break
+            _shrink(by_key[key], over, count)
+            # Re-render the closing: dropping the activity changes its wording.
+            closing = closing_text(bool(by_key["activity"].text), compute_last_message_info(tail))
+            text = assemble()
+    figures = [
+        SectionFigure(
+            key=s.key,
+            heading=s.heading,
+            tokens=count(s.text) if s.text else 0,
+            cap=s.cap,
+            unit=s.unit,
+            file=s.file,
+        )
+        for s in slots
+    ]
+    return RenderedBody(
+        text=text,
+        has_activity=bool(by_key["activity"].text),
+        sections=figures,
+        tokens=count(text),
+    )
+
+
+def _shrink(slot: _Slot, over: int, count: Callable[[str], int]) -> None:
+    """Shrink one section by about ``over`` tokens (to nothing if need be)."""
+    if not slot.text:
+        return
+    current = count(slot.text)
+    if over >= current:
+        slot.cap = 0
+        slot.text = ""
+        return
+    if slot.unit == "tokens":
+        cap = max(0, min(slot.cap, current) - over)
+    elif slot.unit == "characters":
+        cap = max(0, min(slot.cap, len(slot.text)) - over * 4)
+    else:  # lines: drop the share of lines that matches the overshoot
+        lines = max(1, slot.text.count("\n"))
+        cap = max(0, min(slot.cap, lines) - (over * lines + current - 1) // current)
+    slot.cap = cap
+    slot.text = slot.render(cap)
+    while slot.text and count(slot.text) > current - over and slot.cap > 0:
+        # Section caps bound bodies, not headings and notices: step down until
+        # the section really shrank by what was asked.
+        slot.cap = slot.cap * 3 // 4
+        slot.text = slot.render(slot.cap)
+    if slot.cap == 0:
+        slot.text = "" if slot.key != "tasks_ledger" else slot.text
