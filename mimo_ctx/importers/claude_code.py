@@ -32,10 +32,13 @@ Decisions (our choices, documented here because the format is not):
   ``subagents=[...]`` to choose the files, or ``subagents=[]`` for none.
   ``agent-acompact-*`` files are Claude Code's compaction sub-agent and are
   imported like any other sub-agent. Messages of all agents are merged into one
-  list by time (each agent keeps its own order).
+  list by time (each agent keeps its own order). Copies of sub-agent messages
+  inside ``progress`` lines (``agent_progress``) are not imported: when a
+  session's sub-agent files are missing, its sub-agents are missing too.
 * **Merging.** Claude Code writes one API response as several lines, one per
   content block, all with the same ``message.id``. Consecutive lines with the
-  same ``message.id`` become one assistant message with
+  same ``message.id`` (user lines holding only tool results may sit between
+  them) become one assistant message with
   ``provider_message_id`` set; its usage is the last line's (the most complete),
   its ``time_completed`` the last line's time.
 * **Tools.** A ``tool_use`` block and the ``tool_result`` that answers it (in a
