@@ -568,16 +568,17 @@ class ContextMiddleware:
         sources = {m.id: m for m in collapsed}
         sendable: list[Message] = []
         tokens = state.prefix_tokens
-        for converted in apply_send_rules(collapsed):
-            source = sources.get(converted.id)
-            if converted is not source:
+        for fresh in apply_send_rules(collapsed):
+            converted = fresh
+            source = sources.get(fresh.id)
+            if fresh is not source:
                 # A converted copy (boundary, compacted results...) is rebuilt every
                 # turn; reuse last turn's equal copy so its token estimate stays cached.
-                cached = window.sendable.get(converted.id)
-                if cached is not None and cached[0] is source and cached[1] == converted:
+                cached = window.sendable.get(fresh.id)
+                if cached is not None and cached[0] is source and cached[1] == fresh:
                     converted = cached[1]
                 elif source is not None:
-                    window.sendable[converted.id] = (source, converted)
+                    window.sendable[fresh.id] = (source, fresh)
             sendable.append(converted)
             tokens += estimate_message_tokens(converted)
         if await self._needs_reminder(session_id):
@@ -642,7 +643,12 @@ class ContextMiddleware:
         await self.events.emit(UsagePending(session_id=session_id, time=_now_ms()))
         if not self.config.checkpoint_enabled:
             return await self._fallback_compaction(
-                session_id, state, usage_key, "checkpoint-off", trigger, before
+                session_id,
+                state,
+                usage_key=usage_key,
+                outcome="checkpoint-off",
+                trigger=trigger,
+                before=before,
             )
 
         checkpoint_path = self.layout.checkpoint_path(session_id)
@@ -663,7 +669,12 @@ class ContextMiddleware:
             watermark_id = await self.store.get_watermark(session_id)
             if watermark_id is None or not await anyio.Path(checkpoint_path).exists():
                 return await self._fallback_compaction(
-                    session_id, state, usage_key, "writer-failed", trigger, before
+                    session_id,
+                    state,
+                    usage_key=usage_key,
+                    outcome="writer-failed",
+                    trigger=trigger,
+                    before=before,
                 )
         elif self.coordinator.in_flight(session_id):
             # R3.2: wait for the in-flight writer; on timeout or failure use the
@@ -678,7 +689,13 @@ class ContextMiddleware:
         watermark = await self.store.get_message(watermark_id)
         if watermark is None:
             return await self._fallback_compaction(
-                session_id, state, usage_key, "insert-failed", trigger, before, fallback=False
+                session_id,
+                state,
+                usage_key=usage_key,
+                outcome="insert-failed",
+                trigger=trigger,
+                before=before,
+                fallback=False,
             )
         return await self._insert(
             session, state, watermark, usage_key=usage_key, trigger=trigger, before=before
@@ -771,12 +788,20 @@ class ContextMiddleware:
             compacted_results=_count_compacted(compacted, now),
             sections=rendered,
         )
-        return await self._commit(session, state, usage_key, boundary, compacted, report)
+        return await self._commit(
+            session,
+            state,
+            usage_key=usage_key,
+            boundary=boundary,
+            compacted=compacted,
+            report=report,
+        )
 
     async def _commit(
         self,
         session: Session,
         state: _SessionState,
+        *,
         usage_key: str,
         boundary: Message,
         compacted: Sequence[Message],
@@ -842,18 +867,24 @@ class ContextMiddleware:
         self,
         session_id: str,
         state: _SessionState,
+        *,
         usage_key: str,
         outcome: RebuildOutcome,
         trigger: Trigger,
         before: int,
-        *,
         fallback: bool = True,
     ) -> RebuildReport:
         """A3: outcomes other than rebuilt/insert-failed fall back to a plain compaction."""
         if not fallback:
             return RebuildReport(outcome=outcome, trigger=trigger, tokens_before=before)
         return await self._plain_compaction(
-            session_id, state, MAIN_AGENT, usage_key, outcome, trigger, before
+            session_id,
+            state,
+            agent=MAIN_AGENT,
+            usage_key=usage_key,
+            outcome=outcome,
+            trigger=trigger,
+            before=before,
         )
 
     async def _compact_agent_locked(
@@ -863,13 +894,20 @@ class ContextMiddleware:
         usage_key = window.last_finished.id if window.last_finished else f"start:{agent}"
         before = (await self._view(session_id, state, window)).tokens
         return await self._plain_compaction(
-            session_id, state, agent, usage_key, "compacted", "usage", before
+            session_id,
+            state,
+            agent=agent,
+            usage_key=usage_key,
+            outcome="compacted",
+            trigger="usage",
+            before=before,
         )
 
     async def _plain_compaction(
         self,
         session_id: str,
         state: _SessionState,
+        *,
         agent: str,
         usage_key: str,
         outcome: RebuildOutcome,
@@ -914,7 +952,9 @@ class ContextMiddleware:
             tokens_after=after,
             fallback="compaction",
         )
-        return await self._commit(session, state, usage_key, message, [], report)
+        return await self._commit(
+            session, state, usage_key=usage_key, boundary=message, compacted=[], report=report
+        )
 
 
 def _covered_up_to(boundary: Message) -> str | None:

@@ -33,9 +33,10 @@ from mimo_ctx.tokens import estimate_message_tokens
 __all__ = ["FakeOverflowError", "ScriptStep", "ScriptedModel", "filler_text"]
 
 _WORDS = (
-    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi "
-    "rho sigma tau upsilon phi chi psi omega"
-).split()
+    *("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"),
+    *("lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon"),
+    *("phi", "chi", "psi", "omega"),
+)
 
 
 def filler_text(tokens: int, *, seed: int = 0) -> str:

@@ -205,8 +205,8 @@ class WriterCoordinator:
         self._task_group.start_soon(self._run, session_id, job, watermark)
         return "started"
 
-    async def wait(self, session_id: str, timeout: float) -> WaitResult:
-        """Wait for the session's running writer, at most ``timeout`` seconds.
+    async def wait(self, session_id: str, within: float) -> WaitResult:
+        """Wait for the session's running writer, at most ``within`` seconds.
 
         Returns ``idle`` when none runs. Cancelling the caller cancels only the wait.
         """
@@ -214,7 +214,7 @@ class WriterCoordinator:
         job = slot.running if slot is not None else None
         if job is None:
             return "idle"
-        with anyio.move_on_after(timeout):
+        with anyio.move_on_after(within):
             await job.done.wait()
             return job.result
         return "timeout"
