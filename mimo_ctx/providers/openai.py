@@ -1,0 +1,613 @@
+"""OpenAI converters: Chat Completions messages and Responses API input items.
+
+SDK-independent: these functions read and build the plain JSON payloads the
+OpenAI API accepts (the ``openai`` SDK's ``*Param`` types are ``TypedDict`` views
+of them), so they need no ``openai`` install.
+
+Internal -> Chat Completions (:func:`to_openai_chat`). The send rules are
+applied first (:func:`mimo_ctx.view.apply_send_rules`). Then:
+
+* the ``system`` argument, when given, is the first message;
+* a user message's content is a string when it is a single text, else a list of
+  content parts: ``text``, ``image_url`` for images, ``file`` (``file_data``) for
+  other ``data:`` files; a file Chat Completions cannot take by URL is named in a
+  text part instead (wording ours);
+* a rebuild boundary message (SPEC R8.1) is sent as one user message whose text
+  parts are joined with a blank line;
+* an assistant message becomes ``content`` (string for one text, list of
+  ``text`` parts for several, ``null`` when it only calls tools) plus
+  ``tool_calls`` (``id`` = call id, ``arguments`` = compact JSON of the input),
+  followed by one ``tool`` message per call, in the same order, holding its
+  output or error text; tool result attachments are not sent (Chat Completions
+  ``tool`` messages take text only);
+* reasoning is **not** sent: Chat Completions has no field for earlier
+  reasoning, and reasoning text sent as content would read as the answer;
+* tool results stored apart from their call (``tool`` messages) are sent right
+  after the call, never where they are stored.
+
+Chat Completions -> internal (:func:`from_openai_chat`): ``system`` and
+``developer`` messages become the returned system text (joined with a blank
+line, wherever they stood); ``tool`` messages are joined into the calling tool
+part, else kept as ``tool`` messages with a :class:`ToolResultPart`; content
+parts the model cannot hold (audio, files by id) are kept as
+:class:`OpaquePart` (never sent again).
+
+Responses API (:func:`to_openai_responses`, :func:`from_openai_responses`):
+items ``message`` (``input_text`` for user and system text, ``output_text`` for
+assistant text), ``function_call`` / ``function_call_output`` (every output
+after all the calls of its assistant message, in call order) and ``reasoning``.
+A reasoning item is sent only when it came from the Responses API (the part's
+``provider_data["openai"]`` holds the item, with its ``id`` and
+``encrypted_content``) and another item of the same assistant message follows
+it (the API rejects a reasoning item without its following item); any other
+reasoning is omitted, since the API cannot take reasoning it did not issue.
+Assistant message ids and ``phase`` are not kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from mimo_ctx.errors import InvalidRequestError
+from mimo_ctx.messages import (
+    MAIN_AGENT,
+    FilePart,
+    Message,
+    OpaquePart,
+    Part,
+    ReasoningPart,
+    TextPart,
+    ToolPart,
+    ToolResultPart,
+)
+from mimo_ctx.providers import (
+    BOUNDARY_TEXT_SEPARATOR,
+    MessageDraft,
+    ToolCallJoiner,
+    build_messages,
+    decode_arguments,
+    encode_arguments,
+    file_mention,
+    guess_mime,
+    json_list,
+    json_object,
+    make_data_url,
+    opt_object,
+    parse_data_url,
+    tool_outcome,
+)
+from mimo_ctx.view import apply_send_rules, tool_results_by_call
+
+__all__ = [
+    "from_openai_chat",
+    "from_openai_responses",
+    "to_openai_chat",
+    "to_openai_responses",
+]
+
+
+_SYSTEM_ROLES: Final = frozenset({"system", "developer"})
+
+
+# --------------------------------------------------------------------------- #
+# Chat Completions: internal -> payload
+# --------------------------------------------------------------------------- #
+
+
+def _chat_user_parts(parts: Sequence[Part], *, boundary: bool) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            if boundary:
+                texts.append(part.text)
+            else:
+                out.append({"type": "text", "text": part.text})
+        elif isinstance(part, FilePart):
+            if part.mime.startswith("image/"):
+                out.append({"type": "image_url", "image_url": {"url": part.url}})
+            elif part.url.startswith("data:"):
+                filename = part.filename or "file"
+                out.append({"type": "file", "file": {"file_data": part.url, "filename": filename}})
+            else:
+                out.append({"type": "text", "text": file_mention(part)})
+        # Reasoning and tool parts in a user message have no Chat Completions form.
+    if texts:
+        out.insert(0, {"type": "text", "text": BOUNDARY_TEXT_SEPARATOR.join(texts)})
+    return out
+
+
+def _chat_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        text: str = parts[0]["text"]
+        return text
+    return parts
+
+
+def _chat_assistant(
+    message: Message, results: Mapping[str, ToolResultPart]
+) -> list[dict[str, Any]]:
+    texts = [p.text for p in message.parts if isinstance(p, TextPart)]
+    calls = [p for p in message.parts if isinstance(p, ToolPart)]
+    if not texts and not calls:
+        return []
+    content: str | list[dict[str, Any]] | None
+    if not texts:
+        content = None
+    elif len(texts) == 1:
+        content = texts[0]
+    else:
+        content = [{"type": "text", "text": t} for t in texts]
+    out: dict[str, Any] = {"role": "assistant", "content": content}
+    if not calls:
+        return [out]
+    out["tool_calls"] = [
+        {
+            "id": call.call_id,
+            "type": "function",
+            "function": {"name": call.tool, "arguments": encode_arguments(call.state.input)},
+        }
+        for call in calls
+    ]
+    answers = [
+        {
+            "role": "tool",
+            "tool_call_id": call.call_id,
+            "content": tool_outcome(call, results).output,
+        }
+        for call in calls
+    ]
+    return [out, *answers]
+
+
+def to_openai_chat(
+    messages: Sequence[Message], *, system: str | None = None
+) -> list[dict[str, Any]]:
+    """Internal history -> Chat Completions ``messages`` (see the module docs).
+
+    Args:
+        messages: The history to send, oldest first.
+        system: System prompt, sent first when not empty.
+
+    Returns:
+        The ``messages`` list, valid for :func:`~mimo_ctx.providers.validate.validate_request`
+        with ``format="openai-chat"``.
+    """
+    boundaries = {m.id for m in messages if m.is_boundary}
+    view = apply_send_rules(messages)
+    results = tool_results_by_call(view)
+    out: list[dict[str, Any]] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    for message in view:
+        if message.role == "assistant":
+            out.extend(_chat_assistant(message, results))
+        elif message.role == "user":
+            parts = _chat_user_parts(message.parts, boundary=message.id in boundaries)
+            if parts:
+                out.append({"role": "user", "content": _chat_content(parts)})
+        # role "tool": its results were sent right after their calls.
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# Chat Completions: payload -> internal
+# --------------------------------------------------------------------------- #
+
+
+def _text_of(content: object, where: str) -> str:
+    """Text of a string content or of the text parts of a content list (joined by newlines)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts: list[str] = []
+    for j, raw in enumerate(json_list(content, where)):
+        part = json_object(raw, f"{where}[{j}]")
+        text = part.get("text")
+        if isinstance(text, str):
+            texts.append(text)
+    return "\n".join(texts)
+
+
+def _chat_user_part(raw: object, where: str) -> Part:
+    part = json_object(raw, where)
+    kind = part.get("type")
+    if kind == "text" and isinstance(part.get("text"), str):
+        return TextPart(text=part["text"])
+    if kind == "image_url":
+        image = part.get("image_url")
+        image_map = opt_object(image)
+        url = image_map.get("url") if image_map is not None else image
+        if isinstance(url, str):
+            return FilePart(mime=guess_mime(url, "image/*"), url=url)
+    if kind == "file":
+        file = opt_object(part.get("file"))
+        if file is not None:
+            data = file.get("file_data")
+            name = file.get("filename")
+            filename = name if isinstance(name, str) else None
+            if isinstance(data, str) and data:
+                mime = guess_mime(filename or "", "application/octet-stream")
+                url = data if parse_data_url(data) is not None else make_data_url(mime, data)
+                return FilePart(mime=guess_mime(url, mime), url=url, filename=filename)
+    return OpaquePart(source="openai", kind=str(kind), data=dict(part))
+
+
+def from_openai_chat(
+    payload_messages: Sequence[Mapping[str, Any]],
+    *,
+    session_id: str,
+    agent: str = MAIN_AGENT,
+    time_ms: int | None = None,
+) -> tuple[str | None, list[Message]]:
+    """Chat Completions ``messages`` -> (system text, internal messages).
+
+    Args:
+        payload_messages: The ``messages`` list of a request (dicts).
+        session_id: Session the new messages belong to.
+        agent: Agent id of the new messages.
+        time_ms: Creation time of the new messages (epoch ms); now when None.
+
+    Returns:
+        The system / developer text (None when there was none) and the messages.
+
+    Raises:
+        InvalidRequestError: A message is malformed; the message names its index.
+    """
+    system: list[str] = []
+    drafts: list[MessageDraft] = []
+    joiner = ToolCallJoiner()
+    for i, raw in enumerate(json_list(payload_messages, "messages")):
+        where = f"messages[{i}]"
+        message = json_object(raw, where)
+        role = message.get("role")
+        content = message.get("content")
+        if role in _SYSTEM_ROLES:
+            system.append(_text_of(content, f"{where}.content"))
+        elif role == "user":
+            draft = MessageDraft("user")
+            if isinstance(content, str):
+                draft.parts.append(TextPart(text=content))
+            else:
+                for j, part in enumerate(json_list(content, f"{where}.content")):
+                    draft.parts.append(_chat_user_part(part, f"{where}.content[{j}]"))
+            drafts.append(draft)
+        elif role == "assistant":
+            draft = MessageDraft("assistant")
+            drafts.append(draft)
+            if isinstance(content, str):
+                draft.parts.append(TextPart(text=content))
+            elif content is not None:
+                for j, raw_part in enumerate(json_list(content, f"{where}.content")):
+                    part = json_object(raw_part, f"{where}.content[{j}]")
+                    text = part.get("text", part.get("refusal"))
+                    if isinstance(text, str):
+                        draft.parts.append(TextPart(text=text))
+            refusal = message.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                draft.parts.append(TextPart(text=refusal))
+            for j, raw_call in enumerate(
+                json_list(message.get("tool_calls") or [], f"{where}.tool_calls")
+            ):
+                _chat_call(joiner, draft, raw_call, f"{where}.tool_calls[{j}]")
+        elif role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise InvalidRequestError(f"{where} (tool): missing tool_call_id")
+            output = _text_of(content, f"{where}.content")
+            if not joiner.join(call_id, output):
+                drafts.append(
+                    MessageDraft("tool", [ToolResultPart(call_id=call_id, tool="", output=output)])
+                )
+        else:
+            raise InvalidRequestError(
+                f"{where}: unsupported role {role!r} (expected system, developer, user, "
+                "assistant or tool)"
+            )
+    messages = build_messages(drafts, session_id=session_id, agent=agent, time_ms=time_ms)
+    return ("\n\n".join(system) if system else None), messages
+
+
+def _chat_call(joiner: ToolCallJoiner, draft: MessageDraft, raw: object, where: str) -> None:
+    call = json_object(raw, where)
+    call_id = call.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise InvalidRequestError(f"{where}: tool call without an id")
+    function = opt_object(call.get("function"))
+    custom = opt_object(call.get("custom"))
+    if function is not None:
+        name = function.get("name")
+        arguments = function.get("arguments")
+    elif custom is not None:
+        # Custom (free-form) tool calls are read as function calls with raw input.
+        name = custom.get("name")
+        arguments = custom.get("input")
+    else:
+        raise InvalidRequestError(f"{where} ({call_id}): tool call without a function")
+    if not isinstance(name, str):
+        raise InvalidRequestError(f"{where} ({call_id}): tool call without a function name")
+    joiner.add_call(draft, call_id, name, decode_arguments(arguments))
+
+
+# --------------------------------------------------------------------------- #
+# Responses API: internal -> input items
+# --------------------------------------------------------------------------- #
+
+
+def _responses_user_content(parts: Sequence[Part], *, boundary: bool) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for part in _chat_user_parts(parts, boundary=boundary):
+        kind = part["type"]
+        if kind == "text":
+            out.append({"type": "input_text", "text": part["text"]})
+        elif kind == "image_url":
+            out.append(
+                {"type": "input_image", "image_url": part["image_url"]["url"], "detail": "auto"}
+            )
+        else:  # file
+            file: dict[str, Any] = part["file"]
+            out.append(
+                {"type": "input_file", "file_data": file["file_data"], "filename": file["filename"]}
+            )
+    return out
+
+
+def _reasoning_item(part: ReasoningPart) -> dict[str, Any] | None:
+    data = opt_object((part.provider_data or {}).get("openai"))
+    if data is None or not isinstance(data.get("id"), str):
+        return None
+    item: dict[str, Any] = {**data, "type": "reasoning"}
+    item.setdefault("summary", [])
+    return item
+
+
+def _output_items(
+    outcome_output: str, attachments: Sequence[FilePart]
+) -> str | list[dict[str, Any]]:
+    images = [a for a in attachments if a.mime.startswith("image/")]
+    if not images:
+        return outcome_output
+    return [
+        {"type": "input_text", "text": outcome_output},
+        *({"type": "input_image", "image_url": a.url, "detail": "auto"} for a in images),
+    ]
+
+
+def _responses_assistant(
+    message: Message, results: Mapping[str, ToolResultPart]
+) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    calls: list[ToolPart] = []
+    text_item: dict[str, Any] | None = None
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            if text_item is None:
+                text_item = {"type": "message", "role": "assistant", "content": []}
+                items.append(text_item)
+            text_item["content"].append(
+                {"type": "output_text", "text": part.text, "annotations": []}
+            )
+            continue
+        text_item = None
+        if isinstance(part, ReasoningPart):
+            item = _reasoning_item(part)
+            if item is not None:
+                items.append(item)
+        elif isinstance(part, ToolPart):
+            calls.append(part)
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": part.call_id,
+                    "name": part.tool,
+                    "arguments": encode_arguments(part.state.input),
+                }
+            )
+    # A reasoning item must be followed by the item it led to.
+    while items and items[-1]["type"] == "reasoning":
+        items.pop()
+    for call in calls:
+        outcome = tool_outcome(call, results)
+        items.append(
+            {
+                "type": "function_call_output",
+                "call_id": call.call_id,
+                "output": _output_items(outcome.output, outcome.attachments),
+            }
+        )
+    return items
+
+
+def to_openai_responses(
+    messages: Sequence[Message], *, system: str | None = None
+) -> list[dict[str, Any]]:
+    """Internal history -> Responses API ``input`` items (see the module docs).
+
+    Args:
+        messages: The history to send, oldest first.
+        system: System prompt, sent first as a ``system`` message item when not
+            empty (or pass it as ``instructions=`` and leave this None).
+
+    Returns:
+        The ``input`` list, valid for :func:`~mimo_ctx.providers.validate.validate_request`
+        with ``format="openai-responses"``.
+    """
+    boundaries = {m.id for m in messages if m.is_boundary}
+    view = apply_send_rules(messages)
+    results = tool_results_by_call(view)
+    out: list[dict[str, Any]] = []
+    if system:
+        out.append(
+            {
+                "type": "message",
+                "role": "system",
+                "content": [{"type": "input_text", "text": system}],
+            }
+        )
+    for message in view:
+        if message.role == "assistant":
+            out.extend(_responses_assistant(message, results))
+        elif message.role == "user":
+            content = _responses_user_content(message.parts, boundary=message.id in boundaries)
+            if content:
+                out.append({"type": "message", "role": "user", "content": content})
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# Responses API: input items -> internal
+# --------------------------------------------------------------------------- #
+
+
+def _responses_content_part(raw: object, where: str) -> Part:
+    part = json_object(raw, where)
+    kind = part.get("type")
+    text = part.get("text")
+    if kind in ("input_text", "output_text", "text") and isinstance(text, str):
+        return TextPart(text=text)
+    if kind == "refusal" and isinstance(part.get("refusal"), str):
+        return TextPart(text=part["refusal"])
+    if kind == "input_image" and isinstance(part.get("image_url"), str):
+        url: str = part["image_url"]
+        return FilePart(mime=guess_mime(url, "image/*"), url=url)
+    if kind == "input_file":
+        name = part.get("filename")
+        filename = name if isinstance(name, str) else None
+        data = part.get("file_data")
+        file_url = part.get("file_url")
+        if isinstance(data, str) and data:
+            mime = guess_mime(filename or "", "application/octet-stream")
+            url = data if parse_data_url(data) is not None else make_data_url(mime, data)
+            return FilePart(mime=guess_mime(url, mime), url=url, filename=filename)
+        if isinstance(file_url, str) and file_url:
+            return FilePart(
+                mime=guess_mime(file_url, "application/octet-stream"),
+                url=file_url,
+                filename=filename,
+            )
+    return OpaquePart(source="openai-responses", kind=str(kind), data=dict(part))
+
+
+def _responses_output(output: object, where: str) -> tuple[str, list[FilePart]]:
+    if isinstance(output, str):
+        return output, []
+    texts: list[str] = []
+    files: list[FilePart] = []
+    for j, raw in enumerate(json_list(output, where)):
+        part = _responses_content_part(raw, f"{where}[{j}]")
+        if isinstance(part, TextPart):
+            texts.append(part.text)
+        elif isinstance(part, FilePart):
+            files.append(part)
+    return "\n".join(texts), files
+
+
+def _reasoning_text(item: Mapping[str, Any]) -> str:
+    texts: list[str] = []
+    for key in ("summary", "content"):
+        value = item.get(key)
+        if isinstance(value, list):
+            entries: list[Any] = value  # pyright: ignore[reportUnknownVariableType]
+            for entry in entries:
+                entry_map = opt_object(entry)
+                if entry_map is not None and isinstance(entry_map.get("text"), str):
+                    texts.append(entry_map["text"])
+        if texts:
+            break
+    return "\n\n".join(texts)
+
+
+def from_openai_responses(
+    items: str | Sequence[Mapping[str, Any]],
+    *,
+    session_id: str,
+    agent: str = MAIN_AGENT,
+    time_ms: int | None = None,
+) -> tuple[str | None, list[Message]]:
+    """Responses API ``input`` -> (system text, internal messages).
+
+    Consecutive assistant-side items (reasoning, assistant messages, function
+    calls) form one assistant message, up to the next user message or function
+    call output. Outputs are joined into their calls; an output for no earlier
+    call is kept as a ``tool`` message. Item types without an internal form are
+    kept as :class:`OpaquePart` of the assistant message (never sent again).
+
+    Args:
+        items: The ``input`` (a string is one user message).
+        session_id: Session the new messages belong to.
+        agent: Agent id of the new messages.
+        time_ms: Creation time of the new messages (epoch ms); now when None.
+
+    Returns:
+        The system / developer text (None when there was none) and the messages.
+
+    Raises:
+        InvalidRequestError: An item is malformed; the message names its index.
+    """
+    if isinstance(items, str):
+        single = [MessageDraft("user", [TextPart(text=items)])]
+        return None, build_messages(single, session_id=session_id, agent=agent, time_ms=time_ms)
+    system: list[str] = []
+    drafts: list[MessageDraft] = []
+    joiner = ToolCallJoiner()
+    current: MessageDraft | None = None
+
+    def assistant() -> MessageDraft:
+        nonlocal current
+        if current is None:
+            current = MessageDraft("assistant")
+            drafts.append(current)
+        return current
+
+    for i, raw in enumerate(json_list(items, "input")):
+        where = f"input[{i}]"
+        item = json_object(raw, where)
+        kind = item.get("type") or ("message" if "role" in item else None)
+        if kind == "message":
+            role = item.get("role")
+            content = item.get("content")
+            if role in _SYSTEM_ROLES:
+                system.append(_text_of(content, f"{where}.content"))
+                current = None
+                continue
+            if role == "assistant":
+                draft = assistant()
+            elif role == "user":
+                current = None
+                draft = MessageDraft("user")
+                drafts.append(draft)
+            else:
+                raise InvalidRequestError(f"{where}: unsupported message role {role!r}")
+            if isinstance(content, str):
+                draft.parts.append(TextPart(text=content))
+            else:
+                for j, part in enumerate(json_list(content, f"{where}.content")):
+                    draft.parts.append(_responses_content_part(part, f"{where}.content[{j}]"))
+        elif kind == "reasoning":
+            assistant().parts.append(
+                ReasoningPart(text=_reasoning_text(item), provider_data={"openai": dict(item)})
+            )
+        elif kind == "function_call":
+            call_id = item.get("call_id")
+            name = item.get("name")
+            if not isinstance(call_id, str) or not call_id or not isinstance(name, str):
+                raise InvalidRequestError(f"{where} (function_call): missing call_id or name")
+            joiner.add_call(assistant(), call_id, name, decode_arguments(item.get("arguments")))
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise InvalidRequestError(f"{where} (function_call_output): missing call_id")
+            current = None
+            output, files = _responses_output(item.get("output"), f"{where}.output")
+            if not joiner.join(call_id, output, attachments=files):
+                drafts.append(
+                    MessageDraft("tool", [ToolResultPart(call_id=call_id, tool="", output=output)])
+                )
+        else:
+            assistant().parts.append(
+                OpaquePart(source="openai-responses", kind=str(kind), data=dict(item))
+            )
+    messages = build_messages(drafts, session_id=session_id, agent=agent, time_ms=time_ms)
+    return ("\n\n".join(system) if system else None), messages

@@ -1,0 +1,298 @@
+"""Checking an outgoing request against the provider's pairing rules, before it is sent.
+
+:func:`validate_request` catches, in one O(n) pass and without any network call,
+the mistakes that make a provider reject a request with a 400 (or, worse, make a
+model see a call without its result): tool calls without results, results
+without calls, duplicate call ids and, for Anthropic, broken turn alternation.
+It raises :class:`~mimo_ctx.errors.InvalidRequestError` naming the offending
+message index, role and call id.
+
+Payload shapes accepted (our choice: the list alone, or the request body the list
+sits in, so a wrapper can pass whatever it has):
+
+* ``openai-chat``: the ``messages`` list, or a mapping with ``messages``;
+* ``openai-responses``: the ``input`` list (or string), or a mapping with
+  ``input``;
+* ``anthropic``: the ``messages`` list, or a mapping with ``messages`` (and
+  ``system``, which is not checked).
+
+Rules checked:
+
+* ``openai-chat``: every ``tool_calls`` id of an assistant message is answered by
+  a ``tool`` message with that ``tool_call_id`` before the next non-``tool``
+  message; no ``tool`` message without an open matching call (so no second
+  answer); no call id used twice in the request;
+* ``openai-responses``: every ``function_call`` has exactly one later
+  ``function_call_output`` with its ``call_id``, every output has an earlier
+  call; call ids are unique;
+* ``anthropic``: roles are ``user`` and ``assistant`` (``system`` entries are
+  skipped), the first is ``user`` and they alternate; content is not empty
+  (except a final assistant turn) and text blocks are not blank; every
+  ``tool_use`` of an assistant turn is answered by a ``tool_result`` block of the
+  immediately following user turn, where ``tool_result`` blocks come before any
+  other block; no ``tool_result`` without a matching ``tool_use`` in the turn
+  before; ``tool_use`` ids are unique.
+
+Not checked (the provider checks them and they do not break pairing): tool
+schemas, model-specific limits, the position of thinking blocks, the contents
+of an empty request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from mimo_ctx.errors import InvalidRequestError
+from mimo_ctx.providers import opt_object
+
+__all__ = ["RequestFormat", "validate_request"]
+
+RequestFormat = Literal["openai-chat", "openai-responses", "anthropic"]
+
+
+def _fail(fmt: str, message: str) -> InvalidRequestError:
+    return InvalidRequestError(f"invalid {fmt} request: {message}")
+
+
+def _entries(payload: object, key: str, fmt: str) -> list[Any] | None:
+    """The list to check: ``payload`` itself or ``payload[key]``; None for a string input."""
+    body = opt_object(payload)
+    if body is not None:
+        if key not in body:
+            raise _fail(fmt, f"the payload mapping has no {key!r} list")
+        payload = body[key]
+    if isinstance(payload, str):
+        if fmt == "openai-responses":
+            return None
+        raise _fail(fmt, f"{key} must be a list, got a string")
+    if isinstance(payload, bytes) or not isinstance(payload, Sequence):
+        raise _fail(fmt, f"{key} must be a list, got {type(payload).__name__}")
+    return list(payload)  # pyright: ignore[reportUnknownArgumentType]
+
+
+def _entry(fmt: str, value: object, where: str) -> Mapping[str, Any]:
+    found = opt_object(value)
+    if found is None:
+        raise _fail(fmt, f"{where} is not an object (got {type(value).__name__})")
+    return found
+
+
+def _blocks(fmt: str, content: object, where: str) -> list[Mapping[str, Any]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, bytes) or not isinstance(content, Sequence):
+        raise _fail(fmt, f"{where} content must be a string or a list of blocks")
+    items: Sequence[Any] = content  # pyright: ignore[reportUnknownVariableType]
+    return [_entry(fmt, b, f"{where} block {j}") for j, b in enumerate(items)]
+
+
+def _validate_openai_chat(messages: list[Any]) -> None:
+    fmt = "openai-chat"
+    open_calls: dict[str, int] = {}  # call id -> index of the calling message
+    seen: set[str] = set()
+    for i, raw in enumerate(messages):
+        message = _entry(fmt, raw, f"message {i}")
+        role = message.get("role")
+        if not isinstance(role, str):
+            raise _fail(fmt, f"message {i} has no role")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id in open_calls:
+                del open_calls[call_id]
+                continue
+            if call_id in seen:
+                raise _fail(fmt, f"message {i} (tool) answers call {call_id!r} a second time")
+            raise _fail(
+                fmt,
+                f"message {i} (tool) answers call {call_id!r}, which no earlier "
+                "assistant message made",
+            )
+        if open_calls:
+            call_id, at = next(iter(open_calls.items()))
+            raise _fail(
+                fmt,
+                f"tool call {call_id!r} of message {at} (assistant) has no tool message "
+                f"before message {i} ({role})",
+            )
+        if role != "assistant":
+            continue
+        calls: object = message.get("tool_calls")
+        if calls is None:
+            continue
+        if isinstance(calls, str | bytes) or not isinstance(calls, Sequence):
+            raise _fail(fmt, f"message {i} (assistant) tool_calls must be a list")
+        call_list: Sequence[Any] = calls  # pyright: ignore[reportUnknownVariableType]
+        for j, raw_call in enumerate(call_list):
+            call = _entry(fmt, raw_call, f"message {i} (assistant) tool call {j}")
+            call_id = call.get("id")
+            if not isinstance(call_id, str) or not call_id:
+                raise _fail(fmt, f"message {i} (assistant) tool call {j} has no id")
+            if call_id in seen:
+                raise _fail(fmt, f"message {i} (assistant) reuses tool call id {call_id!r}")
+            seen.add(call_id)
+            open_calls[call_id] = i
+    if open_calls:
+        call_id, at = next(iter(open_calls.items()))
+        raise _fail(fmt, f"tool call {call_id!r} of message {at} (assistant) has no tool message")
+
+
+def _validate_openai_responses(items: list[Any]) -> None:
+    fmt = "openai-responses"
+    open_calls: dict[str, int] = {}
+    seen: set[str] = set()
+    for i, raw in enumerate(items):
+        item = _entry(fmt, raw, f"item {i}")
+        kind = item.get("type")
+        if kind == "function_call":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise _fail(fmt, f"item {i} (function_call) has no call_id")
+            if call_id in seen:
+                raise _fail(fmt, f"item {i} (function_call) reuses call_id {call_id!r}")
+            seen.add(call_id)
+            open_calls[call_id] = i
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if call_id in open_calls:
+                del open_calls[call_id]
+            elif call_id in seen:
+                raise _fail(
+                    fmt, f"item {i} (function_call_output) answers call_id {call_id!r} twice"
+                )
+            else:
+                raise _fail(
+                    fmt,
+                    f"item {i} (function_call_output) answers call_id {call_id!r}, which no "
+                    "earlier function_call made",
+                )
+    if open_calls:
+        call_id, at = next(iter(open_calls.items()))
+        raise _fail(
+            fmt,
+            f"item {at} (function_call) call_id {call_id!r} has no later function_call_output",
+        )
+
+
+def _validate_anthropic(messages: list[Any]) -> None:
+    fmt = "anthropic"
+    previous: str | None = None
+    previous_index = -1
+    open_calls: dict[str, int] = {}  # tool_use id -> index of the assistant turn
+    seen: set[str] = set()
+    last = len(messages) - 1
+    for i, raw in enumerate(messages):
+        message = _entry(fmt, raw, f"message {i}")
+        role = message.get("role")
+        if role == "system":
+            continue
+        if role not in ("user", "assistant"):
+            raise _fail(fmt, f"message {i} has role {role!r} (expected user or assistant)")
+        if previous is None and role != "user":
+            raise _fail(fmt, f"the first message (message {i}) is {role}, not user")
+        if role == previous:
+            raise _fail(
+                fmt, f"message {i} ({role}) follows message {previous_index} of the same role"
+            )
+        blocks = _blocks(fmt, message.get("content"), f"message {i} ({role})")
+        if not blocks and not (role == "assistant" and i == last):
+            raise _fail(fmt, f"message {i} ({role}) has empty content")
+        if role == "user":
+            _check_user_turn(fmt, i, blocks, open_calls, previous_index)
+        else:
+            for j, block in enumerate(blocks):
+                kind = block.get("type")
+                if kind == "tool_result":
+                    raise _fail(fmt, f"message {i} (assistant) block {j} is a tool_result")
+                if kind == "tool_use":
+                    call_id = block.get("id")
+                    if not isinstance(call_id, str) or not call_id:
+                        raise _fail(fmt, f"message {i} (assistant) block {j} tool_use has no id")
+                    if call_id in seen:
+                        raise _fail(fmt, f"message {i} (assistant) reuses tool_use id {call_id!r}")
+                    seen.add(call_id)
+                    open_calls[call_id] = i
+                _check_text(fmt, i, role, j, block)
+        previous, previous_index = role, i
+    if open_calls:
+        call_id, at = next(iter(open_calls.items()))
+        raise _fail(
+            fmt,
+            f"tool_use {call_id!r} of message {at} (assistant) has no tool_result "
+            "(no user message follows)",
+        )
+
+
+def _check_text(fmt: str, i: int, role: str, j: int, block: Mapping[str, Any]) -> None:
+    if block.get("type") == "text":
+        text = block.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise _fail(fmt, f"message {i} ({role}) block {j} is an empty or blank text block")
+
+
+def _check_user_turn(
+    fmt: str,
+    i: int,
+    blocks: list[Mapping[str, Any]],
+    open_calls: dict[str, int],
+    previous_index: int,
+) -> None:
+    results_done = False
+    for j, block in enumerate(blocks):
+        if block.get("type") != "tool_result":
+            results_done = True
+            _check_text(fmt, i, "user", j, block)
+            continue
+        call_id = block.get("tool_use_id")
+        if results_done:
+            raise _fail(
+                fmt,
+                f"message {i} (user) block {j}: tool_result {call_id!r} comes after a "
+                "non-tool_result block (tool_result blocks must come first)",
+            )
+        if call_id not in open_calls:
+            raise _fail(
+                fmt,
+                f"message {i} (user) block {j}: tool_result {call_id!r} answers no tool_use "
+                f"of the message before (message {previous_index})",
+            )
+        del open_calls[call_id]
+    if open_calls:
+        call_id, at = next(iter(open_calls.items()))
+        raise _fail(
+            fmt,
+            f"tool_use {call_id!r} of message {at} (assistant) has no tool_result in the "
+            f"next message (message {i}, user)",
+        )
+
+
+def validate_request(payload: object, *, format: RequestFormat) -> None:
+    """Check an outgoing request against the provider's rules (see the module docs).
+
+    Args:
+        payload: The message list (or the request mapping holding it).
+        format: ``"openai-chat"``, ``"openai-responses"`` or ``"anthropic"``.
+
+    Raises:
+        InvalidRequestError: A rule is broken; the message names the message
+            index, its role and the call id.
+    """
+    if format == "openai-chat":
+        entries = _entries(payload, "messages", format)
+        assert entries is not None  # only Responses accepts a string input
+        _validate_openai_chat(entries)
+    elif format == "openai-responses":
+        entries = _entries(payload, "input", format)
+        if entries is not None:
+            _validate_openai_responses(entries)
+    elif format == "anthropic":
+        entries = _entries(payload, "messages", format)
+        assert entries is not None
+        _validate_anthropic(entries)
+    else:
+        raise InvalidRequestError(
+            f"unknown request format {format!r} (expected openai-chat, openai-responses "
+            "or anthropic)"
+        )
