@@ -1,0 +1,386 @@
+"""The memory directory: layout, safe paths, text reads and atomic writes (SPEC A13, R5.6).
+
+Layout (SPEC A13; every path is under one *memory root*)::
+
+    <root>/sessions/<session_id>/checkpoint.md
+    <root>/sessions/<session_id>/checkpoint-<topic>.md      overflow files (A14)
+    <root>/sessions/<session_id>/notes.md
+    <root>/sessions/<session_id>/tasks/<task_id>/progress.md
+    <root>/projects/<project_id>/MEMORY.md
+    <root>/global/MEMORY.md
+
+Safety. Nothing here ever touches a path outside the root (SPEC R5.6):
+
+* ids used as path components (session, project and task ids) must be a single
+  plain component — not empty, no ``/`` or ``\\``, not ``.`` or ``..``, no NUL —
+  else :class:`~mimo_ctx.errors.PathEscapeError`;
+* :meth:`MemoryLayout.resolve` refuses absolute paths, any ``..`` component, and
+  paths that leave the root through a symlink;
+* :func:`list_memory_files` does not descend into symlinked directories and lists
+  a symlinked file only when its target is a regular file inside the root, so
+  each file is listed once, under one path.
+
+Reads and writes are async: :func:`read_text` reads through ``aiofiles`` in
+bounded chunks; :func:`write_text_atomic` and :func:`list_memory_files` do their
+blocking work in a worker thread (:func:`anyio.to_thread.run_sync`).
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import io
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
+from typing import Final
+
+import aiofiles
+import anyio.to_thread
+
+from mimo_ctx.errors import PathEscapeError
+
+__all__ = [
+    "CHECKPOINT_LEARNING_PREFIX",
+    "MemoryLayout",
+    "list_memory_files",
+    "read_text",
+    "write_text_atomic",
+]
+
+CHECKPOINT_LEARNING_PREFIX: Final = "checkpoint-learning"
+"""Files named ``checkpoint-learning*.md`` are the writer's scratch notes of what it
+learnt; like the original, the memory keys index never lists them (SPEC A6)."""
+
+_SNIFF_BYTES: Final = 8192
+_CHUNK_BYTES: Final = 65536
+_TEMP_SUFFIX: Final = ".tmp"
+
+
+def _check_component(value: str, what: str) -> str:
+    """Return ``value`` if it is safe as one path component, else raise."""
+    if not isinstance(value, str) or not value:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise PathEscapeError(f"{what} must be a non-empty string, got {value!r}")
+    if value in (".", "..") or "/" in value or "\\" in value or "\x00" in value:
+        raise PathEscapeError(
+            f"{what} {value!r} cannot be used as a path component "
+            "(it must not be '.' or '..' or contain '/', '\\' or NUL)"
+        )
+    return value
+
+
+class MemoryLayout:
+    """Where memory files live under one root (SPEC A13).
+
+    Path methods only compute paths; they create nothing. The root is made
+    absolute and its symlinks resolved once, at construction, so containment
+    checks compare real paths.
+
+    Args:
+        root: The memory root directory (it need not exist yet).
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self._root = Path(os.path.realpath(os.fspath(root)))
+
+    def __repr__(self) -> str:
+        return f"MemoryLayout({str(self._root)!r})"
+
+    @property
+    def root(self) -> Path:
+        """The absolute, symlink-free memory root."""
+        return self._root
+
+    # -- session ----------------------------------------------------------------------------
+    def session_dir(self, session_id: str) -> Path:
+        """``<root>/sessions/<session_id>``."""
+        return self._root / "sessions" / _check_component(session_id, "session id")
+
+    def checkpoint_path(self, session_id: str) -> Path:
+        """``<root>/sessions/<session_id>/checkpoint.md``."""
+        return self.session_dir(session_id) / "checkpoint.md"
+
+    def notes_path(self, session_id: str) -> Path:
+        """``<root>/sessions/<session_id>/notes.md``."""
+        return self.session_dir(session_id) / "notes.md"
+
+    def tasks_dir(self, session_id: str) -> Path:
+        """``<root>/sessions/<session_id>/tasks``."""
+        return self.session_dir(session_id) / "tasks"
+
+    def task_progress_path(self, session_id: str, task_id: str) -> Path:
+        """``<root>/sessions/<session_id>/tasks/<task_id>/progress.md`` (SPEC A16)."""
+        return self.tasks_dir(session_id) / _check_component(task_id, "task id") / "progress.md"
+
+    # -- project and global -----------------------------------------------------------------
+    def project_dir(self, project_id: str) -> Path:
+        """``<root>/projects/<project_id>``."""
+        return self._root / "projects" / _check_component(project_id, "project id")
+
+    def project_memory_path(self, project_id: str) -> Path:
+        """``<root>/projects/<project_id>/MEMORY.md``."""
+        return self.project_dir(project_id) / "MEMORY.md"
+
+    def global_dir(self) -> Path:
+        """``<root>/global``."""
+        return self._root / "global"
+
+    def global_memory_path(self) -> Path:
+        """``<root>/global/MEMORY.md``."""
+        return self.global_dir() / "MEMORY.md"
+
+    # -- safe paths -------------------------------------------------------------------------
+    def contains(self, path: str | os.PathLike[str]) -> bool:
+        """Whether ``path``'s real location (symlinks resolved) is the root or inside it."""
+        return Path(os.path.realpath(os.fspath(path))).is_relative_to(self._root)
+
+    def resolve(self, relative: str | os.PathLike[str]) -> Path:
+        """Turn a path relative to the root into an absolute path under the root.
+
+        ``.`` components are dropped; the result keeps the caller's spelling (it is
+        not symlink-resolved), but its real location is checked to be inside the root.
+        This touches the file system (to follow symlinks) but does not block for long.
+
+        Args:
+            relative: A relative path such as ``sessions/ses_1/notes.md``; ``/`` is the
+                separator on every platform.
+
+        Raises:
+            PathEscapeError: ``relative`` is absolute, contains a ``..`` component or a
+                NUL character, or leads outside the root through a symlink.
+        """
+        text = os.fspath(relative)
+        if "\x00" in text:
+            raise PathEscapeError(f"memory path {text!r} contains a NUL character")
+        if (
+            PurePosixPath(text).is_absolute()
+            or PureWindowsPath(text).anchor
+            or PurePath(text).is_absolute()
+        ):
+            raise PathEscapeError(f"memory path {text!r} is absolute; expected a relative path")
+        parts = PurePath(text).parts
+        if ".." in parts or ".." in PurePosixPath(text).parts:
+            raise PathEscapeError(f"memory path {text!r} contains '..'")
+        candidate = self._root.joinpath(*parts)
+        if not self.contains(candidate):
+            raise PathEscapeError(
+                f"memory path {text!r} leads outside the memory root {str(self._root)!r} "
+                "through a symlink"
+            )
+        return candidate
+
+    def relative(self, path: str | os.PathLike[str]) -> str:
+        """Return ``path`` relative to the root, as a POSIX path (``.`` for the root).
+
+        An absolute path must be inside the root; a relative one is taken as
+        relative to the root and checked as :meth:`resolve` does.
+
+        Raises:
+            PathEscapeError: ``path`` is (or leads through a symlink) outside the root.
+        """
+        text = os.fspath(path)
+        if "\x00" in text:
+            raise PathEscapeError(f"memory path {text!r} contains a NUL character")
+        given = Path(text)
+        if not given.is_absolute():
+            resolved = self.resolve(given)
+            return resolved.relative_to(self._root).as_posix()
+        lexical = Path(os.path.normpath(given))
+        if lexical.is_relative_to(self._root):
+            inside = lexical
+        else:
+            # The caller may spell the root differently (through a symlink such as
+            # macOS's /tmp -> /private/tmp); its real location decides.
+            inside = Path(os.path.realpath(given))
+            if not inside.is_relative_to(self._root):
+                raise PathEscapeError(
+                    f"path {text!r} is outside the memory root {str(self._root)!r}"
+                )
+        if not self.contains(inside):
+            raise PathEscapeError(
+                f"path {text!r} leads outside the memory root {str(self._root)!r} through a symlink"
+            )
+        return inside.relative_to(self._root).as_posix()
+
+
+async def read_text(path: str | os.PathLike[str], *, max_chars: int | None = None) -> str | None:
+    """Read a memory file as text.
+
+    Decoding: UTF-8 (a leading byte-order mark is dropped); invalid bytes become
+    U+FFFD; line endings are normalised to ``\\n`` as in Python's text mode.
+
+    Args:
+        path: The file.
+        max_chars: Return at most this many characters; only about that much of the
+            file is read, so huge files cost bounded memory.
+
+    Returns:
+        The text, or ``None`` when there is no such file (missing, or a directory)
+        or it is not a text file (a NUL byte in its first 8 KiB).
+
+    Raises:
+        ValueError: ``max_chars`` is negative.
+        OSError: The file exists but cannot be read (permissions, I/O error).
+    """
+    if max_chars is not None and max_chars < 0:
+        raise ValueError(f"max_chars must be >= 0, got {max_chars!r}")
+    try:
+        async with aiofiles.open(os.fspath(path), "rb") as handle:
+            chunk: bytes = await handle.read(_SNIFF_BYTES)
+            if b"\x00" in chunk:
+                return None
+            decoder = io.IncrementalNewlineDecoder(
+                codecs.getincrementaldecoder("utf-8-sig")(errors="replace"), translate=True
+            )
+            pieces: list[str] = []
+            have = 0
+            while True:
+                text = decoder.decode(chunk, final=not chunk)
+                pieces.append(text)
+                have += len(text)
+                if not chunk or (max_chars is not None and have >= max_chars):
+                    break
+                chunk = await handle.read(_CHUNK_BYTES)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    result = "".join(pieces)
+    return result if max_chars is None else result[:max_chars]
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    directory = path.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    # A dot-name ending in .tmp: never listed as a memory file, even if a crash
+    # leaves it behind.
+    temp = directory / f".{path.name}.{secrets.token_hex(6)}{_TEMP_SUFFIX}"
+    # 0o666 minus the umask, like a file opened normally; O_EXCL: never reuse a file.
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        with contextlib.suppress(FileNotFoundError):
+            # Keep the mode of the file being replaced.
+            os.chmod(temp, stat.S_IMODE(os.stat(path).st_mode))
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: Path) -> None:
+    # Makes the rename itself durable on POSIX; not possible (nor needed) on Windows.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+async def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Replace a file's content atomically: readers see the old text or the new, never a mix.
+
+    Writes UTF-8 to a temporary file in the same directory, flushes it to disk,
+    then renames it over ``path``. Parent directories are created. On any failure
+    the old file is left intact and the temporary file removed.
+
+    Args:
+        path: The file to write.
+        text: Its new content, written as given (no newline translation).
+
+    Raises:
+        UnicodeEncodeError: ``text`` holds a lone surrogate (nothing is written).
+        OSError: The directory or file cannot be written.
+    """
+    data = text.encode("utf-8")
+    await anyio.to_thread.run_sync(_write_atomic, Path(os.fspath(path)), data)
+
+
+def _is_listed(name: str) -> bool:
+    return (
+        name.endswith(".md")
+        and not name.startswith(CHECKPOINT_LEARNING_PREFIX)
+        and not name.startswith(".")
+    )
+
+
+def _walk_markdown(layout: MemoryLayout, top: Path) -> Iterator[Path]:
+    """Yield the listable ``*.md`` files under ``top``, never leaving the root."""
+    if not top.is_dir() or not layout.contains(top):
+        return
+    stack = [top]
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue  # vanished or unreadable: list what can be listed
+        for entry in entries:
+            try:
+                if entry.is_symlink():
+                    # Symlinked directories are not followed (no loops, no duplicates);
+                    # a symlinked file counts only if its target is inside the root.
+                    if _is_listed(entry.name) and entry.is_file() and layout.contains(entry.path):
+                        yield Path(entry.path)
+                elif entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False) and _is_listed(entry.name):
+                    yield Path(entry.path)
+            except OSError:
+                continue
+
+
+def _list_memory_files(layout: MemoryLayout, session_id: str, project_id: str | None) -> list[str]:
+    tops = [layout.session_dir(session_id)]
+    excluded = {layout.checkpoint_path(session_id), layout.global_memory_path()}
+    if project_id is not None:
+        tops.append(layout.project_dir(project_id))
+        excluded.add(layout.project_memory_path(project_id))
+    tops.append(layout.global_dir())
+    found: set[str] = set()
+    for top in tops:
+        for path in _walk_markdown(layout, top):
+            if path not in excluded:
+                found.add(path.relative_to(layout.root).as_posix())
+    return sorted(found)
+
+
+async def list_memory_files(
+    layout: MemoryLayout, *, session_id: str, project_id: str | None
+) -> list[str]:
+    """List the memory files the ``# Memory keys index`` section shows (SPEC R5.6, A6).
+
+    Every ``*.md`` file under the session's directory, the project's directory and
+    the global directory, recursively, as POSIX paths relative to the root, sorted.
+    Read from the disk each time, so files written by anything appear. Not listed:
+
+    * the files the rebuild body already injects: the session's ``checkpoint.md``,
+      the project's ``MEMORY.md`` and the global ``MEMORY.md`` (only those exact
+      paths; a ``MEMORY.md`` deeper down is listed);
+    * checkpoint "learning" files, ``checkpoint-learning*.md`` (A6);
+    * hidden files (``.name.md``), e.g. editor and temporary files;
+    * anything reached through a symlinked directory, and symlinked files whose
+      target is not a regular file inside the root.
+
+    Checkpoint overflow files (``checkpoint-<topic>.md``), ``notes.md`` and task
+    ``progress.md`` files are listed.
+
+    Args:
+        layout: The memory layout.
+        session_id: The session whose directory is listed.
+        project_id: The session's project, or ``None`` for none.
+
+    Raises:
+        PathEscapeError: ``session_id`` or ``project_id`` is not a safe path component.
+    """
+    return await anyio.to_thread.run_sync(_list_memory_files, layout, session_id, project_id)
