@@ -205,6 +205,13 @@ class MemoryLayout:
         return inside.relative_to(self._root).as_posix()
 
 
+def _open_nonblocking(path: str, flags: int) -> int:
+    # Opening a FIFO for reading blocks until a writer appears; O_NONBLOCK makes the
+    # open return at once (it changes nothing for regular files), and read_text then
+    # refuses anything that is not a regular file.
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+
+
 async def read_text(path: str | os.PathLike[str], *, max_chars: int | None = None) -> str | None:
     """Read a memory file as text.
 
@@ -217,8 +224,9 @@ async def read_text(path: str | os.PathLike[str], *, max_chars: int | None = Non
             file is read, so huge files cost bounded memory.
 
     Returns:
-        The text, or ``None`` when there is no such file (missing, or a directory)
-        or it is not a text file (a NUL byte in its first 8 KiB).
+        The text, or ``None`` when there is no such file (missing, or a directory),
+        it is not a regular file (a FIFO, a device), or it is not a text file (a
+        NUL byte in its first 8 KiB).
 
     Raises:
         ValueError: ``max_chars`` is negative.
@@ -227,7 +235,9 @@ async def read_text(path: str | os.PathLike[str], *, max_chars: int | None = Non
     if max_chars is not None and max_chars < 0:
         raise ValueError(f"max_chars must be >= 0, got {max_chars!r}")
     try:
-        async with aiofiles.open(os.fspath(path), "rb") as handle:
+        async with aiofiles.open(os.fspath(path), "rb", opener=_open_nonblocking) as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None  # a FIFO or a device: reading could block or never end
             chunk: bytes = await handle.read(_SNIFF_BYTES)
             if b"\x00" in chunk:
                 return None
@@ -311,7 +321,18 @@ def _is_listed(name: str) -> bool:
         name.endswith(".md")
         and not name.startswith(CHECKPOINT_LEARNING_PREFIX)
         and not name.startswith(".")
+        and _is_utf8_name(name)
     )
+
+
+def _is_utf8_name(name: str) -> bool:
+    # A name whose bytes are not UTF-8 reaches Python with surrogate escapes; it
+    # could not be shown to a model or stored as JSON, so it is not listed.
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _walk_markdown(layout: MemoryLayout, top: Path) -> Iterator[Path]:

@@ -262,6 +262,18 @@ async def test_read_text_binary_file_is_none(root: Path) -> None:
     assert await read_text(path) is None
 
 
+@posix_only
+async def test_read_text_fifo_and_device_are_none(root: Path) -> None:
+    fifo = root / "pipe.md"
+    os.mkfifo(fifo)
+    # Without a writer, opening a FIFO for reading would block forever.
+    with anyio.fail_after(10):
+        assert await read_text(fifo) is None
+    device = root / "null.md"
+    device.symlink_to("/dev/null")
+    assert await read_text(device) is None
+
+
 async def test_read_text_nul_after_the_first_8_kib_is_text(root: Path) -> None:
     path = root / "late-nul.md"
     path.write_bytes(b"a" * 8192 + b"\x00b")
@@ -295,15 +307,20 @@ async def test_read_text_max_chars_reads_a_bounded_amount(
         def __init__(self, handle: Any) -> None:
             self._handle = handle
 
+        def fileno(self) -> int:
+            fd: int = self._handle.fileno()
+            return fd
+
         async def read(self, size: int = -1) -> bytes:
             data: bytes = await self._handle.read(size)
             read_bytes.append(len(data))
             return data
 
     @asynccontextmanager
-    async def counting_open(file: str, mode: str = "rb") -> AsyncGenerator[_Counting]:
+    async def counting_open(file: str, mode: str, **kwargs: Any) -> AsyncGenerator[_Counting]:
         assert mode == "rb"
-        async with real_open(file, "rb") as handle:
+        opener: Callable[[str, int], int] = kwargs["opener"]
+        async with real_open(file, "rb", opener=opener) as handle:
             yield _Counting(handle)
 
     monkeypatch.setattr(memory.aiofiles, "open", counting_open)
@@ -505,6 +522,19 @@ async def test_r5_6_list_memory_files_never_leaves_the_root(
         "projects/p1/architecture.md",
         "sessions/s1/link-in.md",
         "sessions/s1/notes.md",
+    ]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs a file system accepting any bytes")
+async def test_list_memory_files_skips_names_that_are_not_utf8(
+    layout: MemoryLayout, root: Path
+) -> None:
+    session = layout.session_dir("s1")
+    session.mkdir(parents=True)
+    _write(session / "fine.md")
+    (session / os.fsdecode(b"bad-\xff.md")).write_text("x", encoding="utf-8")
+    assert await list_memory_files(layout, session_id="s1", project_id=None) == [
+        "sessions/s1/fine.md"
     ]
 
 
