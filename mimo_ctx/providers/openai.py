@@ -36,12 +36,14 @@ Responses API (:func:`to_openai_responses`, :func:`from_openai_responses`):
 items ``message`` (``input_text`` for user and system text, ``output_text`` for
 assistant text), ``function_call`` / ``function_call_output`` (every output
 after all the calls of its assistant message, in call order) and ``reasoning``.
-A reasoning item is sent only when it came from the Responses API (the part's
-``provider_data["openai"]`` holds the item, with its ``id`` and
-``encrypted_content``) and another item of the same assistant message follows
-it (the API rejects a reasoning item without its following item); any other
-reasoning is omitted, since the API cannot take reasoning it did not issue.
-Assistant message ids and ``phase`` are not kept.
+The API pairs a reasoning item with the item right after it, by that item's
+``id``. So a reasoning item is sent only when it came from the Responses API
+(the part's ``provider_data["openai"]`` holds the item: ``id``, ``summary``,
+``encrypted_content``...) and the item it led to follows it again: that item is
+sent with the id :func:`from_openai_responses` recorded for it
+(``provider_data["openai_following"]``). Any other reasoning is omitted, since
+the API rejects reasoning it did not issue or cannot pair. Item ids are kept
+only there; assistant ``phase`` is not kept.
 """
 
 from __future__ import annotations
@@ -88,6 +90,9 @@ __all__ = [
 
 
 _SYSTEM_ROLES: Final = frozenset({"system", "developer"})
+
+_FOLLOWING_KEY: Final = "openai_following"
+"""``ReasoningPart.provider_data`` key of the item a Responses reasoning item led to."""
 
 
 # --------------------------------------------------------------------------- #
@@ -354,13 +359,41 @@ def _responses_user_content(parts: Sequence[Part], *, boundary: bool) -> list[di
     return out
 
 
-def _reasoning_item(part: ReasoningPart) -> dict[str, Any] | None:
+def _reasoning_item(part: ReasoningPart) -> tuple[dict[str, Any], Mapping[str, Any]] | None:
+    """The Responses reasoning item of a part and the item that must follow it, if known."""
     data = opt_object((part.provider_data or {}).get("openai"))
-    if data is None or not isinstance(data.get("id"), str):
+    following = opt_object((part.provider_data or {}).get(_FOLLOWING_KEY))
+    if data is None or following is None or not isinstance(data.get("id"), str):
         return None
     item: dict[str, Any] = {**data, "type": "reasoning"}
     item.setdefault("summary", [])
-    return item
+    return item, following
+
+
+def _pair_reasoning(items: list[dict[str, Any]], following: dict[int, Mapping[str, Any]]) -> None:
+    """Keep a reasoning item only when the item it led to comes right after it.
+
+    The API pairs a reasoning item with the next item by that item's id, so the
+    id recorded by :func:`from_openai_responses` is put back on it; a reasoning
+    item whose following item is gone (or differs) is dropped, as the API would
+    reject it.
+    """
+    keep: list[dict[str, Any]] = []
+    for index, item in enumerate(items):
+        if item["type"] != "reasoning":
+            keep.append(item)
+            continue
+        expected = following[index]
+        after = items[index + 1] if index + 1 < len(items) else None
+        if after is None or after["type"] != expected.get("type"):
+            continue
+        if after["type"] == "function_call" and after["call_id"] != expected.get("call_id"):
+            continue
+        after["id"] = expected["id"]
+        if after["type"] == "message":
+            after["status"] = "completed"
+        keep.append(item)
+    items[:] = keep
 
 
 def _output_items(
@@ -379,6 +412,7 @@ def _responses_assistant(
     message: Message, results: Mapping[str, ToolResultPart]
 ) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
+    following: dict[int, Mapping[str, Any]] = {}  # reasoning item index -> its next item
     calls: list[ToolPart] = []
     text_item: dict[str, Any] | None = None
     for part in message.parts:
@@ -392,9 +426,10 @@ def _responses_assistant(
             continue
         text_item = None
         if isinstance(part, ReasoningPart):
-            item = _reasoning_item(part)
-            if item is not None:
-                items.append(item)
+            found = _reasoning_item(part)
+            if found is not None:
+                following[len(items)] = found[1]
+                items.append(found[0])
         elif isinstance(part, ToolPart):
             calls.append(part)
             items.append(
@@ -405,9 +440,7 @@ def _responses_assistant(
                     "arguments": encode_arguments(part.state.input),
                 }
             )
-    # A reasoning item must be followed by the item it led to.
-    while items and items[-1]["type"] == "reasoning":
-        items.pop()
+    _pair_reasoning(items, following)
     for call in calls:
         outcome = tool_outcome(call, results)
         items.append(
@@ -519,6 +552,21 @@ def _reasoning_text(item: Mapping[str, Any]) -> str:
     return "\n\n".join(texts)
 
 
+def _record_following(reasoning: ReasoningPart, kind: object, item: Mapping[str, Any]) -> None:
+    """Remember the id of the item a reasoning item led to (the API pairs them by it)."""
+    item_id = item.get("id")
+    if not isinstance(item_id, str) or reasoning.provider_data is None:
+        return
+    if kind == "function_call":
+        following = {"type": "function_call", "id": item_id, "call_id": item.get("call_id")}
+    elif kind == "message" and item.get("role") == "assistant":
+        following = {"type": "message", "id": item_id}
+    else:
+        return
+    # The part is still being built here, so setting its data in place is safe.
+    reasoning.provider_data[_FOLLOWING_KEY] = following
+
+
 def from_openai_responses(
     items: str | Sequence[Mapping[str, Any]],
     *,
@@ -561,10 +609,14 @@ def from_openai_responses(
             drafts.append(current)
         return current
 
+    awaiting: ReasoningPart | None = None  # the reasoning item just read
     for i, raw in enumerate(json_list(items, "input")):
         where = f"input[{i}]"
         item = json_object(raw, where)
         kind = item.get("type") or ("message" if "role" in item else None)
+        if awaiting is not None:
+            _record_following(awaiting, kind, item)
+            awaiting = None
         if kind == "message":
             role = item.get("role")
             content = item.get("content")
@@ -586,9 +638,12 @@ def from_openai_responses(
                 for j, part in enumerate(json_list(content, f"{where}.content")):
                     draft.parts.append(_responses_content_part(part, f"{where}.content[{j}]"))
         elif kind == "reasoning":
-            assistant().parts.append(
-                ReasoningPart(text=_reasoning_text(item), provider_data={"openai": dict(item)})
-            )
+            # None values (``content: null`` of a dumped SDK object) are not sent back.
+            stored = {k: v for k, v in item.items() if v is not None}
+            reasoning = ReasoningPart(text=_reasoning_text(item), provider_data={"openai": stored})
+            assistant().parts.append(reasoning)
+            awaiting = reasoning
+            continue
         elif kind == "function_call":
             call_id = item.get("call_id")
             name = item.get("name")

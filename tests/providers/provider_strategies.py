@@ -141,7 +141,8 @@ def openai_responses_payloads(draw: st.DrawFn) -> list[dict[str, Any]]:
             # Only the last step of a turn may end without calls (a model stops there).
             n_calls = draw(st.integers(0 if last else 1, 3))
             has_text = n_calls == 0 or draw(st.booleans())
-            if draw(st.booleans()):
+            reasoning = draw(st.booleans())
+            if reasoning:
                 n = next(ids)
                 out.append(
                     {
@@ -151,8 +152,9 @@ def openai_responses_payloads(draw: st.DrawFn) -> list[dict[str, Any]]:
                         "encrypted_content": f"enc{n}",
                     }
                 )
+            step_items: list[dict[str, Any]] = []
             if has_text:
-                out.append(
+                step_items.append(
                     {
                         "type": "message",
                         "role": "assistant",
@@ -162,7 +164,7 @@ def openai_responses_payloads(draw: st.DrawFn) -> list[dict[str, Any]]:
                     }
                 )
             call_ids = [f"call_{next(ids)}" for _ in range(n_calls)]
-            out.extend(
+            step_items.extend(
                 {
                     "type": "function_call",
                     "call_id": cid,
@@ -171,6 +173,13 @@ def openai_responses_payloads(draw: st.DrawFn) -> list[dict[str, Any]]:
                 }
                 for cid in call_ids
             )
+            if reasoning:
+                # The API pairs a reasoning item with the next item by its id.
+                first = step_items[0]
+                first["id"] = f"{'msg' if first['type'] == 'message' else 'fc'}_{next(ids)}"
+                if first["type"] == "message":
+                    first["status"] = "completed"
+            out.extend(step_items)
             out.extend(
                 {"type": "function_call_output", "call_id": cid, "output": draw(any_texts)}
                 for cid in call_ids

@@ -278,7 +278,8 @@ def test_responses_golden() -> None:
                 "id": "rs_1",
                 "summary": [{"type": "summary_text", "text": "plan"}],
                 "encrypted_content": "E",
-            }
+            },
+            "openai_following": {"type": "message", "id": "msg_1"},
         },
     )
     image = FilePart(mime="image/png", url="data:image/png;base64,AAAA")
@@ -287,9 +288,8 @@ def test_responses_golden() -> None:
         _msg(
             "assistant",
             [
-                ReasoningPart(
-                    text="anthropic thinking", signature="sig"
-                ),  # not Responses': omitted
+                # Anthropic's thinking is not the Responses API's: omitted.
+                ReasoningPart(text="anthropic thinking", signature="sig"),
                 openai_reasoning,
                 TextPart(text="Reading."),
                 _call("c1", ToolStateCompleted(input={"p": 1}, output="data", attachments=[image])),
@@ -322,6 +322,8 @@ def test_responses_golden() -> None:
             "type": "message",
             "role": "assistant",
             "content": [{"type": "output_text", "text": "Reading.", "annotations": []}],
+            "id": "msg_1",
+            "status": "completed",
         },
         {"type": "function_call", "call_id": "c1", "name": "read", "arguments": '{"p":1}'},
         {
@@ -343,6 +345,93 @@ def test_responses_golden() -> None:
         },
     ]
     validate_request(out, format="openai-responses")
+
+
+def _reasoning(following: dict[str, Any] | None) -> ReasoningPart:
+    data: dict[str, Any] = {"openai": {"id": "rs_9", "summary": [], "encrypted_content": "E"}}
+    if following is not None:
+        data["openai_following"] = following
+    return ReasoningPart(text="", provider_data=data)
+
+
+@pytest.mark.parametrize(
+    ("parts", "sent"),
+    [
+        # paired with its function call: sent, and the call gets its item id back
+        (
+            [
+                _reasoning({"type": "function_call", "id": "fc_1", "call_id": "c1"}),
+                _call("c1", ToolStateCompleted(output="x")),
+            ],
+            True,
+        ),
+        # the item it led to is not next (a different call): dropped
+        (
+            [
+                _reasoning({"type": "function_call", "id": "fc_1", "call_id": "c9"}),
+                _call("c1", ToolStateCompleted(output="x")),
+            ],
+            False,
+        ),
+        # led to a message but a call follows: dropped
+        (
+            [
+                _reasoning({"type": "message", "id": "msg_1"}),
+                _call("c1", ToolStateCompleted(output="x")),
+            ],
+            False,
+        ),
+        # nothing recorded about its following item: dropped
+        ([_reasoning(None), TextPart(text="t")], False),
+    ],
+)
+def test_responses_reasoning_is_sent_only_when_paired(parts: list[Part], sent: bool) -> None:
+    items = to_openai_responses([_msg("user", [TextPart(text="q")]), _msg("assistant", parts)])
+    kinds = [i["type"] for i in items]
+    assert ("reasoning" in kinds) is sent
+    follower = items[2] if sent else items[1]
+    assert ("id" in follower) is sent
+    validate_request(items, format="openai-responses")
+
+
+def test_from_responses_records_the_item_a_reasoning_led_to() -> None:
+    """SDK-dumped items: None values are not kept; the next item's id is recorded."""
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "q"},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [],
+            "content": None,
+            "encrypted_content": "E",
+            "status": None,
+        },
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "c1",
+            "name": "read",
+            "arguments": "{}",
+            "status": "completed",
+        },
+        {"type": "function_call_output", "call_id": "c1", "output": "x"},
+    ]
+    _, messages = from_openai_responses(items, session_id="s")
+    reasoning = messages[1].parts[0]
+    assert isinstance(reasoning, ReasoningPart)
+    assert reasoning.provider_data == {
+        "openai": {"id": "rs_1", "summary": [], "encrypted_content": "E", "type": "reasoning"},
+        "openai_following": {"type": "function_call", "id": "fc_1", "call_id": "c1"},
+    }
+    again = to_openai_responses(messages)
+    assert again[1] == {"id": "rs_1", "summary": [], "encrypted_content": "E", "type": "reasoning"}
+    assert again[2] == {
+        "type": "function_call",
+        "call_id": "c1",
+        "name": "read",
+        "arguments": "{}",
+        "id": "fc_1",
+    }
 
 
 def test_from_responses_items() -> None:
