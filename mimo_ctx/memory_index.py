@@ -1,0 +1,740 @@
+"""A full-text index of the memory files, on SQLite FTS5 (SPEC R5.6, issue 8).
+
+The index is a cache of the memory directory: every ``*.md`` and ``*.txt`` file
+under a session's directory, its project's directory and the global directory
+(SPEC A13), cut into line chunks and kept in an FTS5 table. It serves two
+readers: the ``memory`` tool's search (ranked by FTS5's bm25) and the
+``# Memory keys index`` section of the rebuild body (:meth:`MemoryIndex.paths`).
+
+Design:
+
+* **Reconciled with the disk, incrementally.** :meth:`MemoryIndex.reconcile`
+  walks the three scope directories and compares each file's ``(size, mtime_ns)``
+  with what was indexed: new and changed files are (re)indexed, deleted ones
+  removed, the rest untouched. Files written by anything (the writer, the host, a
+  person with an editor) appear at the next reconcile.
+* **Scoped.** Every file row carries its scope (``session`` + session id,
+  ``project`` + project id, or ``global``). A search or a path listing sees only
+  one session, its project and the global scope, never another session's files
+  (session isolation is a security property, SPEC R5.4).
+* **Never outside the root.** Directory symlinks are not followed; a file
+  symlink is indexed only when its target resolves inside the memory root; a
+  scope directory whose real path leaves the root is skipped.
+* **Chunks with line numbers.** A chunk is a paragraph (lines up to a blank
+  line), at most :data:`CHUNK_MAX_LINES` lines or :data:`CHUNK_MAX_CHARS`
+  characters, stored with its first line number; a hit reports the first line of
+  the chunk that contains a query term.
+* **Queries never raise.** The query is split on whitespace and each word is
+  quoted as an FTS5 string literal (``"`` doubled), joined with ``OR``; the
+  operators and syntax characters of FTS5 (``AND OR NOT NEAR * ^ : - ( ) "``)
+  are therefore plain text. Words without a letter or digit are dropped; a query
+  with none gives no hits.
+* **CJK text.** FTS5's ``unicode61`` tokenizer keeps a run of CJK characters as
+  one token, so ``数据库`` would not match inside ``我们的数据库很慢``. Each chunk
+  also stores its CJK runs in a second column with every character as its own
+  token; a CJK query word becomes a phrase of its characters, so it matches any
+  occurrence of the sequence.
+* **Text decoding.** Files are read as UTF-8 with invalid bytes replaced; a file
+  with a NUL byte in its first 8 KiB is treated as binary and not indexed.
+* **Off the event loop.** All SQLite and file work runs in one worker thread at
+  a time (:func:`anyio.to_thread.run_sync` with a capacity limiter of one and a
+  thread lock), as in :class:`~mimo_ctx.store.sqlite.SQLiteStore`.
+
+The database is a cache: a file written by an other schema version, or for an
+other memory root, is emptied and rebuilt rather than refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import stat
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Final, Literal, Self, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from mimo_ctx.errors import StoreError
+from mimo_ctx.memory import CHECKPOINT_LEARNING_PREFIX
+
+if TYPE_CHECKING:
+    from mimo_ctx.memory import MemoryLayout
+
+__all__ = [
+    "CHUNK_MAX_CHARS",
+    "CHUNK_MAX_LINES",
+    "INDEXED_SUFFIXES",
+    "INDEX_SCHEMA_VERSION",
+    "MemoryHit",
+    "MemoryIndex",
+    "ReconcileStats",
+    "ScopeKind",
+    "fts_match_expression",
+]
+
+_T = TypeVar("_T")
+
+INDEX_SCHEMA_VERSION: Final = 1
+"""Schema version of the index database (``PRAGMA user_version``)."""
+
+INDEXED_SUFFIXES: Final = frozenset({".md", ".txt"})
+"""File name suffixes (compared case-insensitively) the index reads."""
+
+CHUNK_MAX_LINES: Final = 20
+"""A chunk ends after this many lines even without a blank line."""
+
+CHUNK_MAX_CHARS: Final = 2000
+"""A chunk ends once it holds this many characters (a longer line is one chunk)."""
+
+MAX_FILE_BYTES: Final = 16 * 1024 * 1024
+"""Only this many bytes of a file are indexed (bounded memory per file)."""
+
+_BINARY_PROBE: Final = 8192
+_MAX_QUERY_WORDS: Final = 32
+_MAX_QUERY_CHARS: Final = 2000
+_SNIPPET_CHARS: Final = 200
+_BATCH_BYTES: Final = 8 * 1024 * 1024
+_ZWSP: Final = "\u200b"
+
+ScopeKind = Literal["session", "project", "global"]
+
+# Scripts written without spaces between words: CJK ideographs (with extension
+# blocks and compatibility ideographs), kana and the CJK symbols/fullwidth forms
+# that FTS5's unicode61 would glue to them.
+_CJK: Final = re.compile(
+    "[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]+"
+)
+
+_SCHEMA: Final = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE files (
+        id INTEGER PRIMARY KEY,
+        path TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        indexed INTEGER NOT NULL,
+        first_row INTEGER NOT NULL,
+        n_rows INTEGER NOT NULL
+    )""",
+    "CREATE INDEX files_by_scope ON files (kind, scope)",
+    # body: the chunk as written; cjk: its CJK runs, one token per character.
+    # The rowids of one file's chunks are the range first_row .. first_row+n_rows-1,
+    # so a file's chunks are deleted by rowid range without an extra table.
+    """CREATE VIRTUAL TABLE chunks USING fts5(
+        body, cjk, file_id UNINDEXED, line UNINDEXED,
+        tokenize = 'unicode61 remove_diacritics 2'
+    )""",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHit:
+    """One search hit.
+
+    Attributes:
+        path: The file, relative to the memory root, ``/``-separated.
+        line: 1-based number of the first line of the hit that contains a query term.
+        snippet: That line, cut to about 200 characters around the term.
+        score: FTS5 bm25 score (lower is better).
+        scope: ``session``, ``project`` or ``global``.
+    """
+
+    path: str
+    line: int
+    snippet: str
+    score: float
+    scope: ScopeKind
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileStats:
+    """What one :meth:`MemoryIndex.reconcile` changed.
+
+    Attributes:
+        added: Files indexed for the first time.
+        updated: Files re-indexed because their size or mtime changed.
+        removed: Files dropped because they are gone from the disk.
+        unchanged: Files left as they were.
+        skipped: Files seen but not indexed (binary, or symlinks out of the root).
+    """
+
+    added: int = 0
+    updated: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    skipped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    path: str  # relative, posix
+    real: str  # the file to read
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Scope:
+    kind: ScopeKind
+    scope: str
+    directory: Path
+
+
+# -- pure helpers --------------------------------------------------------------------------------
+
+
+def _cjk_tokens(text: str) -> str:
+    """The CJK runs of ``text`` with every character a separate FTS5 token."""
+    runs = _CJK.findall(text)
+    if not runs:
+        return ""
+    return " ".join(_ZWSP.join(run) for run in runs)
+
+
+def _has_word_char(text: str) -> bool:
+    return any(ch.isalnum() for ch in text)
+
+
+def _query_terms(query: str) -> list[str]:
+    """Split a query into terms, each to be quoted as one FTS5 string.
+
+    Words are split on whitespace; inside a word, CJK runs become their own
+    terms with a separator between the characters, so FTS5 reads them as a
+    phrase over the ``cjk`` column. Terms without a letter or digit are dropped.
+    """
+    terms: list[str] = []
+    for word in query.replace("\x00", " ")[:_MAX_QUERY_CHARS].split():
+        pos = 0
+        for match in _CJK.finditer(word):
+            terms.append(word[pos : match.start()])
+            terms.append(_ZWSP.join(match.group(0)))
+            pos = match.end()
+        terms.append(word[pos:])
+    kept: list[str] = []
+    for term in terms:
+        if term and _has_word_char(term) and term not in kept:
+            kept.append(term)
+    return kept[:_MAX_QUERY_WORDS]
+
+
+def fts_match_expression(query: str) -> str | None:
+    """Turn free text into an FTS5 MATCH expression that cannot be a syntax error.
+
+    Each word is quoted as an FTS5 string literal (inner ``"`` doubled) and the
+    words are joined with ``OR``, so bm25 ranks chunks holding more of them
+    first. FTS5 operators and syntax characters in the query are plain text.
+
+    Args:
+        query: What the model typed.
+
+    Returns:
+        The expression, or ``None`` when the query has no letter or digit (no hits).
+    """
+    terms = _query_terms(query)
+    if not terms:
+        return None
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def _chunk_lines(text: str) -> Iterator[tuple[int, str]]:
+    """Yield ``(first line number, chunk text)``; blank lines separate chunks."""
+    lines = text.split("\n")
+    start = 0
+    buf: list[str] = []
+    size = 0
+    for number, raw in enumerate(lines, start=1):
+        line = raw.removesuffix("\r")
+        if not line.strip():
+            if buf:
+                yield start, "\n".join(buf)
+                buf, size = [], 0
+            continue
+        if not buf:
+            start = number
+        buf.append(line)
+        size += len(line) + 1
+        if len(buf) >= CHUNK_MAX_LINES or size >= CHUNK_MAX_CHARS:
+            yield start, "\n".join(buf)
+            buf, size = [], 0
+    if buf:
+        yield start, "\n".join(buf)
+
+
+def _fold(text: str) -> str:
+    return text.casefold()
+
+
+def _locate(body: str, first_line: int, terms: Sequence[str]) -> tuple[int, str]:
+    """The line of ``body`` holding a query term first, and a snippet of it."""
+    needles = [_fold(t.replace(_ZWSP, "")) for t in terms]
+    lines = body.split("\n")
+    for offset, line in enumerate(lines):
+        folded = _fold(line)
+        positions = [i for i in (folded.find(n) for n in needles if n) if i >= 0]
+        if positions:
+            return first_line + offset, _snippet(line, min(positions))
+    # FTS5 matched through tokenizer folding (diacritics, split words): the
+    # chunk start is still a good pointer.
+    return first_line, _snippet(lines[0], 0)
+
+
+def _snippet(line: str, at: int) -> str:
+    line = line.strip() if len(line) <= _SNIPPET_CHARS else line
+    if len(line) <= _SNIPPET_CHARS:
+        return line
+    start = max(0, min(at - _SNIPPET_CHARS // 3, len(line) - _SNIPPET_CHARS))
+    piece = line[start : start + _SNIPPET_CHARS].strip()
+    prefix = "…" if start > 0 else ""
+    suffix = "…" if start + _SNIPPET_CHARS < len(line) else ""
+    return f"{prefix}{piece}{suffix}"
+
+
+def _inside(real: str, root_real: str) -> bool:
+    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def _scan(scope: _Scope, root_real: str, root: Path) -> tuple[list[_Seen], int]:
+    """List the indexable files of one scope directory; also count skipped symlinks."""
+    directory = scope.directory
+    try:
+        base_real = os.path.realpath(directory)
+    except OSError:
+        return [], 0
+    if not _inside(base_real, root_real) or not os.path.isdir(base_real):
+        return [], 0
+    seen: list[_Seen] = []
+    skipped = 0
+    # followlinks=False: a directory symlink is listed but never entered, so a
+    # link to "/" cannot pull the whole disk in.
+    for dirpath, _dirnames, filenames in os.walk(directory, followlinks=False):
+        for name in filenames:
+            # Hidden files (editor swap files, atomic-write temporaries) are not memory.
+            if name.startswith(".") or os.path.splitext(name)[1].lower() not in INDEXED_SUFFIXES:
+                continue
+            full = os.path.join(dirpath, name)
+            real = full
+            if os.path.islink(full):
+                real = os.path.realpath(full)
+                if not _inside(real, root_real):
+                    skipped += 1
+                    continue
+            try:
+                st = os.stat(real)
+            except OSError:
+                continue  # vanished or unreadable between listing and stat
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            rel = Path(os.path.relpath(full, root)).as_posix()
+            seen.append(_Seen(rel, real, st.st_size, st.st_mtime_ns))
+    return seen, skipped
+
+
+def _read_text(real: str) -> str | None:
+    """The file's text (invalid UTF-8 replaced), or ``None`` for binary/unreadable."""
+    try:
+        with open(real, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES)
+    except OSError:
+        return None
+    if b"\x00" in data[:_BINARY_PROBE]:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+# -- the index -----------------------------------------------------------------------------------
+
+
+class MemoryIndex:
+    """SQLite FTS5 index of a memory root's files (see the module docstring).
+
+    One index may serve many sessions; each query names its session and
+    project. ``db_path=":memory:"`` keeps the index in memory (rebuilt per
+    process); a file path keeps it between runs, so a restart only reads the
+    files that changed.
+
+    Example:
+        >>> index = MemoryIndex("memory-index.sqlite3")  # doctest: +SKIP
+        >>> await index.reconcile(layout, session_id="ses_1", project_id="p")  # doctest: +SKIP
+        >>> hits = await index.search(  # doctest: +SKIP
+        ...     "rate limit", session_id="ses_1", project_id="p")
+    """
+
+    def __init__(self, db_path: str | os.PathLike[str] = ":memory:") -> None:
+        """Prepare an index on ``db_path`` (opened on first use).
+
+        Args:
+            db_path: The index database file (created if missing), or ``":memory:"``.
+        """
+        self._path = os.fspath(db_path)
+        self._limiter = anyio.CapacityLimiter(1)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    @property
+    def path(self) -> str:
+        """The database path as given."""
+        return self._path
+
+    async def __aenter__(self) -> Self:
+        await self._run(lambda _conn: None)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the database. Idempotent."""
+
+        def close() -> None:
+            with self._lock:
+                self._closed = True
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+
+        await anyio.to_thread.run_sync(close, limiter=self._limiter)
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        if self._closed:
+            raise StoreError(f"the memory index {self._path} is closed")
+        return await anyio.to_thread.run_sync(self._call, fn, limiter=self._limiter)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"the memory index {self._path} is closed")
+            conn = self._conn
+            if conn is None:
+                conn = self._conn = self._connect()
+            try:
+                return fn(conn)
+            except sqlite3.Error as exc:
+                raise StoreError(f"memory index {self._path}: {exc}") from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self._path, timeout=30.0, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open memory index {self._path}: {exc}") from exc
+        try:
+            self._initialise(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreError(
+                f"{self._path} is not a usable memory index database ({exc}); "
+                "delete it (it is a cache) or pass another path"
+            ) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _initialise(self, conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA busy_timeout = 30000")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if version == INDEX_SCHEMA_VERSION and {"meta", "files", "chunks"} <= tables:
+            self._pragmas(conn)
+            return
+        if tables and not {"meta", "files", "chunks"} & tables:
+            raise sqlite3.DatabaseError("it holds tables that are not a memory index")
+        self._pragmas(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # An older or newer index: it is a cache, so start over.
+            for name in ("chunks", "files", "meta"):
+                conn.execute(f"DROP TABLE IF EXISTS {name}")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {INDEX_SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _pragmas(self, conn: sqlite3.Connection) -> None:
+        if self._path != ":memory:":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+
+    # -- reconcile -------------------------------------------------------------------------------
+    async def reconcile(
+        self, layout: MemoryLayout, *, session_id: str, project_id: str | None
+    ) -> ReconcileStats:
+        """Bring the index in line with the disk for one session, its project and global.
+
+        Walks the three scope directories, indexes new files and files whose size
+        or mtime changed, and drops files that are gone. Other sessions' rows are
+        left alone.
+
+        Args:
+            layout: The memory layout (gives the root and the scope directories).
+            session_id: The session whose directory is reconciled.
+            project_id: The project whose directory is reconciled; ``None`` for none.
+
+        Returns:
+            Counts of what changed.
+
+        Raises:
+            PathEscapeError: The layout refuses the session or project id.
+            StoreError: The index database failed.
+        """
+        root = Path(layout.root)
+        scopes = [_Scope("session", session_id, layout.session_dir(session_id))]
+        if project_id is not None:
+            scopes.append(_Scope("project", project_id, layout.project_dir(project_id)))
+        scopes.append(_Scope("global", "", layout.global_dir()))
+        # MemoryLayout.root is already absolute and symlink-free.
+        root_key = str(root)
+
+        def run(conn: sqlite3.Connection) -> ReconcileStats:
+            self._check_root(conn, root_key)
+            totals = ReconcileStats()
+            for scope in scopes:
+                seen, skipped = _scan(scope, root_key, root)
+                stats = self._apply(conn, scope, seen)
+                totals = ReconcileStats(
+                    added=totals.added + stats.added,
+                    updated=totals.updated + stats.updated,
+                    removed=totals.removed + stats.removed,
+                    unchanged=totals.unchanged + stats.unchanged,
+                    skipped=totals.skipped + stats.skipped + skipped,
+                )
+            return totals
+
+        return await self._run(run)
+
+    @staticmethod
+    def _check_root(conn: sqlite3.Connection, root_key: str) -> None:
+        """Empty the index when it was built for another memory root."""
+        row = conn.execute("SELECT value FROM meta WHERE key = 'root'").fetchone()
+        if row is not None and row[0] == root_key:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("DELETE FROM chunks")
+            conn.execute("DELETE FROM files")
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('root', ?)", (root_key,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _apply(conn: sqlite3.Connection, scope: _Scope, seen: Sequence[_Seen]) -> ReconcileStats:
+        known: dict[str, tuple[int, int, int, int, int, str, str]] = {
+            row[0]: (row[1], row[2], row[3], row[4], row[5], row[6], row[7])
+            for row in conn.execute(
+                "SELECT path, id, size, mtime_ns, first_row, n_rows, kind, scope "
+                "FROM files WHERE kind = ? AND scope = ?",
+                (scope.kind, scope.scope),
+            )
+        }
+        seen_paths = {s.path for s in seen}
+        gone = [p for p in known if p not in seen_paths]
+        todo = [
+            s for s in seen if s.path not in known or known[s.path][1:3] != (s.size, s.mtime_ns)
+        ]
+        unchanged = len(seen) - len(todo)
+        added = updated = skipped = 0
+        if not gone and not todo:
+            return ReconcileStats(unchanged=unchanged)
+
+        def drop(path: str) -> None:
+            file_id, _size, _mtime, first, n_rows, _kind, _scope = known[path]
+            if n_rows:
+                conn.execute(
+                    "DELETE FROM chunks WHERE rowid BETWEEN ? AND ?", (first, first + n_rows - 1)
+                )
+            conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
+
+        # Batches of about _BATCH_BYTES per transaction: a crash keeps what was
+        # committed, and other processes get the write lock between batches.
+        pending = list(todo)
+        conn.execute("BEGIN IMMEDIATE")
+        # Rowids only grow (computed once: max(rowid) on an FTS5 table is a scan).
+        next_row = int(
+            conn.execute("SELECT coalesce(max(first_row + n_rows), 1) FROM files").fetchone()[0]
+        )
+        try:
+            for path in gone:
+                drop(path)
+            batch = 0
+            for item in pending:
+                if item.path in known:
+                    drop(item.path)
+                    updated += 1
+                else:
+                    # A path indexed under another scope (a moved layout): replace it.
+                    MemoryIndex._drop_path(conn, item.path)
+                    added += 1
+                text = _read_text(item.real)
+                first_row = next_row
+                n_rows = 0
+                if text is None:
+                    skipped += 1
+                else:
+                    rows: list[tuple[int, str, str, int]] = []
+                    for line, body in _chunk_lines(text):
+                        rows.append((first_row + n_rows, body, _cjk_tokens(body), line))
+                        n_rows += 1
+                    cursor = conn.execute(
+                        "INSERT INTO files (path, kind, scope, size, mtime_ns, indexed, "
+                        "first_row, n_rows) VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
+                        (
+                            item.path,
+                            scope.kind,
+                            scope.scope,
+                            item.size,
+                            item.mtime_ns,
+                            first_row,
+                            n_rows,
+                        ),
+                    )
+                    file_id = cursor.lastrowid
+                    conn.executemany(
+                        "INSERT INTO chunks (rowid, body, cjk, file_id, line) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        [(r, b, c, file_id, ln) for r, b, c, ln in rows],
+                    )
+                    batch += len(text)
+                    next_row += n_rows
+                if text is None:
+                    # Remember binary files too, so they are not re-read every time.
+                    conn.execute(
+                        "INSERT INTO files (path, kind, scope, size, mtime_ns, indexed, "
+                        "first_row, n_rows) VALUES (?, ?, ?, ?, ?, 0, 0, 0)",
+                        (item.path, scope.kind, scope.scope, item.size, item.mtime_ns),
+                    )
+                if batch >= _BATCH_BYTES:
+                    conn.execute("COMMIT")
+                    conn.execute("BEGIN IMMEDIATE")
+                    batch = 0
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return ReconcileStats(
+            added=added, updated=updated, removed=len(gone), unchanged=unchanged, skipped=skipped
+        )
+
+    @staticmethod
+    def _drop_path(conn: sqlite3.Connection, path: str) -> None:
+        row = conn.execute("SELECT id, first_row, n_rows FROM files WHERE path = ?", (path,))
+        found = row.fetchone()
+        if found is None:
+            return
+        file_id, first, n_rows = found
+        if n_rows:
+            conn.execute(
+                "DELETE FROM chunks WHERE rowid BETWEEN ? AND ?", (first, first + n_rows - 1)
+            )
+        conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
+
+    # -- queries -----------------------------------------------------------------------------------
+    async def search(
+        self, query: str, *, session_id: str, project_id: str | None, limit: int = 10
+    ) -> list[MemoryHit]:
+        """Search the files of one session, its project and the global scope.
+
+        Call :meth:`reconcile` first to see the disk's current state. Hits are
+        ordered by bm25 (best first), then by path and line.
+
+        Args:
+            query: Free text; FTS5 syntax in it is treated as plain words.
+            session_id: The session whose files are searched (and no other's).
+            project_id: The session's project; ``None`` for none.
+            limit: At most this many hits (>= 1).
+
+        Returns:
+            The hits; empty when the query has no letter or digit.
+
+        Raises:
+            StoreError: The index database failed, or ``limit`` < 1.
+        """
+        if limit < 1:
+            raise StoreError(f"limit must be at least 1, got {limit}")
+        expression = fts_match_expression(query)
+        if expression is None:
+            return []
+        terms = _query_terms(query)
+
+        def run(conn: sqlite3.Connection) -> list[MemoryHit]:
+            rows = conn.execute(
+                "SELECT f.path, f.kind, c.line, c.body, bm25(chunks) AS score "
+                "FROM chunks AS c JOIN files AS f ON f.id = c.file_id "
+                "WHERE chunks MATCH ? AND ("
+                "f.kind = 'global' OR (f.kind = 'project' AND f.scope = ?) "
+                "OR (f.kind = 'session' AND f.scope = ?)) "
+                "ORDER BY score, f.path, c.line LIMIT ?",
+                (expression, project_id, session_id, limit),
+            ).fetchall()
+            hits: list[MemoryHit] = []
+            for path, kind, first_line, body, score in rows:
+                line, snippet = _locate(body, first_line, terms)
+                hits.append(MemoryHit(path, line, snippet, float(score), kind))
+            return hits
+
+        return await self._run(run)
+
+    async def paths(
+        self, session_id: str, project_id: str | None, *, exclude_injected: bool = True
+    ) -> list[str]:
+        """Relative paths for the ``# Memory keys index`` section (SPEC R5.6, A6).
+
+        The same selection as :func:`mimo_ctx.memory.list_memory_files`, read from
+        the index instead of the disk: the indexed ``*.md`` files of the session,
+        its project and the global scope, sorted by path, without checkpoint
+        "learning" files (``checkpoint-learning*.md``) and, with
+        ``exclude_injected``, without the files the rebuild body injects whole
+        (the session's ``checkpoint.md``, the project's and the global
+        ``MEMORY.md``). Binary files are left out. Call :meth:`reconcile` first.
+
+        Args:
+            session_id: The session.
+            project_id: The session's project; ``None`` for none.
+            exclude_injected: Leave out the three injected files.
+
+        Returns:
+            ``/``-separated paths relative to the memory root.
+        """
+        injected: set[str] = set()
+        if exclude_injected:
+            injected = {f"sessions/{session_id}/checkpoint.md", "global/MEMORY.md"}
+            if project_id is not None:
+                injected.add(f"projects/{project_id}/MEMORY.md")
+
+        def run(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "SELECT path FROM files WHERE indexed = 1 AND ("
+                "(kind = 'session' AND scope = ?) OR (kind = 'project' AND scope = ?) "
+                "OR kind = 'global') ORDER BY path",
+                (session_id, project_id),
+            ).fetchall()
+            out: list[str] = []
+            for (path,) in rows:
+                name = str(path).rsplit("/", 1)[-1]
+                if not name.endswith(".md") or name.startswith(CHECKPOINT_LEARNING_PREFIX):
+                    continue
+                if str(path) not in injected:
+                    out.append(str(path))
+            return out
+
+        return await self._run(run)
