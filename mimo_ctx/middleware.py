@@ -198,7 +198,7 @@ class ContextMiddleware:
         config: Tuning; defaults follow the SPEC.
         writer: The checkpoint writer; defaults to the offline writer.
         fallback_writer: Used when ``writer`` fails; defaults to the offline writer
-            when ``writer`` is another one.
+            when ``writer`` is another one; ``False`` for no fallback.
         on_event: A callback for every event (also available as a stream through
             :attr:`events`).
         counter: Token counter used for the body's section caps.
@@ -216,7 +216,7 @@ class ContextMiddleware:
         model: ModelLimits | int,
         config: RebuildConfig | None = None,
         writer: CheckpointWriter | None = None,
-        fallback_writer: CheckpointWriter | None = None,
+        fallback_writer: CheckpointWriter | Literal[False] | None = None,
         on_event: EventHandler | None = None,
         counter: TokenCounter | None = None,
     ) -> None:
@@ -230,10 +230,14 @@ class ContextMiddleware:
         self.counter = counter
         offline = OfflineCheckpointWriter()
         self.writer: CheckpointWriter = writer or offline
-        if fallback_writer is None and writer is not None and writer.name != offline.name:
-            fallback_writer = offline
+        fallback: CheckpointWriter | None = None
+        if fallback_writer is None:
+            if writer is not None and writer.name != offline.name:
+                fallback = offline
+        elif fallback_writer is not False:
+            fallback = fallback_writer
         self.coordinator = WriterCoordinator(
-            store, self.layout, self.config, self.writer, self.events, fallback=fallback_writer
+            store, self.layout, self.config, self.writer, self.events, fallback=fallback
         )
         self.usable = usable_tokens(self.limits, self.config)
         self.thresholds = writer_thresholds(self.usable, self.config)
@@ -262,11 +266,14 @@ class ContextMiddleware:
             return None
         # Writers still running are cancelled: a checkpoint is only persisted
         # (atomically) when a writer completes, so nothing half-written remains.
+        # The body's own exception is not handed to the task group, so it
+        # propagates as it is instead of wrapped in an exception group.
         task_group.cancel_scope.cancel()
         try:
-            return await task_group.__aexit__(exc_type, exc, tb)
+            await task_group.__aexit__(None, None, None)
         finally:
             self.events.close()
+        return None
 
     # -- sessions -----------------------------------------------------------------
     async def open_session(
@@ -346,8 +353,9 @@ class ContextMiddleware:
             await self.store.update_messages([message])
         if message.agent == MAIN_AGENT and usage_tokens(message) is not None:
             state = self._state(message.session_id)
-            window = await self._refresh(message.session_id, state, MAIN_AGENT)
-            await self._maybe_start_writer(message.session_id, window)
+            async with state.lock:
+                window = await self._refresh(message.session_id, state, MAIN_AGENT)
+                await self._maybe_start_writer(message.session_id, window)
 
     # -- the hot path -----------------------------------------------------------------
     async def prepare(self, session_id: str, *, agent: str = MAIN_AGENT) -> RequestView:
