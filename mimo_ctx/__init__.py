@@ -1,1 +1,161 @@
-"""mimo_ctx."""
+"""mimo_ctx: context rebuild and budgeted injection for long-running asyncio LLM agents.
+
+The public facade. Everything a host needs is importable from here; submodules
+hold the details (``mimo_ctx.store``, ``mimo_ctx.providers``,
+``mimo_ctx.integrations``, ``mimo_ctx.importers``, ``mimo_ctx.tools``).
+"""
+
+from __future__ import annotations
+
+from mimo_ctx.boundary import BoundaryError, adjust_boundary_for_api_invariants, compute_boundary
+from mimo_ctx.budget import read_budgeted, read_budgeted_section_aware
+from mimo_ctx.checkpoint_writers import LLMCheckpointWriter, OfflineCheckpointWriter
+from mimo_ctx.config import PushCaps, RebuildConfig, TailConfig, WriterConfig, load_config
+from mimo_ctx.digest import build_tail_digest, collapse_checkpoint_tail, render_tail_digest
+from mimo_ctx.errors import (
+    ConfigError,
+    ContextOverflowError,
+    InvalidRequestError,
+    MimoCtxError,
+    PathEscapeError,
+    StoreError,
+    TranscriptError,
+)
+from mimo_ctx.events import (
+    AutoRebuildDisabled,
+    ContextRebuilt,
+    Event,
+    EventBus,
+    StatusChanged,
+    UsagePending,
+    WaitingForWriter,
+    WriterFailed,
+    WriterFinished,
+    WriterStarted,
+)
+from mimo_ctx.memory import MemoryLayout
+from mimo_ctx.messages import (
+    MAIN_AGENT,
+    CheckpointPart,
+    CompactionPart,
+    FilePart,
+    Message,
+    MessageError,
+    OpaquePart,
+    Part,
+    ReasoningPart,
+    SubtaskPart,
+    TextPart,
+    TokenUsage,
+    ToolPart,
+    ToolResultPart,
+    ToolStateCompleted,
+    ToolStateError,
+    ToolStatePending,
+    ToolStateRunning,
+    ToolTime,
+)
+from mimo_ctx.middleware import ContextMiddleware, RebuildReport, RequestView
+from mimo_ctx.overflow import is_context_overflow, register_overflow_recognizer
+from mimo_ctx.reminders import LastMessageInfo, compute_last_message_info
+from mimo_ctx.render import RenderedBody, SectionFigure, render_rebuild_context
+from mimo_ctx.store import (
+    Actor,
+    InMemoryStore,
+    RequestPrefix,
+    Session,
+    SQLiteStore,
+    Store,
+    Task,
+    open_store,
+)
+from mimo_ctx.tokens import CharEstimator, TiktokenCounter, TokenCounter
+from mimo_ctx.triggers import ModelLimits, usable_tokens, writer_thresholds
+from mimo_ctx.view import apply_send_rules
+from mimo_ctx.writer import CheckpointDraft, CheckpointWriter, WriterRequest
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MAIN_AGENT",
+    "Actor",
+    "AutoRebuildDisabled",
+    "BoundaryError",
+    "CharEstimator",
+    "CheckpointDraft",
+    "CheckpointPart",
+    "CheckpointWriter",
+    "CompactionPart",
+    "ConfigError",
+    "ContextMiddleware",
+    "ContextOverflowError",
+    "ContextRebuilt",
+    "Event",
+    "EventBus",
+    "FilePart",
+    "InMemoryStore",
+    "InvalidRequestError",
+    "LLMCheckpointWriter",
+    "LastMessageInfo",
+    "MemoryLayout",
+    "Message",
+    "MessageError",
+    "MimoCtxError",
+    "ModelLimits",
+    "OfflineCheckpointWriter",
+    "OpaquePart",
+    "Part",
+    "PathEscapeError",
+    "PushCaps",
+    "ReasoningPart",
+    "RebuildConfig",
+    "RebuildReport",
+    "RenderedBody",
+    "RequestPrefix",
+    "RequestView",
+    "SQLiteStore",
+    "SectionFigure",
+    "Session",
+    "StatusChanged",
+    "Store",
+    "StoreError",
+    "SubtaskPart",
+    "TailConfig",
+    "Task",
+    "TextPart",
+    "TiktokenCounter",
+    "TokenCounter",
+    "TokenUsage",
+    "ToolPart",
+    "ToolResultPart",
+    "ToolStateCompleted",
+    "ToolStateError",
+    "ToolStatePending",
+    "ToolStateRunning",
+    "ToolTime",
+    "TranscriptError",
+    "UsagePending",
+    "WaitingForWriter",
+    "WriterConfig",
+    "WriterFailed",
+    "WriterFinished",
+    "WriterRequest",
+    "WriterStarted",
+    "__version__",
+    "adjust_boundary_for_api_invariants",
+    "apply_send_rules",
+    "build_tail_digest",
+    "collapse_checkpoint_tail",
+    "compute_boundary",
+    "compute_last_message_info",
+    "is_context_overflow",
+    "load_config",
+    "open_store",
+    "read_budgeted",
+    "read_budgeted_section_aware",
+    "register_overflow_recognizer",
+    "render_rebuild_context",
+    "render_tail_digest",
+    "usable_tokens",
+    "writer_thresholds",
+]
