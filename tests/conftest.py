@@ -1,0 +1,43 @@
+"""Shared fixtures: the real transcripts of ``../shared/data/transcripts``.
+
+They live outside the repository (``MIMO_CTX_TRANSCRIPTS`` overrides the path);
+tests that need them skip with a clear reason when the folder is absent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def transcripts_path() -> Path:
+    """Where the real transcripts are expected (they may be absent)."""
+    env = os.environ.get("MIMO_CTX_TRANSCRIPTS")
+    if env:
+        return Path(env)
+    return REPO_ROOT.parent / "shared" / "data" / "transcripts"
+
+
+def main_transcripts() -> list[Path]:
+    """Every transcript file except sub-agent side files (loaded with their main file)."""
+    root = transcripts_path()
+    if not root.is_dir():
+        return []
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in {".jsonl", ".traj"})
+    return [p for p in files if "_subagents_" not in p.name]
+
+
+@pytest.fixture(scope="session")
+def transcripts_dir() -> Path:
+    """The real transcripts folder; skips the test when it is not there."""
+    path = transcripts_path()
+    if not path.is_dir():
+        pytest.skip(
+            f"real transcripts not found at {path}; set MIMO_CTX_TRANSCRIPTS to the "
+            "shared/data/transcripts folder to run these tests"
+        )
+    return path
