@@ -88,6 +88,9 @@ Trigger = Literal["usage", "overflow", "manual"]
 
 _SEQ_PROBE = 2**62
 
+MEMORY_RECHECK_SECONDS = 1.0
+"""How stale "this session has no memory files or tasks" may be (R8.3 reminder)."""
+
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -184,7 +187,16 @@ class _Window:
 class _SessionState:
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     windows: dict[str, _Window] = field(default_factory=dict[str, _Window])
+    prefix: RequestPrefix | None = None
     prefix_tokens: int | None = None
+    # Per-turn reminder sources (R8.3): once a session has memory files or tasks
+    # it keeps them (nothing deletes them), so True is sticky; False is re-checked
+    # at most once a second so the hot path does not touch the disk every turn.
+    has_memory: bool = False
+    memory_checked: float = -1.0
+    # Writer thresholds this process saw marked (a stale copy only costs one
+    # extra check against the store).
+    crossed: frozenset[int] = frozenset()
     overflow_recovered: set[str] = field(default_factory=set[str])
 
 
@@ -561,8 +573,11 @@ class ContextMiddleware:
         return window.boundary.id > window.last_finished.id
 
     async def _view(self, session_id: str, state: _SessionState, window: _Window) -> RequestView:
-        session = await self._session(session_id)
-        prefix = session.prefix or RequestPrefix()
+        prefix = state.prefix
+        if prefix is None:
+            # The prefix is frozen (R8.1): read once per process.
+            session = await self._session(session_id)
+            prefix = state.prefix = session.prefix or RequestPrefix()
         if state.prefix_tokens is None:
             state.prefix_tokens = estimate_text_tokens(prefix.system) + estimate_text_tokens(
                 js_json(prefix.tools)
@@ -589,7 +604,7 @@ class ContextMiddleware:
                     window.sendable[fresh.id] = (source, fresh)
             sendable.append(converted)
             tokens += estimate_message_tokens(converted)
-        if await self._needs_reminder(session_id):
+        if await self._needs_reminder(session_id, state):
             with_reminder = append_per_turn_reminder(
                 sendable, str(self.layout.session_dir(session_id))
             )
@@ -607,24 +622,33 @@ class ContextMiddleware:
             boundary_id=boundary.id if boundary is not None else None,
         )
 
-    async def _needs_reminder(self, session_id: str) -> bool:
+    async def _needs_reminder(self, session_id: str, state: _SessionState) -> bool:
         # R8.3 / A12: only when the session has memory files or tasks.
+        if state.has_memory:
+            return True
+        now = time.monotonic()
+        if state.memory_checked >= 0 and now - state.memory_checked < MEMORY_RECHECK_SECONDS:
+            return False
+        state.memory_checked = now
         directory = self.layout.session_dir(session_id)
         try:
             has_files = await anyio.to_thread.run_sync(_dir_has_entries, directory)
         except OSError:
             has_files = False
-        if has_files:
-            return True
-        return bool(await self.store.list_tasks(session_id))
+        state.has_memory = has_files or bool(await self.store.list_tasks(session_id))
+        return state.has_memory
 
     # -- writer thresholds ---------------------------------------------------------------
     async def _maybe_start_writer(self, session_id: str, window: _Window) -> None:
         usage = usage_tokens(window.last_finished)
         if usage is None or not self.config.checkpoint_enabled or self._recovered(window):
             return
+        state = self._state(session_id)
+        if not due_thresholds(usage, self.thresholds, state.crossed):
+            return
         session = await self._session(session_id)
-        due = due_thresholds(usage, self.thresholds, session.state.crossed_thresholds)
+        state.crossed = frozenset(session.state.crossed_thresholds)
+        due = due_thresholds(usage, self.thresholds, state.crossed)
         if not due or self.coordinator.in_flight(session_id):
             # A3: while a writer runs no threshold is marked, so it fires later.
             return
@@ -632,8 +656,9 @@ class ContextMiddleware:
         if result == "skipped":
             return
         crossed = sorted({*session.state.crossed_thresholds, *due})
-        state = session.state.model_copy(update={"crossed_thresholds": crossed})
-        await self.store.update_session(session.model_copy(update={"state": state}))
+        state.crossed = frozenset(crossed)
+        new_state = session.state.model_copy(update={"crossed_thresholds": crossed})
+        await self.store.update_session(session.model_copy(update={"state": new_state}))
 
     # -- rebuild ---------------------------------------------------------------------
     async def _rebuild_locked(
@@ -815,12 +840,16 @@ class ContextMiddleware:
         compacted: Sequence[Message],
         report: RebuildReport,
     ) -> RebuildReport:
+        main = boundary.agent == MAIN_AGENT
         freed = 0.0
         if report.tokens_before and report.tokens_after is not None:
             freed = max(0.0, 1 - report.tokens_after / report.tokens_before)
         fractions = [*session.state.freed_fractions, freed][-5:]
+        # The loop guard and the threshold reset concern the main agent only; a
+        # sub-agent's plain compaction leaves the session's state alone.
         disable = (
-            report.trigger != "manual"
+            main
+            and report.trigger != "manual"
             and len(fractions) >= 2
             and all(f < self.config.min_freed_fraction for f in fractions[-2:])
         )
@@ -838,10 +867,12 @@ class ContextMiddleware:
             usage_key=usage_key,
             boundary=boundary,
             updated=compacted,
-            session=session.model_copy(update={"state": new_state}),
+            session=session.model_copy(update={"state": new_state}) if main else None,
         )
         if not committed:
             return RebuildReport(outcome="already-recovered", trigger=report.trigger)
+        if main:
+            state.crossed = frozenset()
         await self.events.emit(
             ContextRebuilt(
                 session_id=session.id,

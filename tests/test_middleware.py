@@ -531,7 +531,10 @@ async def test_r1_4a_sub_agent_gets_a_plain_compaction(store: Store, tmp_path: P
         assert texts(view.messages[0])[0].startswith("Summary of previous conversation:")
 
 
-async def test_r8_3_per_turn_reminder_in_memory_only(store: Store, tmp_path: Path) -> None:
+async def test_r8_3_per_turn_reminder_in_memory_only(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("mimo_ctx.middleware.MEMORY_RECHECK_SECONDS", 0.0)
     async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS) as mw:
         session = await mw.open_session(system=SYSTEM)
         await mw.add_user_message(session.id, "Hello.")
