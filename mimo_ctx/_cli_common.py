@@ -1,0 +1,124 @@
+"""Pieces the ``mimo-ctx`` subcommands share: errors, provider payloads, body parsing."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from mimo_ctx.config import RebuildConfig, load_config
+from mimo_ctx.errors import MimoCtxError
+from mimo_ctx.messages import Message, TextPart, ToolPart, ToolResultPart, ToolStateCompleted
+from mimo_ctx.providers.anthropic import to_anthropic
+from mimo_ctx.providers.openai import to_openai_chat
+from mimo_ctx.providers.validate import validate_request
+from mimo_ctx.reminders import closing_line
+from mimo_ctx.render import SectionFigure
+from mimo_ctx.sections import HEADING_RECENT_ACTIVITY
+
+__all__ = [
+    "PROVIDER_FORMATS",
+    "CliError",
+    "ProviderFormat",
+    "ProviderRequest",
+    "activity_digest",
+    "compacted_by_tool",
+    "load_cli_config",
+    "provider_request",
+    "section_json",
+]
+
+ProviderFormat = Literal["openai", "anthropic"]
+PROVIDER_FORMATS: tuple[ProviderFormat, ...] = ("openai", "anthropic")
+
+
+class CliError(MimoCtxError):
+    """A user mistake the command reports in one line (exit code 2)."""
+
+
+def load_cli_config(path: str | None) -> RebuildConfig:
+    """The ``--config`` file's settings, or the defaults."""
+    return load_config(Path(path)) if path else RebuildConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRequest:
+    """The exact payload a provider would get.
+
+    Attributes:
+        format: ``openai`` (Chat Completions) or ``anthropic`` (Messages).
+        messages: ``openai``: the ``messages`` list, the system message first when
+            the session has a system prompt. ``anthropic``: ``{"system": ...,
+            "messages": [...]}`` (``system`` is ``None`` without a system prompt).
+    """
+
+    format: ProviderFormat
+    messages: list[dict[str, Any]] | dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"format", "messages"}``."""
+        return {"format": self.format, "messages": self.messages}
+
+
+def provider_request(
+    messages: Sequence[Message], *, system: str, fmt: ProviderFormat
+) -> ProviderRequest:
+    """Convert a prepared view to a provider payload and check it before it is shown.
+
+    Raises:
+        InvalidRequestError: The payload breaks the provider's pairing rules.
+    """
+    if fmt == "openai":
+        chat = to_openai_chat(messages, system=system or None)
+        validate_request(chat, format="openai-chat")
+        return ProviderRequest("openai", chat)
+    system_out, turns = to_anthropic(messages, system=system or None)
+    body: dict[str, Any] = {"system": system_out, "messages": turns}
+    validate_request(body, format="anthropic")
+    return ProviderRequest("anthropic", body)
+
+
+def section_json(figure: SectionFigure) -> dict[str, Any]:
+    """A section figure as ``{"heading", "tokens", "cap", "key", "unit", "file"}``."""
+    return {
+        "heading": figure.heading,
+        "tokens": figure.tokens,
+        "cap": figure.cap,
+        "key": figure.key,
+        "unit": figure.unit,
+        "file": figure.file,
+    }
+
+
+def activity_digest(boundary: Message | None) -> str:
+    """The ``# Recent activity`` section of a rebuild boundary's body (``""`` if none)."""
+    if boundary is None:
+        return ""
+    heading = f"# {HEADING_RECENT_ACTIVITY}\n"
+    for part in boundary.parts:
+        if not isinstance(part, TextPart):
+            continue
+        text = part.text
+        start = text.find(heading)
+        if start < 0 or (start > 0 and text[start - 1] != "\n"):
+            continue
+        end = text.find(closing_line(True), start)
+        section = text[start:end] if end >= 0 else text[start:]
+        return section.strip()
+    return ""
+
+
+def compacted_by_tool(messages: Sequence[Message]) -> dict[str, int]:
+    """How many tool results are marked compacted, per tool name (SPEC R4.5)."""
+    counts: Counter[str] = Counter()
+    for message in messages:
+        for part in message.parts:
+            if (
+                isinstance(part, ToolPart)
+                and isinstance(part.state, ToolStateCompleted)
+                and part.state.time.compacted is not None
+            ) or (isinstance(part, ToolResultPart) and part.time.compacted is not None):
+                counts[part.tool] += 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
