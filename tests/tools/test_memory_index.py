@@ -346,3 +346,21 @@ def test_match_expression_is_always_valid_fts(query: str) -> None:
     conn.execute("insert into t values ('some text', '')")
     conn.execute("select count(*) from t where t match ?", (expression,)).fetchall()
     conn.close()
+
+
+async def test_search_plan_streams_in_rank_order(tmp_path: Path, layout: MemoryLayout) -> None:
+    """The search query lets FTS5 sort by rank itself: no temporary B-tree over all matches."""
+    from mimo_ctx.memory_index import _SEARCH_SQL  # pyright: ignore[reportPrivateUsage]
+
+    db = tmp_path / "plan.sqlite3"
+    write(layout.notes_path(S), "plan\n")
+    async with MemoryIndex(db) as idx:
+        await idx.reconcile(layout, session_id=S, project_id=P)
+    conn = sqlite3.connect(db)
+    try:
+        plan = conn.execute(f"EXPLAIN QUERY PLAN {_SEARCH_SQL}", ('"plan"', P, S, 10)).fetchall()
+    finally:
+        conn.close()
+    details = " | ".join(str(row[-1]) for row in plan)
+    assert "TEMP B-TREE" not in details
+    assert "SEARCH f USING INTEGER PRIMARY KEY" in details
