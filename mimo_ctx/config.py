@@ -20,7 +20,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from mimo_ctx.errors import ConfigError
 
@@ -97,9 +104,11 @@ class _Frozen(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _reject_booleans(cls, value: Any) -> Any:
-        # pydantic's lax mode reads `true` as 1 for a number field; no setting is a
-        # boolean, so `memory = true` is a mistake to report, not a cap of 1 token.
+    def _reject_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic's lax mode reads `true` as 1 for a number field, so `memory = true`
+        # is a mistake to report, not a cap of 1 token. Switches stay booleans.
+        if info.field_name is not None and cls.model_fields[info.field_name].annotation is bool:
+            return value
         sequence = isinstance(value, list | tuple)
         items = cast("list[object]", value) if sequence else [value]
         if any(isinstance(item, bool) for item in items):

@@ -611,3 +611,86 @@ async def test_stored_message_count_never_decreases(store: Store, tmp_path: Path
     assert counts == sorted(counts)
     assert max(_tokens(model.requests)) < 100_000
     assert math.isclose(len(counts), 41)
+
+
+async def test_a3_ensure_checkpoint_path_writes_then_rebuilds(store: Store, tmp_path: Path) -> None:
+    """No watermark yet when the line is crossed: a writer runs and is awaited first."""
+    events, on_event = recorder()
+    config = RebuildConfig(writer=WriterConfig(thresholds=()))  # no early writers
+    model = ScriptedModel([tool_round("read", 4000, seed=i, file_path="j") for i in range(30)])
+    async with ContextMiddleware(
+        store, tmp_path / "mem", model=LIMITS, config=config, on_event=on_event
+    ) as mw:
+        session = await mw.open_session(system=SYSTEM)
+        await mw.add_user_message(session.id, "Go.")
+        await run_until_rebuild(mw, session.id, model)
+        statuses = [getattr(e, "status", "") for e in events]
+        assert "Writing checkpoint…" in statuses
+        rebuilt = [e for e in events if isinstance(e, ContextRebuilt)]
+        assert [e.outcome for e in rebuilt] == ["rebuilt"]
+        assert await store.get_watermark(session.id) == rebuilt[0].watermark
+
+
+async def test_a3_writer_failed_falls_back_to_plain_compaction(
+    store: Store, tmp_path: Path
+) -> None:
+    events, on_event = recorder()
+    writer = ControlledWriter()
+    writer.mode = "fail"
+    config = RebuildConfig(writer=WriterConfig(thresholds=()))
+    model = ScriptedModel([tool_round("read", 4000, seed=i, file_path="k") for i in range(30)])
+    async with ContextMiddleware(
+        store,
+        tmp_path / "mem",
+        model=LIMITS,
+        config=config,
+        writer=writer,
+        fallback_writer=False,
+        on_event=on_event,
+    ) as mw:
+        session = await mw.open_session(system=SYSTEM)
+        await mw.add_user_message(session.id, "Go.")
+        await run_until_rebuild(mw, session.id, model)
+        rebuilt = [e for e in events if isinstance(e, ContextRebuilt)]
+        assert [e.outcome for e in rebuilt] == ["writer-failed"]
+        report = model.requests[-1].rebuild
+        assert report is not None
+        assert report.fallback == "compaction"
+        head = model.requests[-1].messages[0]
+        assert texts(head)[0].startswith("Summary of previous conversation:")
+        assert await store.get_watermark(session.id) is None
+
+
+async def test_a3_checkpoint_off_falls_back_to_plain_compaction(
+    store: Store, tmp_path: Path
+) -> None:
+    events, on_event = recorder()
+    config = RebuildConfig(checkpoint_enabled=False)
+    model = ScriptedModel([tool_round("read", 4000, seed=i, file_path="l") for i in range(30)])
+    async with ContextMiddleware(
+        store, tmp_path / "mem", model=LIMITS, config=config, on_event=on_event
+    ) as mw:
+        session = await mw.open_session(system=SYSTEM)
+        await mw.add_user_message(session.id, "Go.")
+        await run_until_rebuild(mw, session.id, model)
+        assert not any(isinstance(e, WriterStarted) for e in events)
+        rebuilt = [e for e in events if isinstance(e, ContextRebuilt)]
+        assert [e.outcome for e in rebuilt] == ["checkpoint-off"]
+        assert not mw.layout.checkpoint_path(session.id).exists()
+
+
+async def test_r4_2_empty_body_is_insert_failed(store: Store, tmp_path: Path) -> None:
+    """R4.2/R5.1: nothing to inject → no boundary, outcome insert-failed, no fallback."""
+    config = RebuildConfig(push_caps={"recent_user": 0})  # type: ignore[arg-type]
+    model = ScriptedModel([tool_round("read", 4000, seed=i, file_path="m") for i in range(8)])
+    async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS, config=config) as mw:
+        session = await mw.open_session(system=SYSTEM)
+        await mw.add_user_message(session.id, "Go.")
+        await run_turns(mw, session.id, model, 7)
+        assert await store.get_watermark(session.id) is not None
+        mw.layout.checkpoint_path(session.id).write_text("")
+        count = await store.count_messages(session.id)
+        report = await mw.rebuild(session.id)
+        assert report.outcome == "insert-failed"
+        assert report.boundary_id is None
+        assert await store.count_messages(session.id) == count
