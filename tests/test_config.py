@@ -442,7 +442,7 @@ def test_a3_checkpoint_enabled_switch_takes_booleans_only() -> None:
     """The one boolean setting accepts booleans; numbers stay rejected as booleans."""
     assert RebuildConfig().checkpoint_enabled is True
     assert load_config({"checkpoint": {"checkpoint_enabled": False}}).checkpoint_enabled is False
-    with pytest.raises(ConfigError, match="checkpoint.checkpoint_enabled"):
+    with pytest.raises(ConfigError, match=r"checkpoint\.checkpoint_enabled"):
         load_config({"checkpoint": {"checkpoint_enabled": "sometimes"}})
-    with pytest.raises(ConfigError, match="checkpoint.push_caps.memory"):
+    with pytest.raises(ConfigError, match=r"checkpoint\.push_caps\.memory"):
         load_config({"checkpoint": {"push_caps": {"memory": True}}})
