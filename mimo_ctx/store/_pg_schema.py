@@ -19,7 +19,33 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "quote_schema", "render"]
+__all__ = ["CHANGES_QUERY", "MIGRATIONS", "SCHEMA_VERSION", "quote_schema", "render"]
+
+CHANGES_QUERY: Final = (
+    # The session's messages written after $2 and the sequence's current value
+    # on every row (one all-NULL message row when nothing changed).
+    "SELECT m.token_estimate, m.payload, c.cur FROM"
+    " (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS cur FROM {s}.message_seq) AS c"
+    " LEFT JOIN LATERAL (SELECT token_estimate, payload, seq FROM {s}.messages"
+    " WHERE session_id = $1 AND seq > $2) AS m ON true ORDER BY m.seq"
+)
+"""The change-feed read; run by ``changes_since()`` after taking the session's lock."""
+
+# changes_since(session_id, seq, lock class, lock key): one round trip. A VOLATILE
+# function takes a fresh snapshot for each statement it runs, so the query sees
+# every write that committed before the shared lock was granted; the lock is
+# held until the calling statement's transaction ends. Under REPEATABLE READ or
+# SERIALIZABLE the snapshot would predate the lock, so those are refused.
+_CHANGES_FUNCTION: Final = (
+    "CREATE FUNCTION {s}.changes_since(text, bigint, integer, integer)"
+    " RETURNS TABLE (out_estimate integer, out_payload text, out_current bigint)"
+    " LANGUAGE plpgsql VOLATILE AS $fn$ BEGIN"
+    " IF current_setting('transaction_isolation') <> 'read committed' THEN"
+    " RAISE EXCEPTION 'mimo_ctx reads the change feed at READ COMMITTED, not %',"
+    " current_setting('transaction_isolation'); END IF;"
+    " PERFORM pg_advisory_xact_lock_shared($3, $4);"
+    f" RETURN QUERY {CHANGES_QUERY}; END $fn$"
+)
 
 _V1: Final[tuple[str, ...]] = (
     """CREATE TABLE {s}.sessions (
@@ -80,6 +106,7 @@ _V1: Final[tuple[str, ...]] = (
         payload text NOT NULL
     )""",
     "CREATE INDEX actors_by_session ON {s}.actors (session_id, time_created, id)",
+    _CHANGES_FUNCTION,
     # Cross-worker writer leases (SPEC A3). A row is never deleted: a release
     # sets expires_at to -infinity, so the generation keeps counting up and a
     # waiter can tell "the holder it saw" from "a later holder".

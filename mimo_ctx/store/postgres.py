@@ -23,7 +23,9 @@ embedded stores give with in-process locks is given here by the database:
   reader's next statement) and no new one can draw a value, so every later write
   of the session gets a number above the ``current`` returned. Writers of
   different sessions never wait for each other; readers never wait for readers.
-  Advisory locks live in shared memory: a read writes nothing to disk.
+  Advisory locks live in shared memory: a read writes nothing to disk, and the
+  lock and the read travel in one round trip (the schema's ``changes_since()``
+  function).
 * **One writer per session across workers** (SPEC A3): :class:`PostgresWriterLease`,
   a lease row with an expiry kept by the database clock, so a crashed worker's
   lease lapses and another worker takes over; waiters learn of a release through
@@ -85,7 +87,13 @@ except ImportError as _exc:  # pragma: no cover - depends on the installed extra
 
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
-from mimo_ctx.store._pg_schema import MIGRATIONS, SCHEMA_VERSION, quote_schema, render
+from mimo_ctx.store._pg_schema import (
+    CHANGES_QUERY,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    quote_schema,
+    render,
+)
 from mimo_ctx.store.base import ACTIVE_ACTOR_STATUSES, Actor, Session, Task
 from mimo_ctx.store.memory import task_order_key
 from mimo_ctx.tokens import estimate_message_tokens
@@ -257,11 +265,11 @@ _UNNEST_MESSAGES: Final = """WITH u AS (
 class _Sql:
     """Every statement of the store, rendered for one schema."""
 
-    begin_read: str
     latest_boundary: str
     latest_finished: str
     latest_finished_by_agent: str
     changes: str
+    changes_call: str
     get_message: str
     insert_messages: str
     update_messages: str
@@ -289,9 +297,6 @@ class _Sql:
         cols = "token_estimate, payload"
         active = ", ".join(f"'{s}'" for s in sorted(ACTIVE_ACTOR_STATUSES))
         statements = {
-            # READ COMMITTED whatever the server default: each statement after the
-            # lock must see what committed before the lock was granted.
-            "begin_read": "BEGIN ISOLATION LEVEL READ COMMITTED",
             "latest_boundary": f"SELECT {cols} FROM {{s}}.messages WHERE session_id = $1"
             " AND agent = $2 AND is_boundary ORDER BY id DESC LIMIT 1",
             "latest_finished": f"SELECT {cols} FROM {{s}}.messages WHERE session_id = $1"
@@ -299,13 +304,9 @@ class _Sql:
             "latest_finished_by_agent": f"SELECT {cols} FROM {{s}}.messages"
             " WHERE session_id = $1 AND agent = $2 AND is_finished_assistant"
             " ORDER BY id DESC LIMIT 1",
-            # One row per changed message plus the sequence's current value on
-            # every row (one all-NULL message row when nothing changed).
-            "changes": "SELECT m.token_estimate, m.payload, c.current FROM"
-            " (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS current"
-            " FROM {s}.message_seq) AS c LEFT JOIN LATERAL"
-            " (SELECT token_estimate, payload, seq FROM {s}.messages"
-            " WHERE session_id = $1 AND seq > $2) AS m ON true ORDER BY m.seq",
+            "changes": CHANGES_QUERY,
+            "changes_call": "SELECT out_estimate, out_payload, out_current"
+            " FROM {s}.changes_since($1, $2, $3, $4)",
             "get_message": f"SELECT {cols} FROM {{s}}.messages WHERE id = $1",
             "insert_messages": _UNNEST_MESSAGES
             + " INSERT INTO {s}.messages (id, session_id, agent, role, time_created,"
@@ -947,17 +948,12 @@ class PostgresStore:
         number above the one returned.
         """
         key = _lock_key(self._schema, session_id)
-        begin = (
-            f"{self._sql.begin_read};"
-            f"SELECT pg_advisory_xact_lock_shared({_SESSION_LOCK_CLASS}, {key})"
-        )
         async with self._connection() as conn:
-            await conn.execute(begin)
-            try:
-                rows = await conn.fetch(self._sql.changes, session_id, seq)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await _quiet_rollback(conn)
+            # One round trip: the schema's changes_since() takes the lock, then
+            # reads (see mimo_ctx.store._pg_schema).
+            rows = await conn.fetch(
+                self._sql.changes_call, session_id, seq, _SESSION_LOCK_CLASS, key
+            )
         current = int(rows[0][2])
         changed = [self._load_message(r[0], r[1]) for r in rows if r[1] is not None]
         return changed, current
