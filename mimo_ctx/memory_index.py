@@ -111,6 +111,8 @@ _CJK: Final = re.compile(
     "[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]+"
 )
 
+_OUR_TABLES: Final = frozenset({"meta", "files", "chunks"})
+
 _SCHEMA: Final = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     """CREATE TABLE files (
@@ -460,27 +462,42 @@ class MemoryIndex:
             raise
         return conn
 
-    def _initialise(self, conn: sqlite3.Connection) -> None:
-        conn.execute("PRAGMA busy_timeout = 30000")
+    @staticmethod
+    def _current(conn: sqlite3.Connection) -> bool:
+        """True when the database holds an index of our schema version.
+
+        Raises:
+            sqlite3.DatabaseError: Not a database, or a database of someone else's.
+        """
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if version == INDEX_SCHEMA_VERSION and {"meta", "files", "chunks"} <= tables:
-            self._pragmas(conn)
-            return
-        if tables and not {"meta", "files", "chunks"} & tables:
+        if version == INDEX_SCHEMA_VERSION and tables >= _OUR_TABLES:
+            return True
+        if tables and not _OUR_TABLES & tables:
             raise sqlite3.DatabaseError("it holds tables that are not a memory index")
+        return False
+
+    def _initialise(self, conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA busy_timeout = 30000")
+        current = self._current(conn)
         self._pragmas(conn)
+        if current:
+            return
         conn.execute("BEGIN IMMEDIATE")
         try:
-            # An older or newer index: it is a cache, so start over.
-            for name in ("chunks", "files", "meta"):
-                conn.execute(f"DROP TABLE IF EXISTS {name}")
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {INDEX_SCHEMA_VERSION}")
+            # Checked again under the write lock: another connection may have
+            # created the schema meanwhile.
+            if not self._current(conn):
+                # Empty, or an older/newer index: it is a cache, so start over.
+                for name in ("chunks", "files", "meta"):
+                    conn.execute(f"DROP TABLE IF EXISTS {name}")
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {INDEX_SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
 
     def _pragmas(self, conn: sqlite3.Connection) -> None:
@@ -548,105 +565,112 @@ class MemoryIndex:
             conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('root', ?)", (root_key,))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
 
     @staticmethod
-    def _apply(conn: sqlite3.Connection, scope: _Scope, seen: Sequence[_Seen]) -> ReconcileStats:
-        known: dict[str, tuple[int, int, int, int, int, str, str]] = {
-            row[0]: (row[1], row[2], row[3], row[4], row[5], row[6], row[7])
+    def _diff(
+        conn: sqlite3.Connection, scope: _Scope, seen: Sequence[_Seen]
+    ) -> tuple[set[str], list[str], list[_Seen]]:
+        """Indexed paths of the scope, paths gone from the disk, files to (re)index."""
+        known = {
+            str(row[0]): (int(row[1]), int(row[2]))
             for row in conn.execute(
-                "SELECT path, id, size, mtime_ns, first_row, n_rows, kind, scope "
-                "FROM files WHERE kind = ? AND scope = ?",
+                "SELECT path, size, mtime_ns FROM files WHERE kind = ? AND scope = ?",
                 (scope.kind, scope.scope),
             )
         }
         seen_paths = {s.path for s in seen}
         gone = [p for p in known if p not in seen_paths]
-        todo = [
-            s for s in seen if s.path not in known or known[s.path][1:3] != (s.size, s.mtime_ns)
-        ]
-        unchanged = len(seen) - len(todo)
-        added = updated = skipped = 0
-        if not gone and not todo:
-            return ReconcileStats(unchanged=unchanged)
+        todo = [s for s in seen if known.get(s.path) != (s.size, s.mtime_ns)]
+        return set(known), gone, todo
 
-        def drop(path: str) -> None:
-            file_id, _size, _mtime, first, n_rows, _kind, _scope = known[path]
-            if n_rows:
-                conn.execute(
-                    "DELETE FROM chunks WHERE rowid BETWEEN ? AND ?", (first, first + n_rows - 1)
-                )
-            conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
+    @staticmethod
+    def _begin(conn: sqlite3.Connection) -> int:
+        """Start a write transaction; return the next free chunk rowid.
 
-        # Batches of about _BATCH_BYTES per transaction: a crash keeps what was
-        # committed, and other processes get the write lock between batches.
-        pending = list(todo)
+        Recomputed at every transaction because another process sharing the
+        file may have added chunks in between (max(rowid) of an FTS5 table
+        would be a scan; the files table knows every file's range).
+        """
         conn.execute("BEGIN IMMEDIATE")
-        # Rowids only grow (computed once: max(rowid) on an FTS5 table is a scan).
-        next_row = int(
-            conn.execute("SELECT coalesce(max(first_row + n_rows), 1) FROM files").fetchone()[0]
-        )
+        row = conn.execute("SELECT coalesce(max(first_row + n_rows), 1) FROM files").fetchone()
+        return int(row[0])
+
+    @staticmethod
+    def _apply(conn: sqlite3.Connection, scope: _Scope, seen: Sequence[_Seen]) -> ReconcileStats:
+        # Cheap check without the write lock first: a reconcile with nothing
+        # changed (the common case, every memory search) never takes it.
+        _known, gone, todo = MemoryIndex._diff(conn, scope, seen)
+        if not gone and not todo:
+            return ReconcileStats(unchanged=len(seen))
+        added = updated = skipped = 0
+        next_row = MemoryIndex._begin(conn)
         try:
+            # Again under the lock: another process may have done part of it.
+            known, gone, todo = MemoryIndex._diff(conn, scope, seen)
             for path in gone:
-                drop(path)
+                MemoryIndex._drop_path(conn, path)
             batch = 0
-            for item in pending:
+            for item in todo:
                 if item.path in known:
-                    drop(item.path)
                     updated += 1
                 else:
-                    # A path indexed under another scope (a moved layout): replace it.
-                    MemoryIndex._drop_path(conn, item.path)
                     added += 1
+                # Also drops a row of this path under another scope (a moved layout).
+                MemoryIndex._drop_path(conn, item.path)
                 text = _read_text(item.real)
-                first_row = next_row
-                n_rows = 0
-                if text is None:
-                    skipped += 1
-                else:
-                    rows: list[tuple[int, str, str, int]] = []
-                    for line, body in _chunk_lines(text):
-                        rows.append((first_row + n_rows, body, _cjk_tokens(body), line))
-                        n_rows += 1
-                    cursor = conn.execute(
-                        "INSERT INTO files (path, kind, scope, size, mtime_ns, indexed, "
-                        "first_row, n_rows) VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
-                        (
-                            item.path,
-                            scope.kind,
-                            scope.scope,
-                            item.size,
-                            item.mtime_ns,
-                            first_row,
-                            n_rows,
-                        ),
-                    )
-                    file_id = cursor.lastrowid
-                    conn.executemany(
-                        "INSERT INTO chunks (rowid, body, cjk, file_id, line) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        [(r, b, c, file_id, ln) for r, b, c, ln in rows],
-                    )
-                    batch += len(text)
-                    next_row += n_rows
                 if text is None:
                     # Remember binary files too, so they are not re-read every time.
+                    skipped += 1
                     conn.execute(
                         "INSERT INTO files (path, kind, scope, size, mtime_ns, indexed, "
                         "first_row, n_rows) VALUES (?, ?, ?, ?, ?, 0, 0, 0)",
                         (item.path, scope.kind, scope.scope, item.size, item.mtime_ns),
                     )
+                    continue
+                chunks = list(_chunk_lines(text))
+                cursor = conn.execute(
+                    "INSERT INTO files (path, kind, scope, size, mtime_ns, indexed, "
+                    "first_row, n_rows) VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
+                    (
+                        item.path,
+                        scope.kind,
+                        scope.scope,
+                        item.size,
+                        item.mtime_ns,
+                        next_row,
+                        len(chunks),
+                    ),
+                )
+                conn.executemany(
+                    "INSERT INTO chunks (rowid, body, cjk, file_id, line) VALUES (?, ?, ?, ?, ?)",
+                    [
+                        (next_row + i, body, _cjk_tokens(body), cursor.lastrowid, line)
+                        for i, (line, body) in enumerate(chunks)
+                    ],
+                )
+                next_row += len(chunks)
+                batch += len(text)
+                # Batches of about _BATCH_BYTES per transaction: a crash keeps
+                # what was committed, and other processes get the write lock
+                # between batches.
                 if batch >= _BATCH_BYTES:
                     conn.execute("COMMIT")
-                    conn.execute("BEGIN IMMEDIATE")
+                    next_row = MemoryIndex._begin(conn)
                     batch = 0
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
         return ReconcileStats(
-            added=added, updated=updated, removed=len(gone), unchanged=unchanged, skipped=skipped
+            added=added,
+            updated=updated,
+            removed=len(gone),
+            unchanged=len(seen) - len(todo),
+            skipped=skipped,
         )
 
     @staticmethod

@@ -92,6 +92,7 @@ _READ_DEFAULT_LINES: Final = 200
 _READ_MAX_LINE_CHARS: Final = 2_000
 _SNIPPET_CHARS: Final = 160
 _DATA_URL_CHARS: Final = 80
+_ROOT_DIRS: Final = frozenset({"sessions", "projects", "global"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -643,12 +644,13 @@ class SessionTools:
     def _resolve_memory_path(self, raw: str, project_id: str) -> tuple[str, str]:
         """Resolve a ``memory read`` path to ``(relative path, real path)``.
 
-        Accepted: a path relative to the memory root; a path relative to the
-        session memory directory (tried when the first does not exist); an
-        absolute path inside the memory root (the rebuild body and the
-        reminder print absolute paths). Refused: ``..`` components, absolute
-        paths outside the root, symlinks resolving outside it, and files
-        outside this session's, its project's and the global directory.
+        Accepted: a path relative to the memory root (it starts with
+        ``sessions/``, ``projects/`` or ``global/``); any other relative path is
+        taken as relative to the session memory directory; an absolute path
+        inside the memory root (the rebuild body and the reminder print
+        absolute paths). Refused: ``..`` components, absolute paths outside
+        the root, symlinks resolving outside it, and files outside this
+        session's, its project's and the global directory.
         """
         text = raw.strip()
         if not text or "\x00" in text:
@@ -672,20 +674,25 @@ class SessionTools:
                     f"path {raw!r} is refused: absolute paths outside the memory root are not "
                     "allowed; give a path relative to the memory root"
                 )
-            candidates = [root / rel]
+            chosen = root / rel
+        elif next((c for c in components if c not in ("", ".")), "") in _ROOT_DIRS:
+            chosen = root / text
         else:
-            candidates = [root / text, Path(self._layout.session_dir(self._session_id)) / text]
-        chosen = next((c for c in candidates if os.path.lexists(c)), candidates[0])
-        real = os.path.realpath(chosen)
-        if not _inside(real, root_real):
-            raise PathEscapeError(
-                f"path {raw!r} is refused: it resolves outside the memory root (symlink out)"
-            )
+            # Every memory file lives under sessions/, projects/ or global/, so any
+            # other relative path can only mean "in the session memory directory".
+            # Decided by the spelling, never by what exists: whether a path into
+            # another session exists must not show in the answer.
+            chosen = Path(self._layout.session_dir(self._session_id)) / text
         allowed = [
             os.path.realpath(self._layout.session_dir(self._session_id)),
             os.path.realpath(self._layout.project_dir(project_id)),
             os.path.realpath(self._layout.global_dir()),
         ]
+        real = os.path.realpath(chosen)
+        if not _inside(real, root_real):
+            raise PathEscapeError(
+                f"path {raw!r} is refused: it resolves outside the memory root (symlink out)"
+            )
         if not any(_inside(real, d) for d in allowed):
             raise PathEscapeError(
                 f"path {raw!r} is refused: only this session's memory, the project's memory "

@@ -307,7 +307,10 @@ async def test_memory_read_missing_binary_and_past_end(world: World) -> None:
     (world.layout.session_dir(world.a) / "blob.md").write_bytes(b"\x00\x01\x02binary")
     cases = {
         "sessions/ses_a/none.md": "no memory file",
+        "none.md": "no memory file 'none.md'",
         "sessions/ses_a/blob.md": "is a binary file",
+        # Another session's path is refused whether or not the file exists.
+        "sessions/ses_b/none.md": "only this session's memory",
     }
     for path, reason in cases.items():
         result = await world.tools_a.invoke("memory", {"operation": "read", "path": path})

@@ -364,3 +364,21 @@ async def test_search_plan_streams_in_rank_order(tmp_path: Path, layout: MemoryL
     details = " | ".join(str(row[-1]) for row in plan)
     assert "TEMP B-TREE" not in details
     assert "SEARCH f USING INTEGER PRIMARY KEY" in details
+
+
+async def test_two_indexes_share_one_file(layout: MemoryLayout, tmp_path: Path) -> None:
+    """Two index objects (as two processes would) reconcile one file concurrently, safely."""
+    import anyio
+
+    for i in range(60):
+        write(layout.session_dir(S) / f"f{i}.md", f"file {i} says quokka{i}\n")
+    db = tmp_path / "shared.sqlite3"
+    async with MemoryIndex(db) as first, MemoryIndex(db) as second:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: first.reconcile(layout, session_id=S, project_id=P))
+            tg.start_soon(lambda: second.reconcile(layout, session_id=S, project_id=P))
+        assert await first.reconcile(layout, session_id=S, project_id=P) == ReconcileStats(
+            unchanged=60
+        )
+        assert await search(second, "quokka7") == ["sessions/ses_1/f7.md:1"]
+        assert len(await second.paths(S, P)) == 60
