@@ -110,7 +110,11 @@ def estimate_message_tokens(message: Message) -> int:
     however many turns it stays in the window. Build a new message (or call
     :meth:`Message.model_copy`) to change its parts; do not mutate them in place.
     """
-    cached = message._token_estimate  # pyright: ignore[reportPrivateUsage]
+    # Read the private slot directly: ``message._token_estimate`` goes through
+    # pydantic's ``__getattr__`` (about 3 µs), which dominated a warm prepare()
+    # over a 500-message window (issue 9); the dict lookup is ~25x cheaper.
+    private = message.__pydantic_private__
+    cached = private.get("_token_estimate") if private is not None else None
     if cached is None:
         cached = sum(estimate_part_tokens(p) for p in message.parts)
         message._token_estimate = cached  # pyright: ignore[reportPrivateUsage]
