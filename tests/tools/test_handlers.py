@@ -383,3 +383,20 @@ async def test_definitions_and_lookup(world: World) -> None:
     assert world.tools_a.definition("task").parameters["required"] == ["operation"]
     with pytest.raises(KeyError, match="no tool named 'grep'"):
         world.tools_a.definition("grep")
+
+
+async def test_golden_history_get_of_a_tool_call(world: World) -> None:
+    """The rendering of a message with a compacted tool call (golden)."""
+    message = world.a_messages[1]
+    text = await world.tools_a.call("history", {"operation": "get", "message_id": message.id})
+    assert text.replace(message.id, "<id>") == "\n".join(
+        [
+            "--- message <id> (assistant, agent=main, 2025-06-15T15:06:40.020Z, "
+            "finish=tool-calls) ---",
+            "let me look",
+            '[tool call bash call_id=call_1] input: {"cmd": "cat build.log"}',
+            "[tool result bash call_id=call_1 (cleared from the context by a rebuild; "
+            "full output kept in storage)]",
+            "ERROR line 42: missing semicolon",
+        ]
+    )
