@@ -192,7 +192,10 @@ def _texts_of(error: object) -> list[tuple[str | None, str]]:
         _walk_strings(body, None, 0, out)
         return out
     for attr in ("code", "type", "message", "body", "error", "detail", "details"):
-        value = getattr(error, attr, None)
+        try:
+            value = getattr(error, attr, None)
+        except Exception:  # a property that raises: skip it, read the others
+            continue
         if value is None or callable(value):
             continue
         if isinstance(value, bytes):
@@ -240,12 +243,19 @@ def _one(error: object) -> bool | None:
     answer = _ask_recognizers(error)
     if answer is not None:
         return answer
-    status = _status_of(error)
+    # Each probe is guarded on its own: an error whose status attribute raises may
+    # still carry a recognisable message (issue 10: errors of unknown shape).
+    status: int | None = None
+    with contextlib.suppress(Exception):
+        status = _status_of(error)
     if status == OVERFLOW_STATUS:
         return True
     if status in NOT_OVERFLOW_STATUSES:
         return False
-    if _matches(_texts_of(error)):
+    texts: list[tuple[str | None, str]] = []
+    with contextlib.suppress(Exception):
+        texts = _texts_of(error)
+    if _matches(texts):
         return True
     return None
 
@@ -262,7 +272,13 @@ def is_context_overflow(error: BaseException | Mapping[str, Any] | str) -> bool:
         authentication errors, whatever their message).
     """
     for link in _chain(error):
-        answer = _one(link)
+        try:
+            answer = _one(link)
+        except Exception:
+            # An error of unknown shape (a property that raises, a proxy, a broken
+            # body mapping) says nothing recognisable. Not an overflow: the caller
+            # must get the provider's own error back, never one raised in here.
+            answer = None
         if answer is not None:
             return answer
     return False

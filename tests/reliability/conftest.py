@@ -24,6 +24,7 @@ from mimo_ctx.messages import (
     ToolTime,
 )
 from mimo_ctx.middleware import ContextMiddleware
+from mimo_ctx.sections import BODY_INTRO
 from mimo_ctx.store import InMemoryStore, SQLiteStore, Store
 from mimo_ctx.testing import filler_text
 from mimo_ctx.triggers import ModelLimits
@@ -146,6 +147,8 @@ async def settle(mw: ContextMiddleware, session_id: str) -> None:
 
 
 def body_text(message: Message) -> str:
-    """The rebuild body part of a boundary message (R4.4: the third part)."""
-    texts = [p.text for p in message.parts if isinstance(p, TextPart)]
-    return texts[1]
+    """The rebuild body part of a boundary message, stored or as sent (R4.4)."""
+    (body,) = [
+        p.text for p in message.parts if isinstance(p, TextPart) and p.text.startswith(BODY_INTRO)
+    ]
+    return body

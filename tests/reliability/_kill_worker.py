@@ -1,0 +1,57 @@
+"""A process that dies in the middle of a rebuild commit (issue 10 §2).
+
+Run by ``test_faults.py`` as ``python _kill_worker.py <db> <memory_root> <session> <mode>``.
+It prepares the session (which crosses the trigger line) with
+``SQLiteStore.commit_rebuild`` instrumented to end the process abruptly with
+``os._exit`` — no cleanup, no rollback, like a kill -9:
+
+* ``inside``: after the boundary row was inserted and before micro-compaction
+  updates the tool results, inside the open SQLite transaction;
+* ``after``: right after the transaction committed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+import anyio
+
+from mimo_ctx.middleware import ContextMiddleware
+from mimo_ctx.store import SQLiteStore
+from mimo_ctx.triggers import ModelLimits
+
+KILLED = 9
+
+
+async def main(db: str, memory_root: str, session_id: str, mode: str) -> None:
+    if mode == "inside":
+        original = SQLiteStore._update_messages  # pyright: ignore[reportPrivateUsage]
+
+        def update(
+            self: SQLiteStore, conn: object, rows: Sequence[object], what: str, *a: object
+        ) -> None:
+            if what == "commit_rebuild":
+                os._exit(KILLED)  # the boundary insert ran; micro-compaction did not
+            original(self, conn, rows, what, *a)  # type: ignore[arg-type]
+
+        SQLiteStore._update_messages = update  # type: ignore[method-assign]
+    store = await SQLiteStore.open(db)
+    if mode == "after":
+        commit = store.commit_rebuild
+
+        async def commit_then_die(*args: object, **kwargs: object) -> bool:
+            await commit(*args, **kwargs)  # type: ignore[arg-type]
+            os._exit(KILLED)
+
+        store.commit_rebuild = commit_then_die  # type: ignore[method-assign]
+    async with ContextMiddleware(
+        store, memory_root, model=ModelLimits(100_000, input_limit=100_000)
+    ) as mw:
+        await mw.prepare(session_id)
+    sys.exit("the commit was never reached")
+
+
+if __name__ == "__main__":
+    anyio.run(main, *sys.argv[1:5])
