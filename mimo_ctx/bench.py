@@ -1,0 +1,244 @@
+"""Run the benchmarks of ``benchmarks/`` and render their figures (``mimo-ctx bench``).
+
+The benchmark scripts live in the source checkout's ``benchmarks/`` folder, not
+in the installed package: they generate large data sets and one of them needs
+LangChain as a baseline, which the library itself never imports. This module
+finds that folder (``MIMO_CTX_BENCHMARKS``, else ``benchmarks/`` beside the
+package), loads the benchmark modules from it under a private package name, runs
+them and renders their result tables as plain text or Markdown.
+
+Each benchmark returns a *result* mapping: ``name``, ``title``, ``tables``
+(``title``, ``headers``, ``rows``), ``targets`` (``name``, ``goal``,
+``measured``, ``met``, ``ratio``, ``note``), ``notes`` and raw ``data``.
+Timings are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Final, cast
+
+from mimo_ctx.errors import ConfigError, MimoCtxError
+
+__all__ = [
+    "BENCHMARKS",
+    "benchmarks_dir",
+    "load_benchmark",
+    "render_markdown",
+    "render_text",
+    "run_benchmarks",
+]
+
+BENCHMARKS: Final[tuple[str, ...]] = ("hot_path", "rebuild", "tokens", "replay")
+"""The benchmarks, in the order a full run takes them."""
+
+_PACKAGE: Final = "_mimo_ctx_benchmarks"
+
+
+def benchmarks_dir() -> Path:
+    """The folder holding the benchmark scripts.
+
+    Raises:
+        MimoCtxError: There is none (an installed wheel without a source checkout);
+            the message says how to point at one.
+    """
+    env = os.environ.get("MIMO_CTX_BENCHMARKS")
+    path = Path(env) if env else Path(__file__).resolve().parent.parent / "benchmarks"
+    if not (path / "__init__.py").is_file():
+        raise MimoCtxError(
+            f"no benchmarks found at {path}: the benchmarks ship with the source "
+            "checkout, not the installed package; run from a clone (pip install -e "
+            "'.[test]') or set MIMO_CTX_BENCHMARKS to its benchmarks/ folder"
+        )
+    return path
+
+
+def _package() -> ModuleType:
+    loaded = sys.modules.get(_PACKAGE)
+    if loaded is not None:
+        return loaded
+    directory = benchmarks_dir()
+    spec = importlib.util.spec_from_file_location(
+        _PACKAGE, directory / "__init__.py", submodule_search_locations=[str(directory)]
+    )
+    if spec is None or spec.loader is None:  # pragma: no cover - a folder with __init__.py loads
+        raise MimoCtxError(f"cannot load the benchmarks package at {directory}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_PACKAGE] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[_PACKAGE]
+        raise
+    return module
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """Import one benchmark module by name (one of :data:`BENCHMARKS`).
+
+    Raises:
+        ConfigError: ``name`` is not a known benchmark.
+        MimoCtxError: The benchmarks folder cannot be found.
+    """
+    if name not in BENCHMARKS:
+        raise ConfigError(f"unknown benchmark {name!r}; expected one of: {', '.join(BENCHMARKS)}")
+    _package()
+    return importlib.import_module(f"{_PACKAGE}.{name}")
+
+
+def run_benchmarks(
+    names: Sequence[str] | None = None,
+    *,
+    quick: bool,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run benchmarks and collect their results.
+
+    Each benchmark runs its own event loop, so call this from synchronous code
+    (not from inside a running event loop).
+
+    Args:
+        names: Which benchmarks to run (default: all of :data:`BENCHMARKS`, in
+            that order).
+        quick: Tiny inputs and few samples: a smoke run that finishes in seconds;
+            its figures mean nothing.
+        progress: Called with a line of text as each benchmark starts and ends.
+
+    Returns:
+        ``{"quick", "machine", "command", "seconds", "results": {name: result}}``.
+
+    Raises:
+        ConfigError: An unknown benchmark name.
+        MimoCtxError: The benchmarks folder cannot be found.
+    """
+    chosen = list(BENCHMARKS if not names else dict.fromkeys(names))
+    modules = [(name, load_benchmark(name)) for name in chosen]
+    common = importlib.import_module(f"{_PACKAGE}._common")
+    results: dict[str, Any] = {}
+    started = time.perf_counter()
+    for name, module in modules:
+        if progress is not None:
+            progress(f"running {name}{' (quick)' if quick else ''}…")
+        begin = time.perf_counter()
+        run = cast(Callable[..., dict[str, Any]], module.run)
+        outcome = run(quick=quick)
+        outcome["seconds"] = time.perf_counter() - begin
+        results[name] = outcome
+        if progress is not None:
+            progress(f"{name} done in {outcome['seconds']:.1f} s")
+    machine = cast(Callable[[], dict[str, Any]], common.machine_info)()
+    return {
+        "quick": quick,
+        "machine": machine,
+        "command": _command(chosen, quick),
+        "seconds": time.perf_counter() - started,
+        "results": results,
+    }
+
+
+def _command(names: Sequence[str], quick: bool) -> str:
+    parts = ["python benchmarks/run_all.py"]
+    if list(names) != list(BENCHMARKS):
+        parts.extend(names)
+    if quick:
+        parts.append("--quick")
+    return " ".join(parts)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _cells(table: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    headers = [str(h) for h in table["headers"]]
+    rows = [[str(c) for c in row] for row in table["rows"]]
+    return headers, rows
+
+
+def _text_table(table: Mapping[str, Any]) -> str:
+    headers, rows = _cells(table)
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    line = "  ".join(h.ljust(widths[i]) for i, h in enumerate(headers))
+    rule = "  ".join("-" * w for w in widths)
+    body = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(row)) for row in rows]
+    return "\n".join([str(table["title"]), line, rule, *body])
+
+
+def _md_table(table: Mapping[str, Any]) -> str:
+    headers, rows = _cells(table)
+
+    def row(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    return "\n".join(
+        [f"**{table['title']}**", "", row(headers), row(["---"] * len(headers)), *map(row, rows)]
+    )
+
+
+def _met(value: object) -> str:
+    if value is None:
+        return "n/a"
+    return "met" if value else "MISSED"
+
+
+def _target_table(targets: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    rows = [
+        [t["name"], t["goal"], t["measured"], _met(t["met"]), t.get("note") or ""] for t in targets
+    ]
+    return {
+        "title": "Targets",
+        "headers": ["target", "goal", "measured", "status", "note"],
+        "rows": rows,
+    }
+
+
+def render_text(run: Mapping[str, Any]) -> str:
+    """The tables of a :func:`run_benchmarks` run, as plain text for a terminal."""
+    machine = run["machine"]
+    out = [
+        f"mimo-ctx benchmarks{' (quick: figures mean nothing)' if run['quick'] else ''}",
+        f"{machine['date']} · {machine['usable_cores']} cores · Python {machine['python']}"
+        f" · {machine['processor']}",
+        "",
+    ]
+    for result in run["results"].values():
+        out.append(f"== {result['title']} ({result.get('seconds', 0):.1f} s)")
+        for table in result["tables"]:
+            out.extend([_text_table(table), ""])
+        if result["targets"]:
+            out.extend([_text_table(_target_table(result["targets"])), ""])
+        out.extend(f"note: {note}" for note in result["notes"])
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_markdown(run: Mapping[str, Any]) -> str:
+    """The tables of a :func:`run_benchmarks` run, as Markdown (``RESULTS.md``)."""
+    machine = run["machine"]
+    out = [
+        f"Measured {machine['date']} on {machine['processor']} ({machine['usable_cores']} "
+        f"usable cores of {machine['cores']}), {machine['implementation']} "
+        f"{machine['python']}, {machine['platform']}. Whole run: {run['seconds']:.0f} s.",
+        "",
+        f"Regenerate with `{run['command']} --write-results` (or `mimo-ctx bench`).",
+        "",
+    ]
+    for result in run["results"].values():
+        out.extend([f"### {result['title']}", ""])
+        for table in result["tables"]:
+            out.extend([_md_table(table), ""])
+        if result["targets"]:
+            out.extend([_md_table(_target_table(result["targets"])), ""])
+        out.extend(f"- {note}" for note in result["notes"])
+        if result["notes"]:
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
