@@ -266,6 +266,10 @@ def section_rows(sections: list[SectionFigure]) -> list[list[str]]:
     return rows
 
 
+def _count(messages: int) -> str:
+    return f"{messages} message" if messages == 1 else f"{messages} messages"
+
+
 def _first_words(message: Message, limit: int = 60) -> str:
     for part in message.parts:
         if isinstance(part, TextPart) and part.text.strip():
@@ -339,12 +343,12 @@ def print_inspect(result: InspectResult, transcript: ImportedTranscript, out: Ou
         [
             (
                 "Before",
-                f"{fmt_tokens(result.tokens_before)} tokens in {result.messages_before} messages",
+                f"{fmt_tokens(result.tokens_before)} tokens in {_count(result.messages_before)}",
             ),
             (
                 "After",
-                f"{fmt_tokens(result.tokens_after)} tokens in {result.messages_after} "
-                f"messages{saved}",
+                f"{fmt_tokens(result.tokens_after)} tokens in "
+                f"{_count(result.messages_after)}{saved}",
             ),
             ("Payload", f"{result.request.format} (valid; print it with --json)"),
         ]
