@@ -444,10 +444,13 @@ class MemoryIndex:
 
     def _connect(self) -> sqlite3.Connection:
         try:
+            if self._path != ":memory:" and not self._path.startswith("file:"):
+                # The index is a cache: its folder is created on first use.
+                Path(self._path).parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
                 self._path, timeout=30.0, isolation_level=None, check_same_thread=False
             )
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot open memory index {self._path}: {exc}") from exc
         try:
             self._initialise(conn)

@@ -48,6 +48,7 @@ from mimo_ctx.events import (
     WaitingForWriter,
 )
 from mimo_ctx.memory import MemoryLayout, read_text
+from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
     MAIN_AGENT,
     CompactionPart,
@@ -69,6 +70,7 @@ from mimo_ctx.reminders import append_per_turn_reminder
 from mimo_ctx.render import RenderedBody, render_rebuild_context
 from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
 from mimo_ctx.store.base import RequestPrefix, Session, Store
+from mimo_ctx.tools import SessionTools
 from mimo_ctx.tokens import TokenCounter, estimate_message_tokens, estimate_text_tokens, js_json
 from mimo_ctx.triggers import (
     ModelLimits,
@@ -214,6 +216,8 @@ class ContextMiddleware:
         on_event: A callback for every event (also available as a stream through
             :attr:`events`).
         counter: Token counter used for the body's section caps.
+        memory_index: The FTS5 index of the memory files, shared with the
+            ``memory`` tool; defaults to ``<memory_root>/.index/memory.sqlite3``.
 
     Example:
         >>> async with ContextMiddleware(store, "memory", model=200_000) as mw:  # doctest: +SKIP
@@ -231,11 +235,16 @@ class ContextMiddleware:
         fallback_writer: CheckpointWriter | Literal[False] | None = None,
         on_event: EventHandler | None = None,
         counter: TokenCounter | None = None,
+        memory_index: MemoryIndex | None = None,
     ) -> None:
         self.store = store
         self.config = config or RebuildConfig()
         self.limits = model if isinstance(model, ModelLimits) else ModelLimits(context_window=model)
         self.layout = MemoryLayout(Path(memory_root))
+        self._own_index = memory_index is None
+        self.memory_index = memory_index or MemoryIndex(
+            Path(memory_root) / ".index" / "memory.sqlite3"
+        )
         self.events = EventBus()
         if on_event is not None:
             self.events.handlers.append(on_event)
@@ -285,6 +294,8 @@ class ContextMiddleware:
             await task_group.__aexit__(None, None, None)
         finally:
             self.events.close()
+            if self._own_index:
+                await self.memory_index.aclose()
         return None
 
     # -- sessions -----------------------------------------------------------------
@@ -331,6 +342,17 @@ class ContextMiddleware:
         if state is None:
             state = self._sessions[session_id] = _SessionState()
         return state
+
+    def tools(self, session_id: str, project_id: str | None = None) -> SessionTools:
+        """The ``history``, ``memory``, ``task`` and ``actor`` tools for a session.
+
+        They share this middleware's store, memory layout and memory index, so every
+        pointer a rebuild gives the model (elided messages, ``File:`` lines, the
+        per-turn reminder) leads to a working tool.
+        """
+        return SessionTools(
+            self.store, self.layout, session_id, project_id, index=self.memory_index
+        )
 
     # -- writing messages -------------------------------------------------------------
     async def add_user_message(
@@ -791,6 +813,7 @@ class ContextMiddleware:
             config=self.config,
             max_tokens=max(max_body, 0),
             counter=self.counter,
+            memory_index=self.memory_index,
         )
         if not rendered.text:
             return RebuildReport(

@@ -24,6 +24,7 @@ from mimo_ctx.budget import checkpoint_section_caps, read_budgeted, read_budgete
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.digest import build_tail_digest
 from mimo_ctx.memory import MemoryLayout, list_memory_files, read_text
+from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import MAIN_AGENT, Message
 from mimo_ctx.reminders import closing_text, compute_last_message_info
 from mimo_ctx.sections import (
@@ -122,6 +123,7 @@ async def render_rebuild_context(
     config: RebuildConfig | None = None,
     max_tokens: int | None = None,
     counter: TokenCounter | None = None,
+    memory_index: MemoryIndex | None = None,
 ) -> RenderedBody:
     """Render the rebuild body of SPEC R5.
 
@@ -136,6 +138,8 @@ async def render_rebuild_context(
         config: Caps and limits.
         max_tokens: **beyond** (R5.9): bound on the whole body.
         counter: Token counter for caps; defaults to the chars/4 estimate.
+        memory_index: The FTS5 memory index; section 8 reconciles it with the disk
+            and lists its paths (R5.6). Without one the memory root is walked.
 
     Returns:
         The body with per-section figures.
@@ -162,9 +166,14 @@ async def render_rebuild_context(
     project = await read_text(project_path, max_chars=MAX_FILE_CHARS) or ""
     global_memory = await read_text(global_path, max_chars=MAX_FILE_CHARS) or ""
     notes = await read_text(notes_path, max_chars=MAX_FILE_CHARS) or ""
-    memory_files = await list_memory_files(
-        layout, session_id=session_id, project_id=session.project_id
-    )
+    if memory_index is not None:
+        # R5.6: reconcile first, so files written outside the tools appear.
+        await memory_index.reconcile(layout, session_id=session_id, project_id=session.project_id)
+        memory_files = await memory_index.paths(session_id, session.project_id)
+    else:
+        memory_files = await list_memory_files(
+            layout, session_id=session_id, project_id=session.project_id
+        )
     digest = build_tail_digest(
         tail,
         max_lines=config.activity_max_lines,

@@ -694,3 +694,28 @@ async def test_r4_2_empty_body_is_insert_failed(store: Store, tmp_path: Path) ->
         assert report.outcome == "insert-failed"
         assert report.boundary_id is None
         assert await store.count_messages(session.id) == count
+
+
+async def test_r5_6_memory_keys_index_reconciles_files_written_outside_tools(
+    store: Store, tmp_path: Path
+) -> None:
+    model = ScriptedModel([tool_round("read", 4000, seed=i, file_path="n") for i in range(6)])
+    async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS) as mw:
+        session = await mw.open_session(system=SYSTEM, project_id="proj")
+        await mw.add_user_message(session.id, "Go.")
+        await run_turns(mw, session.id, model, 6)
+        ideas = mw.layout.session_dir(session.id) / "ideas.md"
+        ideas.write_text("# Ideas\n\n- cache the parser\n")
+        report = await mw.rebuild(session.id)
+        assert report.boundary_id is not None
+        view = await mw.prepare(session.id)
+        body = texts(view.messages[0])[2]
+        keys = body.split("# Memory keys index\n", 1)[1].split("\n\n", 1)[0]
+        assert f"- sessions/{session.id}/ideas.md" in keys.splitlines()
+        # Injected files are not listed again (R5.6).
+        assert "checkpoint.md" not in keys
+        # The model's memory tool searches the same index.
+        found = await mw.tools(session.id).call(
+            "memory", {"operation": "search", "query": "parser"}
+        )
+        assert "ideas.md" in found
