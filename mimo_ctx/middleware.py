@@ -70,8 +70,8 @@ from mimo_ctx.reminders import append_per_turn_reminder
 from mimo_ctx.render import RenderedBody, render_rebuild_context
 from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
 from mimo_ctx.store.base import RequestPrefix, Session, Store
-from mimo_ctx.tools import SessionTools
 from mimo_ctx.tokens import TokenCounter, estimate_message_tokens, estimate_text_tokens, js_json
+from mimo_ctx.tools import SessionTools
 from mimo_ctx.triggers import (
     ModelLimits,
     due_thresholds,
