@@ -40,6 +40,7 @@ from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.render import SectionFigure
 from mimo_ctx.replay import ReplayCompaction, replayable_messages
 from mimo_ctx.store.memory import InMemoryStore
+from mimo_ctx.tokens import estimate_message_tokens
 from mimo_ctx.view import apply_send_rules
 
 __all__ = [
@@ -67,7 +68,7 @@ class InspectResult:
     watermark: str | None
     watermark_index: int | None
     sections: list[SectionFigure]
-    tokens_before: int | None
+    tokens_before: int
     tokens_after: int
     messages_before: int
     messages_after: int
@@ -218,7 +219,11 @@ async def _inspect(
         watermark=report.watermark,
         watermark_index=index_of.get(report.watermark) if report.watermark else None,
         sections=list(report.sections.sections) if report.sections else [],
-        tokens_before=report.tokens_before,
+        tokens_before=(
+            report.tokens_before
+            if report.tokens_before is not None
+            else sum(estimate_message_tokens(m) for m in before_view)
+        ),
         tokens_after=view.tokens,
         messages_before=len(before_view),
         messages_after=len(view.messages),
@@ -291,7 +296,7 @@ def print_inspect(result: InspectResult, transcript: ImportedTranscript, out: Ou
         [
             (
                 "Transcript",
-                f"{result.transcript_format}, {counts['messages']} messages "
+                f"{result.transcript_format}, {_count(counts['messages'])} "
                 f"({counts['user']} user, {counts['assistant']} assistant, "
                 f"{counts['tool_calls']} tool calls, {counts['subagent_messages']} sub-agent), "
                 f"{counts['compactions']} compaction(s) of its own",

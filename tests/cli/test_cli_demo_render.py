@@ -183,3 +183,27 @@ def test_render_unknown_session_and_empty_store(tmp_path: Path) -> None:
     run = run_cli("render", "--store", str(empty))
     assert run.code == 2
     assert "holds no session" in run.err
+
+
+def test_demo_runs_without_rich_installed(tmp_path: Path) -> None:
+    """The core install (no `cli` extra): `import rich` fails, the demo prints plain text."""
+    code = (
+        "import sys\n"
+        "sys.modules['rich'] = None  # makes `import rich` raise ImportError\n"
+        "from mimo_ctx.cli import main\n"
+        "sys.exit(main(['demo']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "== Timeline" in done.stdout
+    assert "Recent user input (verbatim)" in done.stdout
+    assert "━" not in done.stdout
