@@ -426,13 +426,14 @@ class DemoResult:
     messages_stored: int = 0
     seconds: float = 0.0
     kept: bool = False
+    memory_kept: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The document ``mimo-ctx demo --json`` prints."""
         return {
             "session_id": self.session_id,
             "store": self.store_path if self.kept else None,
-            "memory_root": self.memory_root if self.kept else None,
+            "memory_root": self.memory_root if self.memory_kept else None,
             "window": self.window,
             "trigger_tokens": self.trigger_tokens,
             "writer_thresholds": self.thresholds,
@@ -518,7 +519,9 @@ def _task(session_id: str, task_id: str, status: TaskStatus, summary: str, now: 
     )
 
 
-async def run_demo(store_path: Path, memory_root: Path, *, kept: bool = False) -> DemoResult:
+async def run_demo(
+    store_path: Path, memory_root: Path, *, kept: bool = False, memory_kept: bool | None = None
+) -> DemoResult:
     """Run the scripted session on an SQLite store at ``store_path``.
 
     Args:
@@ -526,6 +529,7 @@ async def run_demo(store_path: Path, memory_root: Path, *, kept: bool = False) -
             gets one more session).
         memory_root: Where checkpoint, memory and notes files go.
         kept: The caller keeps the store (reported in the JSON document).
+        memory_kept: The caller keeps the memory root (default: like ``kept``).
     """
     started = time.perf_counter()
     now = time.time_ns() // 1_000_000
@@ -565,6 +569,7 @@ async def run_demo(store_path: Path, memory_root: Path, *, kept: bool = False) -
             trigger_tokens=mw.usable,
             thresholds=list(mw.thresholds),
             kept=kept,
+            memory_kept=kept if memory_kept is None else memory_kept,
         )
         await write_text_atomic(layout.project_memory_path(PROJECT), _PROJECT_MEMORY)
         await write_text_atomic(layout.global_memory_path(), _GLOBAL_MEMORY)
@@ -710,7 +715,10 @@ def print_demo(result: DemoResult, out: Output) -> None:
                 ", ".join(fmt_tokens(t) for t in result.thresholds) + " tokens of usage",
             ),
             ("Store", result.store_path + ("" if result.kept else "  (temporary)")),
-            ("Memory root", result.memory_root + ("" if result.kept else "  (temporary)")),
+            (
+                "Memory root",
+                result.memory_root + ("" if result.memory_kept else "  (temporary)"),
+            ),
         ]
     )
     out.heading("Timeline")

@@ -159,7 +159,9 @@ async def _run_demo(args: argparse.Namespace, streams: Streams) -> int:
         directory = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "mimo-ctx-demo-"))
         try:
             memory_root = Path(memory_arg) if memory_arg else directory / "memory"
-            result = await run_demo(directory / "demo.db", memory_root, kept=memory_arg is not None)
+            result = await run_demo(
+                directory / "demo.db", memory_root, memory_kept=memory_arg is not None
+            )
         finally:
             await anyio.to_thread.run_sync(partial(shutil.rmtree, directory, ignore_errors=True))
     if args.json:
@@ -377,6 +379,12 @@ async def _run_replay(args: argparse.Namespace, streams: Streams) -> int:
             [row for _, row in sorted(rows, key=lambda item: item[0])],
             align=["right", "left", "left", "right", "right", "right"],
         )
+        if report.transcript_compactions:
+            out.line(
+                "mimo_ctx sizes are estimates of the request it would send (4 characters a "
+                "token; a system prompt the transcript did not record is not counted); the "
+                "transcript's are its provider's own counts."
+            )
     else:
         out.line("none: the session never reached the trigger line")
     out.heading("Summary")
