@@ -208,7 +208,16 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(terse=True),
         "machine": platform.machine(),
         "processor": _cpu_model(),
+        # Other work on the machine inflates timings: say how busy it was.
+        "load_average": _load_average(),
     }
+
+
+def _load_average() -> tuple[float, float, float] | None:
+    try:
+        return os.getloadavg()
+    except (AttributeError, OSError):  # not available on this platform
+        return None
 
 
 def _cpu_model() -> str:

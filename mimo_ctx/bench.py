@@ -15,25 +15,33 @@ Timings are reported, never asserted.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
+import json
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final, cast
+from typing import Any, Final, TextIO, cast
 
 from mimo_ctx.errors import ConfigError, MimoCtxError
 
 __all__ = [
     "BENCHMARKS",
+    "add_arguments",
     "benchmarks_dir",
     "load_benchmark",
+    "main",
+    "markdown_section",
     "render_markdown",
     "render_text",
     "run_benchmarks",
+    "run_command",
+    "summary_section",
+    "write_results",
 ]
 
 BENCHMARKS: Final[tuple[str, ...]] = ("hot_path", "rebuild", "tokens", "replay")
@@ -121,6 +129,8 @@ def run_benchmarks(
     chosen = list(BENCHMARKS if not names else dict.fromkeys(names))
     modules = [(name, load_benchmark(name)) for name in chosen]
     common = importlib.import_module(f"{_PACKAGE}._common")
+    # Taken before running: the load average then says how busy the machine was.
+    machine = cast(Callable[[], dict[str, Any]], common.machine_info)()
     results: dict[str, Any] = {}
     started = time.perf_counter()
     for name, module in modules:
@@ -133,7 +143,6 @@ def run_benchmarks(
         results[name] = outcome
         if progress is not None:
             progress(f"{name} done in {outcome['seconds']:.1f} s")
-    machine = cast(Callable[[], dict[str, Any]], common.machine_info)()
     return {
         "quick": quick,
         "machine": machine,
@@ -203,11 +212,9 @@ def _target_table(targets: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def render_text(run: Mapping[str, Any]) -> str:
     """The tables of a :func:`run_benchmarks` run, as plain text for a terminal."""
-    machine = run["machine"]
     out = [
         f"mimo-ctx benchmarks{' (quick: figures mean nothing)' if run['quick'] else ''}",
-        f"{machine['date']} · {machine['usable_cores']} cores · Python {machine['python']}"
-        f" · {machine['processor']}",
+        _machine_line(run),
         "",
     ]
     for result in run["results"].values():
@@ -221,24 +228,178 @@ def render_text(run: Mapping[str, Any]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def render_markdown(run: Mapping[str, Any]) -> str:
-    """The tables of a :func:`run_benchmarks` run, as Markdown (``RESULTS.md``)."""
+def _machine_line(run: Mapping[str, Any]) -> str:
     machine = run["machine"]
-    out = [
+    load = machine.get("load_average")
+    busy = f", load average {load[0]:.1f} at the start" if load else ""
+    return (
         f"Measured {machine['date']} on {machine['processor']} ({machine['usable_cores']} "
-        f"usable cores of {machine['cores']}), {machine['implementation']} "
-        f"{machine['python']}, {machine['platform']}. Whole run: {run['seconds']:.0f} s.",
-        "",
-        f"Regenerate with `{run['command']} --write-results` (or `mimo-ctx bench`).",
+        f"usable cores of {machine['cores']}{busy}), {machine['implementation']} "
+        f"{machine['python']}, {machine['platform']}."
+    )
+
+
+def markdown_section(run: Mapping[str, Any], name: str) -> str:
+    """One benchmark's figures as Markdown: machine line, command, tables, targets, notes."""
+    result = run["results"][name]
+    command = f"python benchmarks/run_all.py {name}" + (" --quick" if run["quick"] else "")
+    out = [
+        f"{_machine_line(run)} This part took {result.get('seconds', 0):.0f} s; "
+        f"regenerate it with `{command} --write-results`.",
         "",
     ]
-    for result in run["results"].values():
-        out.extend([f"### {result['title']}", ""])
-        for table in result["tables"]:
-            out.extend([_md_table(table), ""])
-        if result["targets"]:
-            out.extend([_md_table(_target_table(result["targets"])), ""])
-        out.extend(f"- {note}" for note in result["notes"])
-        if result["notes"]:
-            out.append("")
+    for table in result["tables"]:
+        out.extend([_md_table(table), ""])
+    if result["targets"]:
+        out.extend([_md_table(_target_table(result["targets"])), ""])
+    out.extend(f"- {note}" for note in result["notes"])
     return "\n".join(out).rstrip() + "\n"
+
+
+def summary_section(run: Mapping[str, Any]) -> str:
+    """Every target of every benchmark of ``run`` in one Markdown table."""
+    rows: list[list[str]] = []
+    for result in run["results"].values():
+        for target in result["targets"]:
+            ratio = target.get("ratio")
+            rows.append(
+                [
+                    str(result["name"]),
+                    str(target["name"]),
+                    str(target["goal"]),
+                    str(target["measured"]),
+                    "" if ratio is None else f"{ratio:.2f}",
+                    _met(target["met"]),
+                ]
+            )
+    table = {
+        "title": "Every target",
+        "headers": ["benchmark", "target", "goal", "measured", "ratio", "status"],
+        "rows": rows,
+    }
+    return (
+        f"{_machine_line(run)} Whole run: {run['seconds']:.0f} s "
+        f"(`{run['command']}`).\n\n{_md_table(table)}\n"
+    )
+
+
+def render_markdown(run: Mapping[str, Any]) -> str:
+    """The tables of a :func:`run_benchmarks` run, as one Markdown document."""
+    out = [summary_section(run)]
+    for name, result in run["results"].items():
+        out.extend([f"## {result['title']}", "", markdown_section(run, name)])
+    return "\n".join(out)
+
+
+def _markers(key: str) -> tuple[str, str]:
+    return f"<!-- generated:{key}:start -->", f"<!-- generated:{key}:end -->"
+
+
+def _replace_block(document: str, key: str, title: str, body: str) -> str:
+    start, end = _markers(key)
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    if start in document and end in document:
+        head, rest = document.split(start, 1)
+        _, tail = rest.split(end, 1)
+        return f"{head}{block}{tail}"
+    return f"{document.rstrip()}\n\n## {title}\n\n{block}\n"
+
+
+def write_results(run: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Put a run's figures into ``RESULTS.md``, keeping the hand-written text around them.
+
+    Each benchmark's figures sit between ``<!-- generated:<name>:start -->`` and
+    ``<!-- generated:<name>:end -->`` markers; only the benchmarks of ``run`` are
+    replaced (a missing block is appended). The ``summary`` block is rewritten
+    only by a run of every benchmark.
+
+    Raises:
+        MimoCtxError: ``run`` is a quick run (its figures mean nothing).
+    """
+    if run["quick"]:
+        raise MimoCtxError("a --quick run's figures mean nothing; not writing them")
+    target = Path(path)
+    document = target.read_text(encoding="utf-8") if target.exists() else "# Benchmark results\n"
+    if set(run["results"]) == set(BENCHMARKS):
+        document = _replace_block(document, "summary", "Summary", summary_section(run))
+    for name, result in run["results"].items():
+        document = _replace_block(document, name, str(result["title"]), markdown_section(run, name))
+    target.write_text(document, encoding="utf-8")
+    return target
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``bench`` arguments to ``parser`` (``mimo-ctx bench`` and ``run_all.py``)."""
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"benchmarks to run (default: all): {', '.join(BENCHMARKS)}",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny inputs, a few samples: a smoke run"
+    )
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the full results (raw data) as JSON; - for stdout",
+    )
+    parser.add_argument(
+        "--write-results",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="update the figures in RESULTS.md (default: benchmarks/RESULTS.md)",
+    )
+
+
+def run_command(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
+    """Run the benchmarks an :func:`add_arguments` parser asked for; returns the exit code.
+
+    Synchronous (each benchmark runs its own event loop): from async code, call it
+    in a worker thread (``anyio.to_thread.run_sync``).
+    """
+    names = list(args.names or [])
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise ConfigError(
+            f"unknown benchmark {unknown[0]!r}; expected one of: {', '.join(BENCHMARKS)}"
+        )
+    if args.write_results is not None and args.quick:
+        raise ConfigError("--write-results needs a full run: a --quick run's figures mean nothing")
+
+    def progress(line: str) -> None:
+        err.write(f"{line}\n")
+        err.flush()
+
+    run = run_benchmarks(names, quick=args.quick, progress=progress)
+    if args.json == "-":
+        json.dump(run, out, indent=2, default=str)
+        out.write("\n")
+    else:
+        out.write(render_text(run))
+        if args.json:
+            Path(args.json).write_text(json.dumps(run, indent=2, default=str), encoding="utf-8")
+    if args.write_results is not None:
+        path = args.write_results or benchmarks_dir() / "RESULTS.md"
+        written = write_results(run, path)
+        err.write(f"figures written to {written}\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python benchmarks/run_all.py``: parse ``argv``, run, print; returns the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="run_all.py",
+        description="Run the mimo_ctx benchmarks and print their tables (issue 9).",
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_command(args, out=sys.stdout, err=sys.stderr)
+    except MimoCtxError as exc:
+        sys.stderr.write(f"run_all.py: error: {exc}\n")
+        return 2

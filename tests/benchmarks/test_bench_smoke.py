@@ -1,0 +1,211 @@
+"""Every benchmark of issue 9 runs on a tiny input, so the scripts cannot rot.
+
+No timing is asserted (figures of a ``--quick`` run mean nothing): the tests
+check that each benchmark runs end to end, reports its tables and targets, and
+that the facts it reports which do not depend on timing hold (window sizes,
+rebuild outcomes, estimator error sign, tool pairing of our requests).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mimo_ctx import bench
+from mimo_ctx.errors import ConfigError, MimoCtxError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def quick() -> Callable[[str], dict[str, Any]]:
+    """Run one benchmark quickly (cached per module: each runs once)."""
+    done: dict[str, dict[str, Any]] = {}
+
+    def run(name: str) -> dict[str, Any]:
+        if name not in done:
+            done[name] = bench.run_benchmarks([name], quick=True)["results"][name]
+        return done[name]
+
+    return run
+
+
+def _check_shape(result: dict[str, Any], name: str) -> None:
+    assert result["name"] == name
+    assert result["tables"], "a benchmark prints at least one table"
+    for table in result["tables"]:
+        assert table["rows"], f"empty table {table['title']!r}"
+        assert all(len(row) == len(table["headers"]) for row in table["rows"])
+    for target in result["targets"]:
+        assert set(target) >= {"name", "goal", "measured", "met", "ratio", "note"}
+    json.dumps(result["data"])  # raw figures are JSON-ready
+
+
+def test_hot_path_quick_r2_2(quick: Callable[[str], dict[str, Any]]) -> None:
+    """Hot path: every size measured warm, cold and against both baselines (R2.2)."""
+    result = quick("hot_path")
+    _check_shape(result, "hot_path")
+    sizes = result["data"]["sizes"]
+    assert [s["size"] for s in sizes] == [150, 300]
+    for size in sizes:
+        # The boundary plus a 60-message live window (the quick plan's window).
+        assert size["window_messages"] == 61
+        assert size["warm_turn"]["n"] == 6
+        assert size["base_i_turn"]["n"] == size["warm_turn"]["n"]
+        assert size["base_ii_turn"]["n"] == size["warm_turn"]["n"]
+    assert len(result["targets"]) == 5
+
+
+def test_rebuild_quick_r4_r5(quick: Callable[[str], dict[str, Any]]) -> None:
+    """Rebuild: every session rebuilt with a capped body; floor measured (R4, R5)."""
+    result = quick("rebuild")
+    _check_shape(result, "rebuild")
+    data = result["data"]
+    assert data["outcomes"] == ["rebuilt", "rebuilt"]
+    assert data["body_tokens"] > 0
+    sections = {row[0] for row in result["tables"][1]["rows"]}
+    assert {"Tasks ledger", "Session checkpoint", "Recent activity"} <= sections
+
+
+def test_tokens_quick_r2_2(quick: Callable[[str], dict[str, Any]]) -> None:
+    """Token counting: every kind counted; chars/4 under-counts Chinese (R2.2 note)."""
+    result = quick("tokens")
+    _check_shape(result, "tokens")
+    data = result["data"]
+    for kind in ("JSON", "code", "English prose", "Chinese prose", "mixed"):
+        assert data[kind]["exact_tokens"] > 0
+    assert data["Chinese prose"]["estimator_error"] < -0.3
+    assert data["cache"]["fresh_us"] > 0
+
+
+def test_replay_quick_r1_r8(quick: Callable[[str], dict[str, Any]]) -> None:
+    """Replay: the synthetic session rebuilds at 64k; our requests keep tool pairs (R1, R8)."""
+    result = quick("replay")
+    _check_shape(result, "replay")
+    runs = result["data"]["runs"]
+    synthetic = [r for r in runs if r["name"] == "synthetic"]
+    assert {r["window"] for r in synthetic} == {200_000, 64_000}
+    at_64k = next(r for r in synthetic if r["window"] == 64_000)
+    ours = at_64k["strategies"]["mimo_ctx"]
+    assert ours["events"], "the synthetic session crosses the 64k trigger line"
+    assert ours["violations"] == 0
+    for event in ours["events"]:
+        assert event["tokens_after"] < at_64k["trigger"]
+        assert event["retention"] == 1.0
+    unmanaged = at_64k["strategies"]["(a) none"]
+    assert unmanaged["peak"] > ours["peak"]
+    assert unmanaged["turns"] == ours["turns"]
+
+
+def test_unknown_benchmark_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown benchmark 'nope'"):
+        bench.run_benchmarks(["nope"], quick=True)
+
+
+def test_missing_benchmarks_folder_is_explained(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MIMO_CTX_BENCHMARKS", str(tmp_path))
+    with pytest.raises(MimoCtxError, match="source checkout"):
+        bench.benchmarks_dir()
+
+
+def _fake_run(names: list[str]) -> dict[str, Any]:
+    machine = {
+        "date": "2026-01-01 00:00 UTC",
+        "cores": 2,
+        "usable_cores": 2,
+        "python": "3.11.7",
+        "implementation": "CPython",
+        "platform": "Linux",
+        "processor": "cpu",
+        "load_average": (0.5, 0.5, 0.5),
+    }
+    results: dict[str, dict[str, Any]] = {
+        name: {
+            "name": name,
+            "title": f"Title {name}",
+            "tables": [{"title": "t", "headers": ["a", "b"], "rows": [["1", "x|y"]]}],
+            "targets": [
+                {
+                    "name": "goal",
+                    "goal": "≤ 1",
+                    "measured": "2",
+                    "met": False,
+                    "ratio": 2.0,
+                    "note": "why",
+                }
+            ],
+            "notes": ["a note"],
+            "data": dict[str, Any](),
+            "seconds": 1.0,
+        }
+        for name in names
+    }
+    return {
+        "quick": False,
+        "machine": machine,
+        "command": "cmd",
+        "seconds": 2.0,
+        "results": results,
+    }
+
+
+def test_write_results_keeps_hand_written_text(tmp_path: Path) -> None:
+    """Only the marked blocks change; a partial run leaves other blocks and the summary."""
+    path = tmp_path / "RESULTS.md"
+    bench.write_results(_fake_run(list(bench.BENCHMARKS)), path)
+    first = path.read_text(encoding="utf-8")
+    for name in (*bench.BENCHMARKS, "summary"):
+        assert f"<!-- generated:{name}:start -->" in first
+    assert "MISSED" in first
+    assert "x\\|y" in first  # a pipe inside a cell is escaped
+    path.write_text(first.replace("# Benchmark results", "# Benchmark results\n\nMy analysis."))
+    partial = _fake_run(["rebuild"])
+    partial["results"]["rebuild"]["notes"] = ["fresh note"]
+    bench.write_results(partial, path)
+    second = path.read_text(encoding="utf-8")
+    assert "My analysis." in second
+    assert "fresh note" in second
+    assert second.count("<!-- generated:rebuild:start -->") == 1
+    assert second.count("a note") == len(bench.BENCHMARKS) - 1  # the other blocks kept theirs
+
+
+def test_write_results_refuses_a_quick_run(tmp_path: Path) -> None:
+    run = _fake_run(["tokens"])
+    run["quick"] = True
+    with pytest.raises(MimoCtxError, match="quick"):
+        bench.write_results(run, tmp_path / "RESULTS.md")
+
+
+def test_run_all_script_quick_tokens() -> None:
+    """``python benchmarks/run_all.py tokens --quick`` prints the tables and exits 0."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run_all.py"), "tokens", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Token counting" in done.stdout
+    assert "Targets" in done.stdout
+
+
+def test_run_all_script_rejects_write_results_with_quick() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run_all.py"), "--quick", "--write-results"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--write-results needs a full run" in done.stderr
+    assert "Traceback" not in done.stderr
