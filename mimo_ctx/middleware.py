@@ -731,14 +731,17 @@ class ContextMiddleware:
                     trigger=trigger,
                     before=before,
                 )
-        elif self.coordinator.in_flight(session_id):
-            # R3.2: wait for the in-flight writer; on timeout or failure use the
-            # checkpoint on disk.
-            timeout = self.config.writer.wait_with_watermark
-            await self.events.emit(
-                WaitingForWriter(session_id=session_id, time=_now_ms(), timeout=timeout)
-            )
-            await self.coordinator.wait(session_id, timeout)
+        else:
+            if not self.coordinator.in_flight(session_id) and await self._checkpoint_is_stale(
+                session_id, watermark_id
+            ):
+                # Beyond the original: the checkpoint has not moved since the last
+                # rebuild (no threshold fired: small windows have none below 25000
+                # tokens), so reusing it would let the live tail grow rebuild after
+                # rebuild. Start a writer; the wait below bounds it as R3.2 does.
+                await self.coordinator.request(session_id, reason=f"stale checkpoint ({trigger})")
+            if self.coordinator.in_flight(session_id):
+                await self._wait_for_writer(session_id)
             watermark_id = await self.store.get_watermark(session_id) or watermark_id
 
         watermark = await self.store.get_message(watermark_id)
@@ -755,6 +758,18 @@ class ContextMiddleware:
         return await self._insert(
             session, state, watermark, usage_key=usage_key, trigger=trigger, before=before
         )
+
+    async def _wait_for_writer(self, session_id: str) -> None:
+        """R3.2: wait for the in-flight writer; on timeout or failure use what is on disk."""
+        timeout = self.config.writer.wait_with_watermark
+        await self.events.emit(
+            WaitingForWriter(session_id=session_id, time=_now_ms(), timeout=timeout)
+        )
+        await self.coordinator.wait(session_id, timeout)
+
+    async def _checkpoint_is_stale(self, session_id: str, watermark_id: str) -> bool:
+        latest = await self.store.latest_boundary(session_id)
+        return latest is not None and _covered_up_to(latest) == watermark_id
 
     async def _insert(
         self,

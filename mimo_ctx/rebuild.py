@@ -68,10 +68,13 @@ def micro_compact(
     Selects messages created strictly later than ``after_time`` (the watermark's
     creation time; every agent of the session), skips ``skip_id`` (the new
     boundary), and marks completed, not-yet-compacted results of ``tools``.
+    Tool names match case-insensitively: agents name the same tools ``read`` or
+    ``Read`` (Claude Code), and a rename must not keep old results alive.
 
     Returns:
         New copies of the messages that changed (inputs are never mutated).
     """
+    wanted = {tool.lower() for tool in tools}
     changed: list[Message] = []
     for message in messages:
         if message.time_created <= after_time or message.id == skip_id:
@@ -81,7 +84,7 @@ def micro_compact(
         for index, part in enumerate(message.parts):
             if (
                 isinstance(part, ToolPart)
-                and part.tool in tools
+                and part.tool.lower() in wanted
                 and isinstance(part.state, ToolStateCompleted)
                 and part.state.time.compacted is None
             ):
@@ -91,7 +94,7 @@ def micro_compact(
                 touched = True
             elif (
                 isinstance(part, ToolResultPart)
-                and part.tool in tools
+                and part.tool.lower() in wanted
                 and not part.is_error
                 and part.time.compacted is None
             ):

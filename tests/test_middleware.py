@@ -719,3 +719,30 @@ async def test_r5_6_memory_keys_index_reconciles_files_written_outside_tools(
             "memory", {"operation": "search", "query": "parser"}
         )
         assert "ideas.md" in found
+
+
+async def test_stale_checkpoint_starts_a_writer_before_the_next_rebuild(
+    store: Store, tmp_path: Path
+) -> None:
+    """Beyond R3.2: below 25000 usable tokens no threshold starts a writer (A3); a
+    rebuild whose checkpoint has not moved since the last one refreshes it first, so
+    the live tail does not grow rebuild after rebuild."""
+    events, on_event = recorder()
+    small = ModelLimits(25_000, input_limit=25_000)
+    model = ScriptedModel([tool_round("read", 2000, seed=i, file_path="o") for i in range(40)])
+    async with ContextMiddleware(store, tmp_path / "mem", model=small, on_event=on_event) as mw:
+        assert mw.thresholds == []
+        session = await mw.open_session(system=SYSTEM)
+        await mw.add_user_message(session.id, "Go.")
+        await run_until_rebuild(mw, session.id, model)
+        await run_until_rebuild(mw, session.id, model)
+        rebuilt = [e for e in events if isinstance(e, ContextRebuilt)]
+        assert len(rebuilt) == 2
+        first, second = rebuilt
+        assert first.watermark is not None
+        assert second.watermark is not None
+        assert second.watermark > first.watermark
+        reasons = [e.reason for e in events if isinstance(e, WriterStarted)]
+        assert any(r.startswith("stale checkpoint") for r in reasons)
+        assert second.tokens_after is not None
+        assert second.tokens_after < 22_500 // 2
