@@ -18,18 +18,23 @@ Tool call arguments. Internally a call's input is a JSON object. Arguments that
 are not a JSON object (a model sometimes emits broken JSON) are kept as
 ``{RAW_ARGUMENTS_KEY: "<the text>"}`` and sent back as the same text, so a host
 can show the model exactly what it sent.
+
+Client wrappers: :func:`wrap_openai` and :func:`wrap_anthropic` (and
+:func:`validate_request`) are exported lazily, so importing this package needs
+no SDK and does not load the middleware.
 """
 
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 import mimetypes
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from mimo_ctx import ids
 from mimo_ctx.errors import InvalidRequestError
@@ -47,6 +52,11 @@ from mimo_ctx.messages import (
 )
 from mimo_ctx.tokens import js_json
 from mimo_ctx.view import INTERRUPTED_TOOL_ERROR
+
+if TYPE_CHECKING:
+    from mimo_ctx.providers.anthropic_client import wrap_anthropic
+    from mimo_ctx.providers.openai_client import wrap_openai
+    from mimo_ctx.providers.validate import validate_request
 
 __all__ = [
     "BOUNDARY_TEXT_SEPARATOR",
@@ -66,7 +76,26 @@ __all__ = [
     "opt_object",
     "parse_data_url",
     "tool_outcome",
+    "validate_request",
+    "wrap_anthropic",
+    "wrap_openai",
 ]
+
+_LAZY: Final = {
+    "wrap_openai": "mimo_ctx.providers.openai_client",
+    "wrap_anthropic": "mimo_ctx.providers.anthropic_client",
+    "validate_request": "mimo_ctx.providers.validate",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy exports (PEP 562): the wrappers import the middleware, and the SDKs only
+    # when called, so ``import mimo_ctx.providers`` stays light and SDK-free.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 RAW_ARGUMENTS_KEY: Final = "__raw_arguments__"
 """Key under which arguments that are not a JSON object are kept verbatim."""

@@ -1,0 +1,473 @@
+"""A transparent wrapper of an ``anthropic.AsyncAnthropic`` client (issue 5.2).
+
+:func:`wrap_anthropic` returns an object with the client's call surface::
+
+    client = wrap_anthropic(AsyncAnthropic(), middleware, session_id="ses_1")
+    async with client.messages.stream(model=..., max_tokens=1024, messages=history) as stream:
+        async for text in stream.text_stream:
+            print(text, end="")
+        final = await stream.get_final_message()
+
+Managed calls: ``messages.create`` (``stream=False`` and ``stream=True``) and
+``messages.stream`` (the context manager: ``text_stream``, ``get_final_message``,
+``get_final_text``, events; it is the SDK's own ``AsyncMessageStream``, fed by a
+recording stream). Each call syncs the host's history into the store, prepares,
+sends the host's own keyword arguments with ``messages`` replaced by the
+converted view (:func:`~mimo_ctx.providers.anthropic.to_anthropic`, checked by
+:func:`~mimo_ctx.providers.validate.validate_request`), records the answer with
+its usage (``input_tokens``, ``output_tokens``, ``cache_read_input_tokens``,
+``cache_creation_input_tokens``) and finish (``tool_use`` -> ``tool-calls``,
+``end_turn`` / ``stop_sequence`` -> ``stop``, ``max_tokens`` -> ``length``), and
+rebuilds and retries once on a context overflow: a 400 "prompt is too long", a
+413, an ``error`` event at the start of a stream, or ``stop_reason ==
+"model_context_window_exceeded"``. A second overflow raises
+:class:`~mimo_ctx.errors.ContextOverflowError` chained to the SDK's error; any
+other error propagates unchanged.
+
+Our choices, documented:
+
+* ``system`` is sent exactly as the host passed it (string or blocks, with its
+  ``cache_control``), and so are ``tools``: prompt-cache friendly. The first call
+  stores them (as text) as the session's frozen prefix.
+* ``cache_control`` markers inside the host's message blocks are not carried
+  over (the rewritten history is not the host's list); use the top-level
+  ``cache_control`` parameter (automatic caching) or markers on ``system`` /
+  ``tools``.
+* A ``model_context_window_exceeded`` stop after streamed content cannot be taken
+  back: the message is recorded (finish ``length``), the rebuild runs so the next
+  turn fits, and the host sees the stop reason the API sent.
+* ``messages.stream`` reads the SDK stream through the ``AsyncMessageStream``'s
+  ``_raw_stream`` attribute (the SDK offers no public hook to feed its helper a
+  stream of our own); a wrapper test pins the installed SDK.
+* Not managed, delegated unchanged: ``messages.count_tokens``,
+  ``messages.batches``, ``messages.parse``, ``beta``, ``with_raw_response`` and
+  every other resource. ``with_options()`` and ``copy()`` return a wrapped client.
+* Async clients only (``AsyncAnthropic`` and its Bedrock / Vertex variants).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final, TypeVar, cast
+
+from mimo_ctx.errors import ConfigError, MimoCtxError
+from mimo_ctx.messages import MAIN_AGENT, Message, TokenUsage
+from mimo_ctx.middleware import ContextMiddleware, RequestView
+from mimo_ctx.overflow import OVERFLOW_ERROR_CODES
+from mimo_ctx.providers import decode_arguments
+from mimo_ctx.providers._sync import (
+    ProviderReportedOverflow,
+    RecordingStream,
+    SessionBinding,
+    converter_input,
+    fingerprint,
+    plain,
+)
+from mimo_ctx.providers.anthropic import from_anthropic, to_anthropic
+from mimo_ctx.providers.validate import validate_request
+
+__all__ = [
+    "ANTHROPIC_EXTRA",
+    "AnthropicWrapper",
+    "anthropic_fingerprint",
+    "anthropic_usage",
+    "wrap_anthropic",
+]
+
+ANTHROPIC_EXTRA: Final = 'pip install "mimo-ctx[anthropic]"'
+"""How to install the Anthropic SDK extra (named by the ImportError of :func:`wrap_anthropic`)."""
+
+_C = TypeVar("_C")
+
+
+def _require_anthropic() -> Any:
+    try:
+        import anthropic
+    except ImportError as exc:
+        raise ImportError(f"wrap_anthropic needs the anthropic SDK: {ANTHROPIC_EXTRA}") from exc
+    return anthropic
+
+
+def _dict(value: object) -> dict[str, Any]:
+    data = plain(value)
+    return cast(dict[str, Any], data) if isinstance(data, dict) else {}
+
+
+def _blocks(content: object) -> list[dict[str, Any]]:
+    """Message content as a list of block mappings (a string is one text block)."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    data = plain(content)
+    if not isinstance(data, list):
+        return []
+    return [cast(dict[str, Any], b) for b in cast(list[Any], data) if isinstance(b, dict)]
+
+
+_IGNORED_KEYS: Final = frozenset({"cache_control", "citations"})
+
+
+def anthropic_fingerprint(message: Mapping[str, Any]) -> str:
+    """The fingerprint of a Messages API turn (see :mod:`mimo_ctx.providers._sync`).
+
+    An assistant turn that calls tools is known by its ``tool_use`` ids, a user
+    turn by the results it carries and its other blocks; text turns by role and
+    text. ``cache_control`` and ``citations`` are ignored (hosts move cache
+    markers every turn); so are thinking blocks of an assistant turn (hosts may
+    drop them when resending).
+    """
+    role = message.get("role")
+    blocks = _blocks(message.get("content"))
+    if role == "assistant":
+        calls = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
+        if calls:
+            return fingerprint("assistant-calls", calls)
+        texts = [b.get("text") for b in blocks if b.get("type") == "text"]
+        return fingerprint("assistant", texts)
+    results = [b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"]
+    others = [
+        {k: v for k, v in b.items() if k not in _IGNORED_KEYS}
+        for b in blocks
+        if b.get("type") != "tool_result"
+    ]
+    if results and not others:
+        return fingerprint("tool-results", results)
+    return fingerprint(str(role), results, others)
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def anthropic_usage(usage: object) -> TokenUsage | None:
+    """Messages API ``usage`` -> :class:`TokenUsage` (None when absent)."""
+    data = _dict(usage)
+    if not data:
+        return None
+    return TokenUsage(
+        input=_int(data.get("input_tokens")),
+        output=_int(data.get("output_tokens")),
+        cache_read=_int(data.get("cache_read_input_tokens")),
+        cache_write=_int(data.get("cache_creation_input_tokens")),
+    )
+
+
+_STOP: Final = {
+    "tool_use": "tool-calls",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "content-filter",
+    "pause_turn": "other",
+}
+
+
+def _answer(
+    response: Mapping[str, Any], *, binding: SessionBinding
+) -> tuple[Message | None, tuple[str, ...]]:
+    """The recorded message of a Messages API response (a ``Message`` as JSON)."""
+    content = _blocks(response.get("content"))
+    host = {"role": "assistant", "content": content}
+    _, converted = from_anthropic(None, [host], session_id=binding.session_id, agent=binding.agent)
+    reason = response.get("stop_reason")
+    calls = any(b.get("type") == "tool_use" for b in content)
+    finish = (
+        _STOP.get(reason, reason.replace("_", "-"))
+        if isinstance(reason, str)
+        else ("tool-calls" if calls else "stop")
+    )
+    now = time.time_ns() // 1_000_000
+    base = next((m for m in converted if m.role == "assistant"), None)
+    if base is None:
+        base = Message(
+            session_id=binding.session_id, role="assistant", agent=binding.agent, time_created=now
+        )
+    model = response.get("model")
+    response_id = response.get("id")
+    recorded = base.model_copy(
+        update={
+            "finish": finish,
+            "time_completed": now,
+            "usage": anthropic_usage(response.get("usage")),
+            "model": model if isinstance(model, str) else None,
+            "provider_message_id": response_id if isinstance(response_id, str) else None,
+        }
+    )
+    return recorded, (anthropic_fingerprint(host),)
+
+
+class _AnthropicStream:
+    """Accumulates raw Messages stream events into the final message."""
+
+    def __init__(self, binding: SessionBinding) -> None:
+        self._binding = binding
+        self.reset()
+
+    def reset(self) -> None:
+        self._message: dict[str, Any] | None = None
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, str] = {}
+
+    def is_preamble(self, event: Any) -> bool:
+        return getattr(event, "type", None) == "message_start"
+
+    def overflow(self, event: Any) -> str | None:
+        if getattr(event, "type", None) != "message_delta":
+            return None
+        reason = getattr(getattr(event, "delta", None), "stop_reason", None)
+        if isinstance(reason, str) and reason in OVERFLOW_ERROR_CODES:
+            return f"stop_reason {reason}"
+        return None
+
+    def add(self, event: Any) -> None:
+        kind = getattr(event, "type", None)
+        index = getattr(event, "index", None)
+        if kind == "message_start":
+            self._message = _dict(getattr(event, "message", None))
+            self._blocks = dict(enumerate(_blocks(self._message.get("content"))))
+        elif kind == "content_block_start" and isinstance(index, int):
+            self._blocks[index] = _dict(getattr(event, "content_block", None))
+        elif kind == "content_block_delta" and isinstance(index, int):
+            self._delta(index, getattr(event, "delta", None))
+        elif kind == "content_block_stop" and isinstance(index, int):
+            if index in self._json and index in self._blocks:
+                self._blocks[index]["input"] = decode_arguments(self._json.pop(index))
+        elif kind == "message_delta" and self._message is not None:
+            delta = _dict(getattr(event, "delta", None))
+            for key in ("stop_reason", "stop_sequence"):
+                if key in delta:
+                    self._message[key] = delta[key]
+            usage = {k: v for k, v in _dict(getattr(event, "usage", None)).items() if v is not None}
+            self._message["usage"] = {**_dict(self._message.get("usage")), **usage}
+
+    def _delta(self, index: int, delta: Any) -> None:
+        block = self._blocks.setdefault(index, {"type": "text", "text": ""})
+        kind = getattr(delta, "type", None)
+        if kind == "text_delta":
+            block["text"] = str(block.get("text") or "") + str(getattr(delta, "text", ""))
+        elif kind == "input_json_delta":
+            self._json[index] = self._json.get(index, "") + str(getattr(delta, "partial_json", ""))
+        elif kind == "thinking_delta":
+            block["thinking"] = str(block.get("thinking") or "") + str(
+                getattr(delta, "thinking", "")
+            )
+        elif kind == "signature_delta":
+            block["signature"] = getattr(delta, "signature", None)
+
+    def answer(self) -> tuple[Message | None, tuple[str, ...]]:
+        if self._message is None:
+            return None, ()
+        response = {**self._message, "content": [self._blocks[i] for i in sorted(self._blocks)]}
+        return _answer(response, binding=self._binding)
+
+
+def _is_system(message: Mapping[str, Any]) -> bool:
+    return message.get("role") == "system"
+
+
+def _system_text(system: object) -> str:
+    if isinstance(system, str):
+        return system
+    return "\n\n".join(
+        str(b.get("text")) for b in _blocks(system) if isinstance(b.get("text"), str)
+    )
+
+
+def _tools(value: object) -> list[dict[str, Any]]:
+    data = plain(value)
+    if not isinstance(data, list):
+        return []
+    return [cast(dict[str, Any], t) for t in cast(list[Any], data) if isinstance(t, dict)]
+
+
+class _Messages:
+    """``messages`` with managed ``create`` and ``stream``; everything else delegated."""
+
+    def __init__(self, inner: Any, binding: SessionBinding) -> None:
+        self._inner = inner
+        self._binding = binding
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def _prepare_call(self, kwargs: dict[str, Any], *, opener: Any, check_stop: bool) -> Any:
+        binding = self._binding
+        originals = list(cast(Sequence[Any], kwargs["messages"]))
+        plain_items = [_dict(m) for m in originals]
+        head = [o for o, p in zip(originals, plain_items, strict=True) if _is_system(p)]
+        items = [p for p in plain_items if not _is_system(p)]
+        await binding.open(
+            system=_system_text(kwargs.get("system")), tools=_tools(kwargs.get("tools"))
+        )
+        await binding.history.sync(
+            binding.session_id,
+            items,
+            fingerprints=[anthropic_fingerprint(i) for i in items],
+            convert=lambda run: from_anthropic(
+                None, run, session_id=binding.session_id, agent=binding.agent
+            )[1],
+        )
+
+        def build(view: RequestView) -> dict[str, Any]:
+            _, converted = to_anthropic(converter_input(view))
+            validate_request(converted, format="anthropic")
+            return {**kwargs, "messages": [*head, *converted]}
+
+        async def send(payload: dict[str, Any]) -> Any:
+            result = await opener(payload)
+            reason = getattr(result, "stop_reason", None)
+            if check_stop and isinstance(reason, str) and reason in OVERFLOW_ERROR_CODES:
+                raise ProviderReportedOverflow(f"stop_reason {reason}", result)
+            return result
+
+        return binding.call(build, send)
+
+    def _managed(self, kwargs: Mapping[str, Any]) -> bool:
+        raw = kwargs.get("messages")
+        return raw is not None and not isinstance(raw, str | bytes | Mapping)
+
+    async def create(self, **kwargs: Any) -> Any:
+        """``messages.create`` on the managed history (see the module docs)."""
+        if not self._managed(kwargs):
+            return await self._inner.create(**kwargs)  # let the SDK report the error
+        binding = self._binding
+        streaming = kwargs.get("stream") is True
+
+        async def opener(payload: dict[str, Any]) -> Any:
+            return await self._inner.create(**payload)
+
+        call = await self._prepare_call(kwargs, opener=opener, check_stop=not streaming)
+        result = await call.run()
+        if streaming:
+            return RecordingStream(binding, call, result, _AnthropicStream(binding))
+        message, fps = _answer(_dict(result), binding=binding)
+        await binding.record(message, fingerprints=fps, view=call.view)
+        return result
+
+    def stream(self, **kwargs: Any) -> Any:
+        """``messages.stream`` on the managed history: an async context manager giving the
+        SDK's ``AsyncMessageStream`` (see the module docs)."""
+        if not self._managed(kwargs):
+            return self._inner.stream(**kwargs)
+        return _MessageStreamManager(self, kwargs)
+
+
+class _MessageStreamManager:
+    """``async with client.messages.stream(...) as stream`` for the wrapped client."""
+
+    def __init__(self, messages: _Messages, kwargs: dict[str, Any]) -> None:
+        self._messages = messages
+        self._kwargs = kwargs
+        self._stream: Any = None
+
+    async def __aenter__(self) -> Any:
+        from anthropic.lib.streaming import AsyncMessageStream
+
+        messages = self._messages
+        inner = messages._inner  # pyright: ignore[reportPrivateUsage]
+        binding = messages._binding  # pyright: ignore[reportPrivateUsage]
+
+        async def opener(payload: dict[str, Any]) -> Any:
+            sdk_stream = await inner.stream(**payload).__aenter__()
+            raw = getattr(sdk_stream, "_raw_stream", None)
+            if raw is None:
+                await sdk_stream.close()
+                raise MimoCtxError(
+                    "this anthropic SDK's AsyncMessageStream has no _raw_stream: "
+                    "wrap_anthropic cannot record messages.stream(); use "
+                    "messages.create(stream=True)"
+                )
+            return raw
+
+        call = await messages._prepare_call(  # pyright: ignore[reportPrivateUsage]
+            self._kwargs, opener=opener, check_stop=False
+        )
+        raw = await call.run()
+        recording = RecordingStream(binding, call, raw, _AnthropicStream(binding))
+        output_format = self._kwargs.get("output_format")
+        if output_format is None:
+            import anthropic
+
+            output_format = anthropic.not_given
+        self._stream = AsyncMessageStream(cast(Any, recording), output_format=output_format)
+        return self._stream
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._stream is not None:
+            await self._stream.close()
+
+
+class AnthropicWrapper:
+    """The object :func:`wrap_anthropic` returns: the client's surface, ``messages`` managed.
+
+    Attributes:
+        messages: ``messages`` with managed ``create`` and ``stream``.
+        binding: The session this wrapper's calls belong to.
+    """
+
+    def __init__(self, client: Any, binding: SessionBinding) -> None:
+        self._client = client
+        self.binding = binding
+        self.messages = _Messages(client.messages, binding)
+
+    @property
+    def unwrapped(self) -> Any:
+        """The wrapped SDK client."""
+        return self._client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def with_options(self, **kwargs: Any) -> Any:
+        """The SDK's ``with_options``, wrapped for the same session."""
+        return AnthropicWrapper(self._client.with_options(**kwargs), self.binding)
+
+    def copy(self, **kwargs: Any) -> Any:
+        """The SDK's ``copy``, wrapped for the same session."""
+        return AnthropicWrapper(self._client.copy(**kwargs), self.binding)
+
+
+def wrap_anthropic(
+    client: _C,
+    middleware: ContextMiddleware,
+    *,
+    session_id: str,
+    agent: str = MAIN_AGENT,
+    project_id: str = "default",
+) -> _C:
+    """Wrap an ``anthropic.AsyncAnthropic`` client so its calls run through ``middleware``.
+
+    The result has the client's call surface (and is typed as the client, so host
+    code type-checks unchanged); see the module docs for what is managed.
+
+    Args:
+        client: An ``anthropic.AsyncAnthropic`` client (or an async Bedrock /
+            Vertex variant).
+        middleware: A running :class:`~mimo_ctx.middleware.ContextMiddleware`.
+        session_id: The session every call belongs to (created on first use).
+        agent: The agent the calls are made for.
+        project_id: Project of the session when it is created.
+
+    Raises:
+        ImportError: The ``anthropic`` SDK is not installed (names the extra).
+        ConfigError: ``client`` is a sync client, or ``session_id`` is empty.
+    """
+    _require_anthropic()
+    create = getattr(getattr(client, "messages", None), "create", None)
+    if create is None or not inspect.iscoroutinefunction(inspect.unwrap(create)):
+        raise ConfigError(
+            "wrap_anthropic needs an async client (anthropic.AsyncAnthropic; "
+            f"messages.create must be async), got {type(client).__name__}"
+        )
+    if not session_id:
+        raise ConfigError("session_id must be a non-empty string")
+    binding = SessionBinding(middleware, session_id, agent=agent, project_id=project_id)
+    return cast(_C, AnthropicWrapper(client, binding))

@@ -1,0 +1,761 @@
+"""A transparent wrapper of an ``openai.AsyncOpenAI`` client (issue 5.2).
+
+:func:`wrap_openai` returns an object with the client's call surface, so existing
+code keeps running unchanged::
+
+    client = wrap_openai(AsyncOpenAI(), middleware, session_id="ses_1")
+    reply = await client.chat.completions.create(model="gpt-5", messages=history)
+
+Managed calls: ``chat.completions.create`` (``stream=False`` and ``stream=True``)
+and ``responses.create`` (both). Each call
+
+1. syncs the host's history into the store (only what is new, see
+   :mod:`mimo_ctx.providers._sync`); the first call opens the session with the
+   host's system prompt and tools as its frozen prefix;
+2. prepares the request (:meth:`~mimo_ctx.middleware.ContextMiddleware.prepare`,
+   which rebuilds when the last usage crossed the trigger line);
+3. sends the host's own keyword arguments with ``messages`` / ``input`` replaced
+   by the converted view (:func:`~mimo_ctx.providers.openai.to_openai_chat`,
+   :func:`~mimo_ctx.providers.openai.to_openai_responses`), after checking it with
+   :func:`~mimo_ctx.providers.validate.validate_request` (an invalid request
+   raises :class:`~mimo_ctx.errors.InvalidRequestError` and is not sent);
+4. records the answer with its usage (``prompt_tokens`` / ``completion_tokens``
+   / ``total_tokens`` and cached tokens; Responses ``input_tokens`` /
+   ``output_tokens``) and its finish reason (``tool_calls`` -> ``tool-calls``,
+   ``stop`` -> ``stop``, ``length`` / ``max_output_tokens`` -> ``length``);
+5. on a context overflow (``BadRequestError`` with code
+   ``context_length_exceeded``, HTTP 413, an overflow error in a stream)
+   rebuilds and retries once; a second overflow raises
+   :class:`~mimo_ctx.errors.ContextOverflowError` chained to the SDK's error. Any
+   other error propagates unchanged.
+
+Our choices, documented:
+
+* The host's ``system`` / ``developer`` messages are sent first, unchanged and in
+  their order, before the converted history (prompt-cache friendly: the same
+  bytes every turn); one sent later in the list moves to the front. Responses
+  ``instructions`` is left as the host set it.
+* Streams (``stream=True``) are passed through chunk by chunk, unchanged; the
+  request is not changed either: ``stream_options={"include_usage": True}`` is
+  **not** added (it would add a usage-only chunk the host did not ask for). Without
+  it the chunks carry no usage, and the wrapper records an *estimate* (the
+  request's estimated tokens as input, the answer's as output; the message's
+  ``metadata["mimo_ctx_usage_estimated"]`` is True). Pass ``stream_options``
+  yourself for exact usage.
+* Tool-call arguments are sent back in compact JSON (the stored form), which may
+  differ in spacing from what the model produced.
+* With ``n > 1`` only the first choice is recorded.
+* ``responses.create`` with ``previous_response_id`` or ``conversation`` (the
+  server keeps the history) is passed through unchanged and not recorded.
+* Not managed, delegated unchanged: ``chat.completions.parse`` / ``stream``,
+  ``responses.parse`` / ``stream``, ``with_raw_response``,
+  ``with_streaming_response`` and every other resource. ``with_options()`` and
+  ``copy()`` return a wrapped client.
+* Async clients only (``AsyncOpenAI``, ``AsyncAzureOpenAI``): the middleware is
+  async, and running it from a sync client would need an event loop per call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, TypeVar, cast
+
+from mimo_ctx.errors import ConfigError
+from mimo_ctx.messages import MAIN_AGENT, Message, Part, TokenUsage
+from mimo_ctx.middleware import ContextMiddleware, RequestView
+from mimo_ctx.overflow import OVERFLOW_ERROR_CODES, is_overflow_stream_event
+from mimo_ctx.providers._sync import (
+    ProviderReportedOverflow,
+    RecordingStream,
+    SessionBinding,
+    converter_input,
+    fingerprint,
+    plain,
+)
+from mimo_ctx.providers.openai import (
+    from_openai_chat,
+    from_openai_responses,
+    to_openai_chat,
+    to_openai_responses,
+)
+from mimo_ctx.providers.validate import validate_request
+
+__all__ = [
+    "OPENAI_EXTRA",
+    "OpenAIWrapper",
+    "chat_fingerprint",
+    "chat_usage",
+    "responses_fingerprint",
+    "responses_usage",
+    "wrap_openai",
+]
+
+OPENAI_EXTRA: Final = 'pip install "mimo-ctx[openai]"'
+"""How to install the OpenAI SDK extra (named by the ImportError of :func:`wrap_openai`)."""
+
+_C = TypeVar("_C")
+_SYSTEM_ROLES: Final = frozenset({"system", "developer"})
+
+
+def _require_openai() -> Any:
+    try:
+        import openai
+    except ImportError as exc:
+        raise ImportError(f"wrap_openai needs the openai SDK: {OPENAI_EXTRA}") from exc
+    return openai
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _dict(value: object) -> dict[str, Any]:
+    data = plain(value)
+    if isinstance(data, dict):
+        return cast(dict[str, Any], data)
+    return {}
+
+
+def _list(value: object) -> list[Any]:
+    data = plain(value)
+    if isinstance(data, list):
+        return cast(list[Any], data)
+    return []
+
+
+def _items(obj: object, name: str) -> list[Any]:
+    """Attribute ``name`` of an SDK object as a list (empty when absent)."""
+    value = getattr(obj, name, None)
+    if isinstance(value, list | tuple):
+        return list(cast(Sequence[Any], value))
+    return []
+
+
+def _dicts(value: object) -> list[dict[str, Any]]:
+    """The mappings of a list (other entries skipped)."""
+    return [cast(dict[str, Any], v) for v in _list(value) if isinstance(v, dict)]
+
+
+def _text_parts(content: object) -> list[str]:
+    """The texts of a string content or of the text-like parts of a content list."""
+    if isinstance(content, str):
+        return [content]
+    texts: list[str] = []
+    for part in _list(content):
+        if isinstance(part, dict):
+            entry = cast(dict[str, Any], part)
+            text = entry.get("text", entry.get("refusal"))
+            if isinstance(text, str):
+                texts.append(text)
+    return texts
+
+
+def _canonical_content(content: object) -> list[Any]:
+    """User content as a list of parts: a string is one text part."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return _list(content)
+
+
+def _system_text(head: Sequence[Mapping[str, Any]], key: str = "content") -> str:
+    return "\n\n".join("\n".join(_text_parts(m.get(key))) for m in head)
+
+
+def _tools(value: object) -> list[dict[str, Any]]:
+    return [cast(dict[str, Any], t) for t in _list(value) if isinstance(t, dict)]
+
+
+# --------------------------------------------------------------------------- #
+# Fingerprints (what identifies a host message across turns)
+# --------------------------------------------------------------------------- #
+
+
+def chat_fingerprint(message: Mapping[str, Any]) -> str:
+    """The fingerprint of a Chat Completions message (see :mod:`mimo_ctx.providers._sync`).
+
+    Assistant messages that call tools are known by their call ids, ``tool``
+    messages by the call they answer; other messages by role and content.
+    """
+    role = message.get("role")
+    if role == "assistant":
+        calls = [c.get("id") for c in _dicts(message.get("tool_calls"))]
+        if calls:
+            return fingerprint("assistant-calls", calls)
+        texts = _text_parts(message.get("content"))
+        refusal = message.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            texts.append(refusal)
+        return fingerprint("assistant", texts)
+    if role == "tool":
+        return fingerprint("tool-result", message.get("tool_call_id"))
+    return fingerprint(str(role), _canonical_content(message.get("content")))
+
+
+def responses_fingerprint(item: Mapping[str, Any]) -> str:
+    """The fingerprint of a Responses API input (or output) item."""
+    kind = item.get("type") or ("message" if "role" in item else None)
+    if kind == "message":
+        role = item.get("role")
+        if role == "assistant":
+            return fingerprint("assistant", ["".join(_text_parts(item.get("content")))])
+        return fingerprint(str(role), _responses_content(item.get("content")))
+    if kind == "function_call":
+        return fingerprint("call", item.get("call_id"))
+    if kind == "function_call_output":
+        return fingerprint("call-result", item.get("call_id"))
+    if kind == "reasoning" and isinstance(item.get("id"), str):
+        return fingerprint("reasoning", item["id"])
+    rest = {k: v for k, v in item.items() if k != "status"}
+    return fingerprint(str(kind), rest)
+
+
+def _responses_content(content: object) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "input_text", "text": content}]
+    return _list(content)
+
+
+def _is_system(item: Mapping[str, Any]) -> bool:
+    return item.get("role") in _SYSTEM_ROLES and item.get("type", "message") == "message"
+
+
+# --------------------------------------------------------------------------- #
+# Answers -> recorded messages
+# --------------------------------------------------------------------------- #
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def chat_usage(usage: object) -> TokenUsage | None:
+    """Chat Completions ``usage`` -> :class:`TokenUsage` (None when absent)."""
+    data = _dict(usage)
+    if not data:
+        return None
+    cached = _int(_dict(data.get("prompt_tokens_details")).get("cached_tokens"))
+    reasoning = _int(_dict(data.get("completion_tokens_details")).get("reasoning_tokens"))
+    prompt = _int(data.get("prompt_tokens"))
+    total = _int(data.get("total_tokens"))
+    return TokenUsage(
+        input=max(prompt - cached, 0),
+        output=_int(data.get("completion_tokens")),
+        reasoning=reasoning,
+        cache_read=cached,
+        total=total or None,
+    )
+
+
+def responses_usage(usage: object) -> TokenUsage | None:
+    """Responses API ``usage`` -> :class:`TokenUsage` (None when absent)."""
+    data = _dict(usage)
+    if not data:
+        return None
+    cached = _int(_dict(data.get("input_tokens_details")).get("cached_tokens"))
+    reasoning = _int(_dict(data.get("output_tokens_details")).get("reasoning_tokens"))
+    total = _int(data.get("total_tokens"))
+    return TokenUsage(
+        input=max(_int(data.get("input_tokens")) - cached, 0),
+        output=_int(data.get("output_tokens")),
+        reasoning=reasoning,
+        cache_read=cached,
+        total=total or None,
+    )
+
+
+_CHAT_FINISH: Final = {
+    "tool_calls": "tool-calls",
+    "function_call": "tool-calls",
+    "stop": "stop",
+    "length": "length",
+    "content_filter": "content-filter",
+}
+
+
+def _assistant(
+    converted: Sequence[Message],
+    *,
+    session_id: str,
+    agent: str,
+    finish: str,
+    usage: TokenUsage | None,
+    model: object,
+    response_id: object,
+) -> Message:
+    """One finished assistant message from converter output (empty when there is none)."""
+    now = _now_ms()
+    parts: list[Part] = [p for m in converted if m.role == "assistant" for p in m.parts]
+    base = next((m for m in converted if m.role == "assistant"), None)
+    if base is None:
+        base = Message(session_id=session_id, role="assistant", agent=agent, time_created=now)
+    return base.model_copy(
+        update={
+            "parts": parts,
+            "finish": finish,
+            "time_completed": now,
+            "usage": usage,
+            "model": model if isinstance(model, str) else None,
+            "provider_message_id": response_id if isinstance(response_id, str) else None,
+        }
+    )
+
+
+def _chat_answer(
+    message: Mapping[str, Any],
+    *,
+    finish_reason: object,
+    usage: object,
+    model: object,
+    response_id: object,
+    session_id: str,
+    agent: str,
+) -> tuple[Message, tuple[str, ...]]:
+    calls = _dicts(message.get("tool_calls"))
+    host: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if calls:
+        host["tool_calls"] = calls
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        host["refusal"] = refusal
+    _, converted = from_openai_chat([host], session_id=session_id, agent=agent)
+    if isinstance(finish_reason, str):
+        finish = _CHAT_FINISH.get(finish_reason, finish_reason.replace("_", "-"))
+    else:
+        finish = "tool-calls" if calls else "stop"
+    recorded = _assistant(
+        converted,
+        session_id=session_id,
+        agent=agent,
+        finish=finish,
+        usage=chat_usage(usage),
+        model=model,
+        response_id=response_id,
+    )
+    return recorded, (chat_fingerprint(host),)
+
+
+def _completion_answer(
+    completion: Mapping[str, Any], *, session_id: str, agent: str
+) -> tuple[Message, tuple[str, ...]]:
+    choices = _dicts(completion.get("choices"))
+    choice = next((c for c in choices if c.get("index") == 0), choices[0] if choices else {})
+    return _chat_answer(
+        _dict(choice.get("message")),
+        finish_reason=choice.get("finish_reason"),
+        usage=completion.get("usage"),
+        model=completion.get("model"),
+        response_id=completion.get("id"),
+        session_id=session_id,
+        agent=agent,
+    )
+
+
+def _response_answer(
+    response: Mapping[str, Any], *, session_id: str, agent: str
+) -> tuple[Message | None, tuple[str, ...]]:
+    status = response.get("status")
+    if status == "failed":
+        return None, ()
+    output = _dicts(response.get("output"))
+    _, converted = from_openai_responses(output, session_id=session_id, agent=agent)
+    calls = any(o.get("type") == "function_call" for o in output)
+    finish = "tool-calls" if calls else "stop"
+    if status == "incomplete":
+        reason = _dict(response.get("incomplete_details")).get("reason")
+        finish = {"max_output_tokens": "length", "content_filter": "content-filter"}.get(
+            str(reason), "other"
+        )
+    recorded = _assistant(
+        converted,
+        session_id=session_id,
+        agent=agent,
+        finish=finish,
+        usage=responses_usage(response.get("usage")),
+        model=response.get("model"),
+        response_id=response.get("id"),
+    )
+    return recorded, tuple(responses_fingerprint(o) for o in output)
+
+
+# --------------------------------------------------------------------------- #
+# Stream adapters
+# --------------------------------------------------------------------------- #
+
+
+class _ChatStream:
+    """Accumulates Chat Completions chunks (choice 0) into the final message."""
+
+    def __init__(self, binding: SessionBinding) -> None:
+        self._binding = binding
+        self.reset()
+
+    def reset(self) -> None:
+        self._id: object = None
+        self._model: object = None
+        self._content: list[str] = []
+        self._refusal: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._finish: object = None
+        self._usage: object = None
+        self._seen = False
+
+    def is_preamble(self, event: Any) -> bool:
+        if getattr(event, "usage", None) is not None:
+            return False
+        for choice in _items(event, "choices"):
+            delta = getattr(choice, "delta", None)
+            if getattr(choice, "finish_reason", None) is not None:
+                return False
+            if delta is not None and (
+                getattr(delta, "content", None)
+                or getattr(delta, "tool_calls", None)
+                or getattr(delta, "refusal", None)
+            ):
+                return False
+        return True
+
+    def overflow(self, event: Any) -> str | None:
+        for choice in _items(event, "choices"):
+            reason = getattr(choice, "finish_reason", None)
+            if isinstance(reason, str) and reason.lower() in OVERFLOW_ERROR_CODES:
+                return f"finish_reason {reason}"
+        return None
+
+    def add(self, event: Any) -> None:
+        self._seen = True
+        self._id = self._id or getattr(event, "id", None)
+        self._model = self._model or getattr(event, "model", None)
+        usage = getattr(event, "usage", None)
+        if usage is not None:
+            self._usage = usage
+        for choice in _items(event, "choices"):
+            if getattr(choice, "index", 0) != 0:
+                continue
+            reason = getattr(choice, "finish_reason", None)
+            if reason is not None:
+                self._finish = reason
+            delta = getattr(choice, "delta", None)
+            if delta is None:
+                continue
+            content = getattr(delta, "content", None)
+            if isinstance(content, str):
+                self._content.append(content)
+            refusal = getattr(delta, "refusal", None)
+            if isinstance(refusal, str):
+                self._refusal.append(refusal)
+            for call in _items(delta, "tool_calls"):
+                self._add_call(call)
+
+    def _add_call(self, call: Any) -> None:
+        index = getattr(call, "index", 0)
+        entry = self._calls.setdefault(
+            index if isinstance(index, int) else 0,
+            {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+        )
+        call_id = getattr(call, "id", None)
+        if isinstance(call_id, str) and call_id:
+            entry["id"] = call_id
+        function = getattr(call, "function", None)
+        if function is not None:
+            name = getattr(function, "name", None)
+            if isinstance(name, str):
+                entry["function"]["name"] += name
+            arguments = getattr(function, "arguments", None)
+            if isinstance(arguments, str):
+                entry["function"]["arguments"] += arguments
+
+    def answer(self) -> tuple[Message | None, tuple[str, ...]]:
+        if not self._seen:
+            return None, ()
+        message: dict[str, Any] = {
+            "content": "".join(self._content) if self._content else None,
+            "tool_calls": [self._calls[i] for i in sorted(self._calls)],
+        }
+        if self._refusal:
+            message["refusal"] = "".join(self._refusal)
+        return _chat_answer(
+            message,
+            finish_reason=self._finish,
+            usage=self._usage,
+            model=self._model,
+            response_id=self._id,
+            session_id=self._binding.session_id,
+            agent=self._binding.agent,
+        )
+
+
+_RESPONSES_PREAMBLE: Final = frozenset(
+    {"response.created", "response.in_progress", "response.queued"}
+)
+_RESPONSES_FINAL: Final = frozenset(
+    {"response.completed", "response.incomplete", "response.failed"}
+)
+
+
+class _ResponsesStream:
+    """Accumulates Responses API stream events into the final message."""
+
+    def __init__(self, binding: SessionBinding) -> None:
+        self._binding = binding
+        self.reset()
+
+    def reset(self) -> None:
+        self._final: dict[str, Any] | None = None
+        self._start: dict[str, Any] = {}
+        self._items: list[dict[str, Any]] = []
+        self._failed = False
+
+    def is_preamble(self, event: Any) -> bool:
+        return getattr(event, "type", None) in _RESPONSES_PREAMBLE
+
+    def overflow(self, event: Any) -> str | None:
+        kind = getattr(event, "type", None)
+        if kind in ("error", "response.failed") and is_overflow_stream_event(event):
+            return f"{kind} event"
+        return None
+
+    def add(self, event: Any) -> None:
+        kind = getattr(event, "type", None)
+        if kind == "response.created":
+            self._start = _dict(getattr(event, "response", None))
+        elif kind == "response.output_item.done":
+            self._items.append(_dict(getattr(event, "item", None)))
+        elif kind in _RESPONSES_FINAL:
+            self._final = _dict(getattr(event, "response", None))
+        if kind in ("error", "response.failed"):
+            self._failed = True
+
+    def answer(self) -> tuple[Message | None, tuple[str, ...]]:
+        if self._failed:
+            return None, ()
+        response = self._final
+        if response is None:
+            if not self._items:
+                return None, ()
+            # The stream ended without its final event: what was completed.
+            response = {**self._start, "output": self._items, "status": "completed", "usage": None}
+        return _response_answer(
+            response, session_id=self._binding.session_id, agent=self._binding.agent
+        )
+
+
+# --------------------------------------------------------------------------- #
+# The wrapper
+# --------------------------------------------------------------------------- #
+
+
+def _convert_chat(binding: SessionBinding, items: Sequence[dict[str, Any]]) -> list[Message]:
+    _, messages = from_openai_chat(items, session_id=binding.session_id, agent=binding.agent)
+    return messages
+
+
+def _convert_responses(binding: SessionBinding, items: Sequence[dict[str, Any]]) -> list[Message]:
+    _, messages = from_openai_responses(items, session_id=binding.session_id, agent=binding.agent)
+    return messages
+
+
+class _ChatCompletions:
+    """``chat.completions`` with a managed ``create``; everything else delegated."""
+
+    def __init__(self, inner: Any, binding: SessionBinding) -> None:
+        self._inner = inner
+        self._binding = binding
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def create(self, **kwargs: Any) -> Any:
+        """``chat.completions.create`` on the managed history (see the module docs)."""
+        raw = kwargs.get("messages")
+        if raw is None or isinstance(raw, str | bytes | Mapping):
+            return await self._inner.create(**kwargs)  # let the SDK report the error
+        binding = self._binding
+        originals = list(cast(Sequence[Any], raw))
+        plain_items = [_dict(m) for m in originals]
+        head = [o for o, p in zip(originals, plain_items, strict=True) if _is_system(p)]
+        plain_head = [p for p in plain_items if _is_system(p)]
+        items = [p for p in plain_items if not _is_system(p)]
+        await binding.open(system=_system_text(plain_head), tools=_tools(kwargs.get("tools")))
+        await binding.history.sync(
+            binding.session_id,
+            items,
+            fingerprints=[chat_fingerprint(i) for i in items],
+            convert=lambda run: _convert_chat(binding, run),
+        )
+        streaming = kwargs.get("stream") is True
+
+        def build(view: RequestView) -> dict[str, Any]:
+            converted = to_openai_chat(converter_input(view))
+            validate_request([*plain_head, *converted], format="openai-chat")
+            return {**kwargs, "messages": [*head, *converted]}
+
+        async def send(payload: dict[str, Any]) -> Any:
+            result = await self._inner.create(**payload)
+            if not streaming:
+                for choice in _items(result, "choices"):
+                    reason = getattr(choice, "finish_reason", None)
+                    if isinstance(reason, str) and reason.lower() in OVERFLOW_ERROR_CODES:
+                        raise ProviderReportedOverflow(f"finish_reason {reason}", result)
+            return result
+
+        call = binding.call(build, send)
+        result = await call.run()
+        if streaming:
+            return RecordingStream(binding, call, result, _ChatStream(binding))
+        message, fps = _completion_answer(
+            _dict(result), session_id=binding.session_id, agent=binding.agent
+        )
+        await binding.record(message, fingerprints=fps, view=call.view)
+        return result
+
+
+class _Chat:
+    def __init__(self, inner: Any, binding: SessionBinding) -> None:
+        self._inner = inner
+        self.completions = _ChatCompletions(inner.completions, binding)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _Responses:
+    """``responses`` with a managed ``create``; everything else delegated."""
+
+    def __init__(self, inner: Any, binding: SessionBinding) -> None:
+        self._inner = inner
+        self._binding = binding
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def create(self, **kwargs: Any) -> Any:
+        """``responses.create`` on the managed history (see the module docs)."""
+        raw = kwargs.get("input")
+        if (
+            kwargs.get("previous_response_id")
+            or kwargs.get("conversation")
+            or raw is None
+            or isinstance(raw, bytes | Mapping)
+            or not isinstance(raw, str | Sequence)
+        ):
+            return await self._inner.create(**kwargs)
+        binding = self._binding
+        if isinstance(raw, str):
+            originals: list[Any] = [{"role": "user", "content": raw}]
+        else:
+            originals = list(cast(Sequence[Any], raw))
+        plain_items = [_dict(m) for m in originals]
+        head = [o for o, p in zip(originals, plain_items, strict=True) if _is_system(p)]
+        plain_head = [p for p in plain_items if _is_system(p)]
+        items = [p for p in plain_items if not _is_system(p)]
+        instructions = kwargs.get("instructions")
+        system = instructions if isinstance(instructions, str) else ""
+        head_text = _system_text(plain_head)
+        system = "\n\n".join(t for t in (system, head_text) if t)
+        await binding.open(system=system, tools=_tools(kwargs.get("tools")))
+        await binding.history.sync(
+            binding.session_id,
+            items,
+            fingerprints=[responses_fingerprint(i) for i in items],
+            convert=lambda run: _convert_responses(binding, run),
+        )
+        streaming = kwargs.get("stream") is True
+
+        def build(view: RequestView) -> dict[str, Any]:
+            converted = to_openai_responses(converter_input(view))
+            validate_request([*plain_head, *converted], format="openai-responses")
+            return {**kwargs, "input": [*head, *converted]}
+
+        async def send(payload: dict[str, Any]) -> Any:
+            result = await self._inner.create(**payload)
+            if not streaming and getattr(result, "status", None) == "failed":
+                error = _dict(getattr(result, "error", None))
+                if error and is_overflow_stream_event({"type": "error", **error}):
+                    raise ProviderReportedOverflow("response failed", result)
+            return result
+
+        call = binding.call(build, send)
+        result = await call.run()
+        if streaming:
+            return RecordingStream(binding, call, result, _ResponsesStream(binding))
+        message, fps = _response_answer(
+            _dict(result), session_id=binding.session_id, agent=binding.agent
+        )
+        await binding.record(message, fingerprints=fps, view=call.view)
+        return result
+
+
+class OpenAIWrapper:
+    """The object :func:`wrap_openai` returns: the client's surface, managed calls rewritten.
+
+    Attributes:
+        chat: ``chat`` with a managed ``completions.create``.
+        responses: ``responses`` with a managed ``create``.
+        binding: The session this wrapper's calls belong to.
+    """
+
+    def __init__(self, client: Any, binding: SessionBinding) -> None:
+        self._client = client
+        self.binding = binding
+        self.chat = _Chat(client.chat, binding)
+        self.responses = _Responses(client.responses, binding)
+
+    @property
+    def unwrapped(self) -> Any:
+        """The wrapped SDK client."""
+        return self._client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def with_options(self, **kwargs: Any) -> Any:
+        """The SDK's ``with_options``, wrapped for the same session."""
+        return OpenAIWrapper(self._client.with_options(**kwargs), self.binding)
+
+    def copy(self, **kwargs: Any) -> Any:
+        """The SDK's ``copy``, wrapped for the same session."""
+        return OpenAIWrapper(self._client.copy(**kwargs), self.binding)
+
+
+def wrap_openai(
+    client: _C,
+    middleware: ContextMiddleware,
+    *,
+    session_id: str,
+    agent: str = MAIN_AGENT,
+    project_id: str = "default",
+) -> _C:
+    """Wrap an ``openai.AsyncOpenAI`` client so its calls run through ``middleware``.
+
+    The result has the client's call surface (and is typed as the client, so host
+    code type-checks unchanged); see the module docs for what is managed.
+
+    Args:
+        client: An ``openai.AsyncOpenAI`` (or ``AsyncAzureOpenAI``) client.
+        middleware: A running :class:`~mimo_ctx.middleware.ContextMiddleware`.
+        session_id: The session every call belongs to (created on first use).
+        agent: The agent the calls are made for.
+        project_id: Project of the session when it is created.
+
+    Raises:
+        ImportError: The ``openai`` SDK is not installed (names the extra).
+        ConfigError: ``client`` is a sync client, or ``session_id`` is empty.
+    """
+    openai = _require_openai()
+    if isinstance(client, openai.OpenAI):
+        raise ConfigError(
+            f"wrap_openai needs an async client (openai.AsyncOpenAI), got {type(client).__name__}: "
+            "the middleware is async"
+        )
+    create = getattr(getattr(getattr(client, "chat", None), "completions", None), "create", None)
+    if create is None or not inspect.iscoroutinefunction(inspect.unwrap(create)):
+        raise ConfigError(
+            "wrap_openai needs an openai.AsyncOpenAI client "
+            f"(chat.completions.create must be async), got {type(client).__name__}"
+        )
+    if not session_id:
+        raise ConfigError("session_id must be a non-empty string")
+    binding = SessionBinding(middleware, session_id, agent=agent, project_id=project_id)
+    return cast(_C, OpenAIWrapper(client, binding))
