@@ -641,11 +641,10 @@ class PostgresStore:
         try:
             async with pool.acquire() as conn:
                 version = await _stored_version(conn, self._schema)
-        except _DB_ERRORS as exc:
-            await pool.close()
-            raise StoreError(f"{self._where}: {exc}") from exc
-        except BaseException:
+        except BaseException as exc:
             pool.terminate()
+            if isinstance(exc, _DB_ERRORS):
+                raise StoreError(f"{self._where}: {exc}") from exc
             raise
         if version != SCHEMA_VERSION:
             pool.terminate()

@@ -348,6 +348,33 @@ async def test_seq_is_store_wide_and_increasing(pg_store: PostgresStore) -> None
     assert await pg_store.changes_since("ses_unknown", 0) == ([], second)
 
 
+async def test_r4_cancelled_commit_rebuild_is_all_or_nothing(pg_store: PostgresStore) -> None:
+    """Cancelling commit_rebuild at any moment leaves the key, the boundary and
+    the compaction either all written or all absent, and the pool healthy (R4)."""
+    s = make_session()
+    await pg_store.create_session(s)
+    a = _compactable(s.id, T0)
+    await pg_store.append_messages([a])
+    for i in range(25):
+        key = f"usage-{i}"
+        b = boundary(s.id, a.id, t=T0 + 1)
+        changed = a.model_copy(update={"summary": True, "model": f"m{i}"})
+        with anyio.move_on_after(i * 0.0004):
+            await pg_store.commit_rebuild(s.id, usage_key=key, boundary=b, updated=[changed])
+        committed = await pg_store.get_message(b.id) is not None
+        stored = await pg_store.get_message(a.id)
+        assert stored is not None
+        assert (stored.model == f"m{i}") is committed
+        retry = boundary(s.id, a.id, t=T0 + 1)
+        assert await pg_store.commit_rebuild(s.id, usage_key=key, boundary=retry, updated=[]) is (
+            not committed
+        )
+        with anyio.move_on_after(i * 0.0002):
+            await pg_store.changes_since(s.id, 0)
+    boundaries = [m for m in await pg_store.list_messages(s.id) if m.is_boundary]
+    assert len(boundaries) == 25
+
+
 # --------------------------------------------------------------------------- schema versions
 
 
