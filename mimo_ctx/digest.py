@@ -27,6 +27,7 @@ Choices where the SPEC is silent (documented, ours):
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -106,8 +107,10 @@ def _json_value(value: Any) -> str:
     try:
         return js_json(value)
     except (ValueError, TypeError, RecursionError):
-        # Not JSON (NaN, a set, a cycle...): show something rather than fail.
-        return repr(value)
+        # Not JSON (NaN, a set, a cycle, nesting deeper than the recursion limit):
+        # show something rather than fail. reprlib bounds depth and length, where
+        # plain repr() would hit the recursion limit again (issue 10).
+        return reprlib.repr(value)
 
 
 def _format_arg(key: str, value: Any, limit: int) -> str:

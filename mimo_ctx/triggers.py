@@ -47,6 +47,14 @@ class ModelLimits:
     max_output_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        for name in ("context_window", "input_limit", "max_output_tokens"):
+            value: object = getattr(self, name)
+            # A wrong type ("200k", 1.5, True, NaN) would otherwise fail later with a
+            # raw TypeError deep in the arithmetic, or be silently misread (issue 10).
+            if (value is not None or name == "context_window") and (
+                isinstance(value, bool) or not isinstance(value, int)
+            ):
+                raise ConfigError(f"{name}: expected a whole number of tokens, got {value!r}")
         if self.context_window <= 0:
             raise ConfigError(
                 f"context_window: expected a positive token count, got {self.context_window!r}"

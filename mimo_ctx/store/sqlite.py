@@ -29,6 +29,8 @@ Design:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sqlite3
 import threading
@@ -152,6 +154,7 @@ _SQL_UPDATE_MESSAGE: Final = (
 _MessageRow = tuple[str, str, str, str, int, int, int, int, str]
 
 _ACTIVE_STATUSES_SQL: Final = ", ".join(f"'{s}'" for s in sorted(ACTIVE_ACTOR_STATUSES))
+_SQLITE_MAX_INT: Final = 2**63 - 1
 _IN_CHUNK: Final = 500  # ids per "IN (...)" lookup, well under SQLite's variable limit
 
 
@@ -160,6 +163,14 @@ class _AlreadyCommitted(Exception):
 
 
 def _message_row(message: Message) -> _MessageRow:
+    try:
+        payload = message.model_dump_json()
+    except (ValueError, RecursionError) as exc:
+        # Bytes that are not UTF-8 or nesting beyond the serialiser's limit in a tool
+        # input: refuse the write, naming the message, rather than fail raw (issue 10).
+        raise StoreError(
+            f"message {message.id!r} cannot be stored as JSON ({exc}); nothing written"
+        ) from exc
     return (
         message.id,
         message.session_id,
@@ -169,7 +180,7 @@ def _message_row(message: Message) -> _MessageRow:
         int(message.is_boundary),
         int(message.role == "assistant" and message.finish is not None),
         estimate_message_tokens(message),
-        message.model_dump_json(),
+        payload,
     )
 
 
@@ -298,6 +309,9 @@ class SQLiteStore:
                 return fn(conn)
             except sqlite3.Error as exc:
                 raise StoreError(f"SQLite store {self._path}: {exc}") from exc
+            except OverflowError as exc:
+                # A value beyond SQLite's 64-bit integers (an absurd timestamp...).
+                raise StoreError(f"SQLite store {self._path}: {exc}") from exc
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -399,6 +413,12 @@ class SQLiteStore:
         try:
             return model.model_validate_json(payload)
         except ValidationError as exc:
+            if any(e["type"] == "json_invalid" for e in exc.errors()):
+                # pydantic-core's JSON parser stops at 200 levels of nesting and its
+                # serialiser only at about 250: a tool input nested in between was
+                # written and must read back (issue 10). The stdlib parser goes deeper.
+                with contextlib.suppress(ValueError, RecursionError):
+                    return model.model_validate(json.loads(payload))
             raise StoreError(
                 f"SQLite store {self._path}: a stored {model.__name__} is invalid: {exc}"
             ) from exc
@@ -634,7 +654,8 @@ class SQLiteStore:
         )
         if last is not None:
             sql += " LIMIT ?"
-            params.append(last)
+            # A huge configured window means "no limit"; SQLite integers are 64-bit.
+            params.append(min(last, _SQLITE_MAX_INT))
 
         def run(conn: sqlite3.Connection) -> list[Message]:
             messages = [self._load_message(r) for r in conn.execute(sql, params)]
