@@ -69,7 +69,7 @@ __all__ = [
     "session_sync",
 ]
 
-META_KEY: Final = "mimo_ctx.integration"
+META_KEY: Final = "mimo_ctx_integration"
 """Key of a stored message's ``metadata`` entry recording where it came from."""
 
 T = TypeVar("T")

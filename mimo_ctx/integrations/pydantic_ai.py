@@ -12,8 +12,8 @@ The capability hooks the model request lifecycle of pydantic-ai's capabilities A
   last usage crossed the trigger line) and sends the request view instead of the
   full history. Only the request changes: the run's message history is left as it
   is, so nothing is lost and ``result.all_messages()`` stays complete.
-* ``after_model_request``: stores the response with its ``ModelResponse.usage``,
-  which drives the writer thresholds and the trigger line.
+* ``wrap_model_request``: stores the response the request settles on with its
+  ``ModelResponse.usage``, which drives the writer thresholds and the trigger line.
 * ``on_model_request_error``: on a context overflow the middleware rebuilds and
   the capability raises :class:`~pydantic_ai.exceptions.RetryModelRequest`, so
   pydantic-ai attempts the request once more with a freshly prepared history; a
@@ -91,7 +91,7 @@ from mimo_ctx.view import COMPACTED_PLACEHOLDER, apply_send_rules, tool_results_
 try:
     import pydantic
     from pydantic_ai import RunContext
-    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.capabilities import AbstractCapability, WrapModelRequestHandler
     from pydantic_ai.exceptions import RetryModelRequest
     from pydantic_ai.messages import (
         ERROR_OUTCOMES,
@@ -761,14 +761,20 @@ class MimoCtxCapability(AbstractCapability[Any]):
         request_context.messages = _outgoing(items, view.messages, history)
         return request_context
 
-    async def after_model_request(
+    async def wrap_model_request(
         self,
         ctx: RunContext[Any],
         *,
         request_context: ModelRequestContext,
-        response: ModelResponse,
+        handler: WrapModelRequestHandler,
     ) -> ModelResponse:
-        """Store the response with its usage (it drives the trigger line)."""
+        """Store the response the step settles on, with its usage (it drives the trigger line).
+
+        Recorded here rather than in ``after_model_request``: an attempt another
+        capability rejects (a fallback moving on) never reaches the run's history,
+        so it must not reach the store either.
+        """
+        response = await handler(request_context)
         sync = self._sync(ctx)
         async with sync.lock:
             await sync.record(message_key(response), _response_draft(response))

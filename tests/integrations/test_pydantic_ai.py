@@ -8,7 +8,7 @@ its only mimo_ctx line.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from mimo_ctx.config import RebuildConfig
@@ -59,7 +59,12 @@ from mimo_ctx.messages import (
 )
 from mimo_ctx.store import SQLiteStore
 from mimo_ctx.testing import FakeOverflowError, filler_text
-from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER, COMPACTED_PLACEHOLDER, INTERRUPTED_TOOL_ERROR
+from mimo_ctx.view import (
+    CHECKPOINT_SUMMARY_HEADER,
+    COMPACTED_PLACEHOLDER,
+    COMPACTION_SUMMARY_HEADER,
+    INTERRUPTED_TOOL_ERROR,
+)
 
 from .conftest import Engine, running
 from .fakes import FINAL_ANSWER, ScriptedFunction, assert_pydantic_ai_pairs, pydantic_ai_tokens
@@ -390,3 +395,75 @@ def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delitem(sys.modules, integration.__name__)
     with pytest.raises(ImportError, match=r'pip install "mimo-ctx\[pydantic-ai\]"'):
         __import__(integration.__name__)
+
+
+async def test_streamed_runs_are_stored_once_with_usage(tmp_path: Path) -> None:
+    """``run_stream`` goes through the same hooks: each streamed response is
+    recorded with its usage, and the next sync does not store it again."""
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        done = sum(isinstance(m, ModelResponse) for m in messages)
+        if done < 3:
+            yield {0: DeltaToolCall(name="read", json_args=f'{{"file_path": "m{done}.py"}}')}
+        else:
+            yield "All "
+            yield "done."
+
+    async with running(tmp_path) as engine:
+        agent = Agent(
+            FunctionModel(stream_function=stream),
+            capabilities=[MimoCtxCapability(engine.middleware, session_id="s1")],
+        )
+
+        @agent.tool_plain
+        def read(file_path: str) -> str:
+            """Read a file."""
+            return filler_text(200)
+
+        async with agent.run_stream(TASK) as streamed:
+            assert await streamed.get_output() == "All done."
+        stored = await engine.store.list_messages("s1", agent=None)
+        assert [m.role for m in stored] == ["user", *["assistant", "tool"] * 3, "assistant"]
+        assert all(m.usage is not None for m in stored if m.role == "assistant")
+
+
+async def test_r1_4a_sub_agent_gets_a_plain_compaction(tmp_path: Path) -> None:
+    """A sub-agent's history crossing the line is compacted, not rebuilt (R1.4a):
+    its model gets "Summary of previous conversation:" first."""
+    async with running(tmp_path) as engine:
+        await engine.middleware.open_session("s1", system=SYSTEM)
+        model = ScriptedFunction(rounds=36)
+        agent = build_agent(engine, model, session_id="s1", agent="explore")
+        result = await agent.run(TASK)
+        assert result.output == FINAL_ANSWER
+        stored = await engine.store.list_messages("s1", agent="explore")
+        boundaries = [m for m in stored if m.is_boundary]
+        assert len(boundaries) == 1
+        assert boundaries[0].checkpoint_part is None  # a compaction, not a rebuild
+        compacted = next(
+            r for r in model.received if first_prompt(r).startswith(COMPACTION_SUMMARY_HEADER)
+        )
+        assert_pydantic_ai_pairs(compacted)
+        assert await engine.store.list_messages("s1", agent="main") == []
+
+
+async def test_carried_messages_follow_the_watermark(tmp_path: Path) -> None:
+    """A message holding only carried parts is sent while it is live and hidden with
+    everything else once a rebuild's watermark passes it (R8.2)."""
+    async with running(tmp_path) as engine:
+        summary = CompactionPart(content="Earlier: modules 1-9 refactored.")
+        history: list[ModelMessage] = [
+            ModelRequest(parts=[UserPromptPart(content=TASK)]),
+            ModelResponse(parts=[TextPart(content="On it.")]),
+            ModelRequest(parts=[summary]),
+        ]
+        model = ScriptedFunction(rounds=36)
+        agent = build_agent(engine, model, session_id="s1")
+        await agent.run("Continue.", message_history=history)
+
+        def carries(request: Sequence[ModelMessage]) -> bool:
+            return any(p is summary for m in request for p in m.parts)
+
+        index = rebuilt_index(model)
+        assert all(carries(r) for r in model.received[:index])
+        assert not any(carries(r) for r in model.received[index:])
