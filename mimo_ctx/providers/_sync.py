@@ -441,21 +441,24 @@ class RecoveringCall(Generic[_P, _R]):
         self.view: RequestView | None = None
         self.payloads: list[_P] = []
 
-    async def _attempt(self) -> _R:
+    async def _payload(self) -> _P:
+        # Errors here (store, validator) are ours, not the provider's: they propagate
+        # as they are and are never taken for an overflow.
         self.view = await self.middleware.prepare(self.session_id, agent=self.agent)
         payload = self._build(self.view)
         self.payloads.append(payload)
-        return await self._send(payload)
+        return payload
 
     async def run(self) -> _R:
         """Send the request (retrying once after a rebuild on an overflow)."""
+        payload = await self._payload()
         try:
-            return await self._attempt()
+            return await self._send(payload)
         except Exception as exc:
             return await self.recover(exc)
 
     async def recover(self, error: Exception) -> _R:
-        """Handle an overflow of the last attempt: rebuild and send once more.
+        """Handle an overflow the provider reported: rebuild and send once more.
 
         Raises:
             ContextOverflowError: This call already retried, or the usage was
@@ -472,8 +475,9 @@ class RecoveringCall(Generic[_P, _R]):
         if not await self.middleware.on_error(self.session_id, error, agent=self.agent):
             raise error
         self.retried = True
+        payload = await self._payload()
         try:
-            return await self._attempt()
+            return await self._send(payload)
         except Exception as again:
             if is_context_overflow(again):
                 raise ContextOverflowError(
@@ -486,12 +490,6 @@ class RecoveringCall(Generic[_P, _R]):
 # --------------------------------------------------------------------------- #
 # Session binding and recording
 # --------------------------------------------------------------------------- #
-
-
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    message: Message | None
-    fingerprints: tuple[str, ...] = ()
 
 
 class SessionBinding:

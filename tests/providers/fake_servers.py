@@ -74,6 +74,7 @@ class Reply:
         cached_tokens: Cached input tokens (OpenAI cached / Anthropic cache read).
         finish: Finish / stop reason override (else derived from the content).
         reasoning_id: Responses only: a reasoning item with this id comes first.
+        thinking: Anthropic only: a thinking block ``(text, signature)`` comes first.
     """
 
     text: str | None = "ok"
@@ -85,6 +86,7 @@ class Reply:
     cached_tokens: int = 0
     finish: str | None = None
     reasoning_id: str | None = None
+    thinking: tuple[str, str] | None = None
 
 
 @dataclass
@@ -549,6 +551,9 @@ class FakeProvider:
     # -- Anthropic Messages ------------------------------------------------------------
     def _anthropic_blocks(self, reply: Reply) -> list[dict[str, Any]]:
         blocks: list[dict[str, Any]] = []
+        if reply.thinking is not None:
+            thinking, signature = reply.thinking
+            blocks.append({"type": "thinking", "thinking": thinking, "signature": signature})
         if reply.text is not None:
             blocks.append({"type": "text", "text": reply.text})
         for call_id, name, args in reply.calls:
@@ -605,6 +610,29 @@ class FakeProvider:
                             "delta": {"type": "text_delta", "text": piece},
                         }
                     )
+            elif block["type"] == "thinking":
+                events.append(
+                    {
+                        "type": "content_block_start",
+                        "index": index,
+                        "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+                    }
+                )
+                for piece in _halves(block["thinking"]):
+                    events.append(
+                        {
+                            "type": "content_block_delta",
+                            "index": index,
+                            "delta": {"type": "thinking_delta", "thinking": piece},
+                        }
+                    )
+                events.append(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "signature_delta", "signature": block["signature"]},
+                    }
+                )
             else:
                 events.append(
                     {

@@ -264,6 +264,37 @@ async def test_r8_1_create_stream_bodies_before_and_after_rebuild(tmp_path: Path
         )
 
 
+async def test_streamed_thinking_is_recorded_and_sent_back_with_its_signature(
+    tmp_path: Path,
+) -> None:
+    """Thinking blocks keep their signature through the stream accumulator, so the
+    next request sends them back as the API requires with tool use."""
+    fake = FakeProvider()
+    async with running_middleware(tmp_path) as mw:
+        client = wrap_anthropic(anthropic_client(fake), mw, session_id=SID)
+        fake.add(Reply(text=None, calls=CALLS[:1], thinking=("Need the file.", "sig-123")))
+        host: list[Any] = [{"role": "user", "content": "Read a.py."}]
+        async with client.messages.stream(model=MODEL, max_tokens=64, messages=host) as stream:
+            final = await stream.get_final_message()
+        host += [
+            {"role": "assistant", "content": final.content},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "1"}],
+            },
+        ]
+        await client.messages.create(model=MODEL, max_tokens=64, messages=host)
+        assert fake.bodies(MESSAGES)[1]["messages"][1] == {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "Need the file.", "signature": "sig-123"},
+                {"type": "tool_use", "id": "toolu_a", "name": "read", "input": {"path": "a.py"}},
+            ],
+        }
+        stored = await mw.store.list_messages(SID)
+        assert len(stored) == 4  # user, answer, result, answer: the resent turn was known
+
+
 # --------------------------------------------------------------------------- overflow
 
 
