@@ -44,6 +44,7 @@ from mimo_ctx.messages import (
     ToolResultPart,
     ToolStatePending,
 )
+from mimo_ctx.reminders import PER_TURN_MARKER
 from mimo_ctx.testing import FakeOverflowError, filler_text
 from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER, COMPACTED_PLACEHOLDER, INTERRUPTED_TOOL_ERROR
 
@@ -290,3 +291,30 @@ def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delitem(sys.modules, integration.__name__)
     with pytest.raises(ImportError, match=r'pip install "mimo-ctx\[langchain\]"'):
         __import__(integration.__name__)
+
+
+async def test_r8_3_per_turn_reminder_is_sent_never_stored(tmp_path: Path) -> None:
+    notes = tmp_path / "memory" / "sessions" / "s1" / "notes.md"
+    notes.parent.mkdir(parents=True)
+    notes.write_text("- the API moved to v2\n", encoding="utf-8")
+    async with running(tmp_path) as engine:
+        model = ScriptedChatModel(messages=iter([]), rounds=2)
+        agent = build_agent(engine, model, session_id="s1")
+        state = await agent.ainvoke({"messages": [HumanMessage(TASK)]}, CONFIG)
+        for request in model.received:
+            task = request[1]
+            assert isinstance(task, HumanMessage)
+            assert isinstance(task.content, list)
+            first, reminder = task.content
+            assert first == {"type": "text", "text": TASK}
+            assert isinstance(reminder, dict)
+            assert str(reminder["text"]).startswith(PER_TURN_MARKER)
+            assert_langchain_pairs(request[1:])
+        assert state["messages"][0].content == TASK
+        stored = await engine.store.list_messages("s1", agent=None)
+        assert all(
+            PER_TURN_MARKER not in p.text
+            for m in stored
+            for p in m.parts
+            if isinstance(p, TextPart)
+        )

@@ -57,6 +57,7 @@ from mimo_ctx.messages import (
 from mimo_ctx.messages import (
     TextPart as CtxTextPart,
 )
+from mimo_ctx.reminders import PER_TURN_MARKER
 from mimo_ctx.store import SQLiteStore
 from mimo_ctx.testing import FakeOverflowError, filler_text
 from mimo_ctx.view import (
@@ -467,3 +468,34 @@ async def test_carried_messages_follow_the_watermark(tmp_path: Path) -> None:
         index = rebuilt_index(model)
         assert all(carries(r) for r in model.received[:index])
         assert not any(carries(r) for r in model.received[index:])
+
+
+async def test_r8_3_per_turn_reminder_is_sent_never_stored(tmp_path: Path) -> None:
+    """With memory files the last user prompt carries the per-turn reminder in the
+    request only: not in the run's history, not in the store (R8.3, A12)."""
+    notes = tmp_path / "memory" / "sessions" / "s1" / "notes.md"
+    notes.parent.mkdir(parents=True)
+    notes.write_text("- the API moved to v2\n", encoding="utf-8")
+    async with running(tmp_path) as engine:
+        model = ScriptedFunction(rounds=2)
+        agent = build_agent(engine, model, session_id="s1")
+        result = await agent.run(TASK)
+        for request in model.received:
+            head = request[0]
+            assert isinstance(head, ModelRequest)
+            prompts = [p for p in head.parts if isinstance(p, UserPromptPart)]
+            assert [p.content for p in prompts[:1]] == [TASK]
+            assert len(prompts) == 2
+            assert str(prompts[1].content).startswith(PER_TURN_MARKER)
+            assert_pydantic_ai_pairs(request)
+        history = result.all_messages()
+        assert all(
+            PER_TURN_MARKER not in str(getattr(p, "content", "")) for m in history for p in m.parts
+        )
+        stored = await engine.store.list_messages("s1", agent=None)
+        assert all(
+            PER_TURN_MARKER not in p.text
+            for m in stored
+            for p in m.parts
+            if isinstance(p, CtxTextPart)
+        )
