@@ -2,13 +2,22 @@
 
 Events carry ids, outcomes and token figures only — never request bodies, API
 keys or headers — so they are safe to log.
+
+Secrets. The only free text an event carries is an error message (a failed
+writer's exception) and status lines; a provider SDK's exception can quote the
+API key or a request header. Every text field of an event, and every record the
+``mimo_ctx`` logger emits (traceback included), goes through
+:func:`redact_secrets` first (issue 10).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import math
+import re
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -28,9 +37,55 @@ __all__ = [
     "WriterFailed",
     "WriterFinished",
     "WriterStarted",
+    "redact_secrets",
 ]
 
 _log = logging.getLogger("mimo_ctx")
+
+REDACTED = "[REDACTED]"
+
+# API keys and credentials as providers and HTTP clients print them: OpenAI and
+# Anthropic keys (sk-...), Google keys (AIza...), bearer/basic credentials, and
+# header or setting values named like a credential.
+_SECRETS = re.compile(
+    r"\b(?:sk|rk|pk)-[A-Za-z0-9_\-]{12,}"
+    r"|\bAIza[0-9A-Za-z_\-]{30,}"
+    r"|(?i:\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=\-]{8,}"
+    r"|(?P<name>(?i:\b(?:proxy-)?authorization|\bx-api-key|\bapi[-_]?key|\bx-goog-api-key"
+    r"|\baccess[-_]?token|\bsecret|\bpassword))"
+    r"(?P<sep>[\"']?\s*[:=]\s*[\"']?)(?i:(?:bearer|basic)\s+)?[^\s\"',;}\]]+"
+)
+
+
+def _mask(match: re.Match[str]) -> str:
+    name = match.group("name")
+    return f"{name}{match.group('sep')}{REDACTED}" if name else REDACTED
+
+
+def redact_secrets(text: str) -> str:
+    """Replace API keys, bearer credentials and credential-named values with ``[REDACTED]``."""
+    return _SECRETS.sub(_mask, text)
+
+
+class _RedactSecrets(logging.Filter):
+    """Redacts the message and traceback of every record of the ``mimo_ctx`` logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string: leave the record to logging itself
+            return True
+        record.msg, record.args = redact_secrets(message), ()
+        if record.exc_info and record.exc_info[1] is not None:
+            # The traceback is formatted here, redacted, and kept as the record's
+            # exception text; exc_info is dropped so no handler formats it again.
+            text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+            record.exc_text = redact_secrets(text)
+            record.exc_info = None
+        return True
+
+
+_log.addFilter(_RedactSecrets())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +94,13 @@ class Event:
 
     session_id: str
     time: int
+
+    def __post_init__(self) -> None:
+        # Subclasses inherit this: every text field is redacted once, at creation.
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, str):
+                object.__setattr__(self, item.name, redact_secrets(value))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -212,7 +212,24 @@ def _open_nonblocking(path: str, flags: int) -> int:
     return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
 
 
-async def read_text(path: str | os.PathLike[str], *, max_chars: int | None = None) -> str | None:
+def _contained(path: str, root: str | os.PathLike[str], action: str) -> str:
+    """The real location of ``path`` (symlinks resolved), refused when outside ``root``."""
+    real = os.path.realpath(path)
+    base: str = os.path.realpath(Path(root))
+    if not Path(real).is_relative_to(base):
+        raise PathEscapeError(
+            f"refusing to {action} {path!r}: it leads outside the memory root {base!r} "
+            "through a symlink"
+        )
+    return real
+
+
+async def read_text(
+    path: str | os.PathLike[str],
+    *,
+    max_chars: int | None = None,
+    root: str | os.PathLike[str] | None = None,
+) -> str | None:
     """Read a memory file as text.
 
     Decoding: UTF-8 (a leading byte-order mark is dropped); invalid bytes become
@@ -222,6 +239,9 @@ async def read_text(path: str | os.PathLike[str], *, max_chars: int | None = Non
         path: The file.
         max_chars: Return at most this many characters; only about that much of the
             file is read, so huge files cost bounded memory.
+        root: The memory root. When given, a ``path`` whose real location (symlinks
+            resolved) is outside it is refused, and the real location is what is
+            opened (SPEC R5.6: a symlink cannot pull an outside file into a prompt).
 
     Returns:
         The text, or ``None`` when there is no such file (missing, or a directory),
@@ -231,11 +251,15 @@ async def read_text(path: str | os.PathLike[str], *, max_chars: int | None = Non
     Raises:
         ValueError: ``max_chars`` is negative.
         OSError: The file exists but cannot be read (permissions, I/O error).
+        PathEscapeError: ``root`` is given and ``path`` leads outside it.
     """
     if max_chars is not None and max_chars < 0:
         raise ValueError(f"max_chars must be >= 0, got {max_chars!r}")
+    target = os.fspath(path)
+    if root is not None:
+        target = await anyio.to_thread.run_sync(_contained, target, root, "read")
     try:
-        async with aiofiles.open(os.fspath(path), "rb", opener=_open_nonblocking) as handle:
+        async with aiofiles.open(target, "rb", opener=_open_nonblocking) as handle:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
                 return None  # a FIFO or a device: reading could block or never end
             chunk: bytes = await handle.read(_SNIFF_BYTES)
@@ -297,7 +321,9 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-async def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+async def write_text_atomic(
+    path: str | os.PathLike[str], text: str, *, root: str | os.PathLike[str] | None = None
+) -> None:
     """Replace a file's content atomically: readers see the old text or the new, never a mix.
 
     Writes UTF-8 to a temporary file in the same directory, flushes it to disk,
@@ -307,13 +333,21 @@ async def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     Args:
         path: The file to write.
         text: Its new content, written as given (no newline translation).
+        root: The memory root. When given, a ``path`` whose directory's real location
+            (symlinks resolved) is outside it is refused and nothing is written
+            (SPEC R5.6). A symlink at ``path`` itself is replaced, never followed.
 
     Raises:
         UnicodeEncodeError: ``text`` holds a lone surrogate (nothing is written).
         OSError: The directory or file cannot be written.
+        PathEscapeError: ``root`` is given and ``path`` leads outside it.
     """
     data = text.encode("utf-8")
-    await anyio.to_thread.run_sync(_write_atomic, Path(os.fspath(path)), data)
+    target = Path(os.fspath(path))
+    if root is not None:
+        directory = await anyio.to_thread.run_sync(_contained, str(target.parent), root, "write")
+        target = Path(directory) / target.name
+    await anyio.to_thread.run_sync(_write_atomic, target, data)
 
 
 def _is_listed(name: str) -> bool:
