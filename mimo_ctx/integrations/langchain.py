@@ -385,28 +385,29 @@ def _user_content(parts: Sequence[Part]) -> str | list[str | dict[Any, Any]]:
     return blocks
 
 
-def _convert(message: Message, parts: Sequence[Part]) -> BaseMessage | None:
+def _convert(message: Message, parts: Sequence[Part]) -> list[BaseMessage]:
     """A message the framework never had (or parts it never had) as LangChain's."""
     if message.role == "user":
         content = _user_content(parts)
-        return HumanMessage(content=content) if content else None
+        return [HumanMessage(content=content)] if content else []
     if message.role == "tool":
-        result = next((p for p in parts if isinstance(p, ToolResultPart)), None)
-        if result is None:
-            return None
-        return ToolMessage(
-            content=result.output,
-            tool_call_id=result.call_id,
-            name=result.tool,
-            status="error" if result.is_error else "success",
-        )
+        return [
+            ToolMessage(
+                content=p.output,
+                tool_call_id=p.call_id,
+                name=p.tool,
+                status="error" if p.is_error else "success",
+            )
+            for p in parts
+            if isinstance(p, ToolResultPart)
+        ]
     text = "\n\n".join(p.text for p in parts if isinstance(p, TextPart))
     calls: list[ToolCall] = [
         ToolCall(name=p.tool, args=dict(p.state.input), id=p.call_id, type="tool_call")
         for p in parts
         if isinstance(p, ToolPart)
     ]
-    return AIMessage(content=text, tool_calls=calls)
+    return [AIMessage(content=text, tool_calls=calls)]
 
 
 def _from_origin(item: OutgoingItem, origin: BaseMessage) -> BaseMessage:
@@ -443,19 +444,19 @@ def _outgoing(
     out: list[BaseMessage] = list(leading)
     for item in items:
         origin = item.origin if isinstance(item.origin, BaseMessage) else None
-        converted: BaseMessage | None
+        converted: list[BaseMessage]
         if item.message is None:
             # A live message sent only for its carried content.
-            converted = origin
-            if converted is None:
-                converted = next(
-                    (m for s in item.slots if s.opaque and (m := _restore(s.opaque))), None
-                )
+            if origin is not None:
+                converted = [origin]
+            else:
+                restored = (_restore(s.opaque) for s in item.slots if s.opaque is not None)
+                converted = [m for m in restored if m is not None][:1]
         elif item.is_boundary:
             texts = [p.text for p in item.message.parts if isinstance(p, TextPart)]
-            converted = HumanMessage(content=BOUNDARY_TEXT_SEPARATOR.join(texts))
+            converted = [HumanMessage(content=BOUNDARY_TEXT_SEPARATOR.join(texts))]
         elif origin is not None:
-            converted = _from_origin(item, origin)
+            converted = [_from_origin(item, origin)]
         else:
             parts = list(item.message.parts)
             opaque = {s.part_id: s.opaque for s in item.slots if s.opaque is not None}
@@ -467,9 +468,7 @@ def _outgoing(
                     p for pid in order if (p := by_id.get(pid) or opaque.get(pid)) is not None
                 ] + [p for p in item.message.parts if p.id not in set(order)]
             converted = _convert(item.message, parts)
-        if converted is None:
-            continue
-        out.append(converted)
+        out.extend(converted)
         if item.role == "assistant" and item.message is not None:
             for part in item.message.parts:
                 if isinstance(part, ToolPart) and part.call_id not in results:
