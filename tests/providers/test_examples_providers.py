@@ -2,7 +2,8 @@
 
 Each is executed as a script, the way a user runs it, against the loopback
 stand-in it starts on 127.0.0.1; proxies point nowhere, so an example that tried
-the network would fail.
+the network would fail. Each takes a few seconds (most of it importing the SDK);
+the timeout only guards against a hang, it is not a timing assertion.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def run_example(name: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         encoding="utf-8",
-        timeout=10,
+        timeout=60,
         cwd=REPO_ROOT,
         env=env,
         check=False,
