@@ -21,7 +21,9 @@ synchronous ``invoke`` raises a clear error.
 
 Session. ``session_id`` names the session; leave it ``None`` to use the
 LangGraph ``thread_id`` of the run (``config={"configurable": {"thread_id": ...}}``),
-or pass a callable that picks one from the model request.
+or pass a callable that picks one from the model request. The stored session is
+the conversation: with a fixed ``session_id``, an invocation that starts a fresh
+message list (no checkpointer) still continues what the session holds.
 
 Conversion (see :mod:`mimo_ctx.integrations._sync` for the recognition of stored
 messages, by LangChain message id). The agent's system message and system

@@ -23,7 +23,16 @@ The capability hooks the model request lifecycle of pydantic-ai's capabilities A
 Session. ``session_id`` names the session; leave it ``None`` to use the run's
 ``conversation_id`` (pydantic-ai keeps one conversation id across runs that share
 ``message_history``), or pass a callable that picks one from the
-:class:`~pydantic_ai.RunContext`.
+:class:`~pydantic_ai.RunContext`. The stored session is the conversation: with a
+fixed ``session_id``, a run started without ``message_history`` still continues
+what the session holds (the default, one session per conversation id, does not
+have this effect).
+
+Limits (ours). The history synced is the one the request is built from, after
+the ``before_model_request`` hooks of every capability: a message another
+capability adds to one request only is stored like the rest. Give this
+capability its own ``session_id`` per conversation rather than sharing one
+session between agents that keep different histories.
 
 Conversion (see :mod:`mimo_ctx.integrations._sync` for the recognition of stored
 messages). System prompt parts at the head of the conversation and the agent's
@@ -130,6 +139,7 @@ __all__ = [
     "MimoCtxCapability",
     "SessionIdFunc",
     "from_model_messages",
+    "message_key",
     "to_model_messages",
     "usage_from_pydantic_ai",
 ]
