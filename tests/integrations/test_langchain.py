@@ -45,6 +45,7 @@ from mimo_ctx.messages import (
     ToolStatePending,
 )
 from mimo_ctx.reminders import PER_TURN_MARKER
+from mimo_ctx.store import SQLiteStore
 from mimo_ctx.testing import FakeOverflowError, filler_text
 from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER, COMPACTED_PLACEHOLDER, INTERRUPTED_TOOL_ERROR
 
@@ -318,3 +319,26 @@ async def test_r8_3_per_turn_reminder_is_sent_never_stored(tmp_path: Path) -> No
             for p in m.parts
             if isinstance(p, TextPart)
         )
+
+
+async def test_restart_recognises_the_thread_from_stored_ids(tmp_path: Path) -> None:
+    """A new process (new middleware on the same SQLite file) reads the stored keys
+    back: the resent thread is not stored again, only the new turn is."""
+    path = tmp_path / "s.db"
+    saver = InMemorySaver()
+    config: Any = {**CONFIG, "configurable": {"thread_id": "t1"}}
+    async with running(tmp_path, store=await SQLiteStore.open(path)) as engine:
+        agent = build_agent(
+            engine, ScriptedChatModel(messages=iter([]), rounds=2), checkpointer=saver
+        )
+        await agent.ainvoke({"messages": [HumanMessage(TASK)]}, config)
+        assert await engine.store.count_messages("t1") == 6
+    await engine.store.aclose()
+    async with running(tmp_path, store=await SQLiteStore.open(path)) as engine:
+        model = ScriptedChatModel(messages=iter([]), rounds=0)
+        agent = build_agent(engine, model, checkpointer=saver)
+        await agent.ainvoke({"messages": [HumanMessage("Summarise.")]}, config)
+        assert await engine.store.count_messages("t1") == 8
+        assert_langchain_pairs(model.received[0][1:])
+        assert len(model.received[0]) == 1 + 7  # the system message and the whole thread
+    await engine.store.aclose()
