@@ -46,9 +46,26 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True, slots=True)
 class Samples:
-    """Durations of repeated runs of one operation, in seconds."""
+    """Durations of repeated runs of one operation, in seconds.
+
+    ``values`` are wall-clock durations; ``cpu`` the process CPU time of the same
+    runs (every thread of the process, so store worker threads count). On a
+    machine shared with other work, wall-clock figures grow with the load while
+    CPU time stays close to the cost of the code itself.
+    """
 
     values: tuple[float, ...]
+    cpu: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, timings: Sequence[tuple[float, float]]) -> Samples:
+        """Samples from ``(wall, cpu)`` pairs."""
+        return cls(tuple(w for w, _ in timings), tuple(c for _, c in timings))
+
+    @property
+    def cpu_median(self) -> float:
+        """The median CPU time (the wall-clock median when CPU time was not taken)."""
+        return statistics.median(self.cpu) if self.cpu else self.median
 
     @property
     def median(self) -> float:
@@ -72,6 +89,7 @@ class Samples:
             "median_ms": self.median * 1000,
             "min_ms": self.minimum * 1000,
             "p90_ms": self.p90 * 1000,
+            "cpu_median_ms": self.cpu_median * 1000,
             "n": len(self.values),
         }
 
@@ -83,16 +101,16 @@ def time_call(fn: Callable[[], object], repeats: int) -> Samples:
     so a collection triggered by earlier allocations does not land in a random
     sample. Call :func:`settle_heap` once after building large data.
     """
-    values: list[float] = []
+    timings: list[tuple[float, float]] = []
     for _ in range(repeats):
         gc.disable()
         try:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             fn()
-            values.append(time.perf_counter() - start)
+            timings.append((time.perf_counter() - start, time.process_time() - cpu))
         finally:
             gc.enable()
-    return Samples(tuple(values))
+    return Samples.of(timings)
 
 
 def settle_heap() -> None:
@@ -105,13 +123,13 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-async def atime(fn: Callable[[], Awaitable[_T]]) -> tuple[float, _T]:
-    """Await ``fn()`` once with the collector paused; return (seconds, its result)."""
+async def atime(fn: Callable[[], Awaitable[_T]]) -> tuple[tuple[float, float], _T]:
+    """Await ``fn()`` once with the collector paused; return ((wall, cpu) seconds, result)."""
     gc.disable()
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         value = await fn()
-        return time.perf_counter() - start, value
+        return (time.perf_counter() - start, time.process_time() - cpu), value
     finally:
         gc.enable()
 

@@ -381,11 +381,11 @@ async def _measure_size(
         out["window_tokens"] = view.tokens
 
         # Warm, no new messages.
-        values: list[float] = []
+        values: list[tuple[float, float]] = []
         for _ in range(plan.static):
             seconds, _view = await atime(lambda: middleware.prepare(sid))
             values.append(seconds)
-        out["warm_static"] = Samples(tuple(values))
+        out["warm_static"] = Samples.of(values)
 
         # Warm, one turn (user message + assistant tool round) before each prepare.
         values = []
@@ -404,7 +404,7 @@ async def _measure_size(
                 seconds, _view = await atime(lambda: middleware.prepare(sid))
                 values.append(seconds)
             turns.append(appended)
-        out["warm_turn"] = Samples(tuple(values))
+        out["warm_turn"] = Samples.of(values)
         out["turn_window_tokens"] = (await middleware.prepare(sid)).tokens
 
     # Cold: a new connection and a new middleware, first prepare.
@@ -417,7 +417,7 @@ async def _measure_size(
                 values.append(seconds)
         finally:
             await store.aclose()
-    out["cold"] = Samples(tuple(values))
+    out["cold"] = Samples.of(values)
 
     # Baselines on the same windows and the same new messages.
     settle_heap()
@@ -440,19 +440,19 @@ def _turn_baseline(
     convert: Callable[[Sequence[Message]], list[Any]],
 ) -> Samples:
     """Time ``step`` on each turn's window, the window growing as in the mimo_ctx run."""
-    values: list[float] = []
+    values: list[tuple[float, float]] = []
     for window, appended in zip(windows, turns, strict=True):
         current = convert(window)
         for new in appended:
             current.extend(convert(new))
             gc.disable()
             try:
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 step(current)
-                values.append(time.perf_counter() - start)
+                values.append((time.perf_counter() - start, time.process_time() - cpu))
             finally:
                 gc.enable()
-    return Samples(tuple(values))
+    return Samples.of(values)
 
 
 # --------------------------------------------------------------------------- report
@@ -482,6 +482,7 @@ def _report(plan: _Plan, sizes: list[dict[str, Any]], langchain: bool) -> dict[s
                 f"{s['window_messages']} msgs / {fmt_num(s['window_tokens'])} tok",
                 fmt_ms(s["warm_static"].median),
                 fmt_ms(s["warm_turn"].median),
+                fmt_ms(s["warm_turn"].cpu_median),
                 fmt_ms(s["warm_turn"].p90),
                 fmt_ms(s["cold"].median),
                 fmt_ms(s["base_i_turn"].median),
@@ -500,6 +501,7 @@ def _report(plan: _Plan, sizes: list[dict[str, Any]], langchain: bool) -> dict[s
             "live window",
             "warm (no new msgs)",
             "warm (1 turn)",
+            "its CPU time",
             "warm p90",
             "cold (1st prepare)",
             "(i) re-estimate",

@@ -301,7 +301,7 @@ def _floor(
 async def _rebuild_all(
     middleware: ContextMiddleware, sessions: list[tuple[str, list[Message]]]
 ) -> tuple[Samples, list[Any]]:
-    values: list[float] = []
+    values: list[tuple[float, float]] = []
     reports: list[Any] = []
     for session_id, _tail in sessions:
         seconds, report = await atime(
@@ -309,7 +309,7 @@ async def _rebuild_all(
         )
         values.append(seconds)
         reports.append(report)
-    return Samples(tuple(values)), reports
+    return Samples.of(values), reports
 
 
 async def _run(plan: _Plan) -> dict[str, Any]:
@@ -362,7 +362,7 @@ async def _run(plan: _Plan) -> dict[str, Any]:
             stored_tail = await store.list_messages(
                 first_id, since=(watermark.time_created, watermark.id + "\uffff")
             )
-            render_values: list[float] = []
+            render_values: list[tuple[float, float]] = []
             body_tokens = 0
             sections: list[Any] = []
             for _ in range(plan.repeats):
@@ -382,7 +382,7 @@ async def _run(plan: _Plan) -> dict[str, Any]:
                 render_values.append(seconds)
                 body_tokens = rendered.tokens
                 sections = rendered.sections
-            render = Samples(tuple(render_values))
+            render = Samples.of(render_values)
             compact = time_call(
                 lambda: micro_compact(
                     stored_tail,
@@ -437,13 +437,14 @@ def _report(
         [
             labels[key],
             fmt_ms(value.median),
+            fmt_ms(value.cpu_median),
             fmt_ms(value.minimum),
             fmt_ms(value.p90),
             str(len(value.values)),
         ]
         for key, value in timings.items()
     ]
-    timing = table("Medians", ["step", "median", "min", "p90", "n"], rows)
+    timing = table("Medians", ["step", "median", "CPU median", "min", "p90", "n"], rows)
     outcomes = sorted({r.outcome for r in reports})
     compacted = reports[0].compacted_results if reports else 0
     section_table = table(
