@@ -46,9 +46,7 @@ class CheckpointSection:
 
 # Titles and budgets are the original's (facts); the instruction lines are ours.
 CHECKPOINT_SECTIONS: Final[tuple[CheckpointSection, ...]] = (
-    CheckpointSection(
-        1, "Active intent", 500, "_What the user asked for, quoted word for word._"
-    ),
+    CheckpointSection(1, "Active intent", 500, "_What the user asked for, quoted word for word._"),
     CheckpointSection(
         2, "Next concrete action", 1000, "_The very next step to take when work resumes._"
     ),

@@ -159,6 +159,12 @@ class WriterConfig(_Frozen):
         description="Writer start thresholds ('40%', '100K', '1.5M', numbers); None = A3 schedule.",
     )
     reserved: int = Field(default=13000, ge=0, description="Thresholds stay below usable - this.")
+    lease_ttl: float = Field(
+        default=60.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds a worker's writer lease lives without renewal (several workers).",
+    )
 
     @field_validator("thresholds")
     @classmethod

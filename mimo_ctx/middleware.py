@@ -66,7 +66,7 @@ from mimo_ctx.rebuild import (
     build_compaction_message,
     micro_compact,
 )
-from mimo_ctx.reminders import append_per_turn_reminder
+from mimo_ctx.reminders import TOOL_CALL_FINISH_REASONS, append_per_turn_reminder
 from mimo_ctx.render import RenderedBody, render_rebuild_context
 from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
 from mimo_ctx.store.base import RequestPrefix, Session, Store
@@ -80,7 +80,13 @@ from mimo_ctx.triggers import (
     writer_thresholds,
 )
 from mimo_ctx.view import apply_send_rules
-from mimo_ctx.writer import CheckpointDraft, CheckpointWriter, WriterCoordinator, WriterRequest
+from mimo_ctx.writer import (
+    CheckpointDraft,
+    CheckpointWriter,
+    WriterCoordinator,
+    WriterLease,
+    WriterRequest,
+)
 
 __all__ = ["ContextMiddleware", "RebuildReport", "RequestView", "Trigger"]
 
@@ -89,6 +95,9 @@ _log = logging.getLogger("mimo_ctx")
 Trigger = Literal["usage", "overflow", "manual"]
 
 _SEQ_PROBE = 2**62
+
+OPEN_ROUND_SHARE = 0.25
+"""A mid-loop rebuild keeps the open tool round live only up to this share of ``usable``."""
 
 MEMORY_RECHECK_SECONDS = 1.0
 """How stale "this session has no memory files or tasks" may be (R8.3 reminder)."""
@@ -218,6 +227,9 @@ class ContextMiddleware:
         counter: Token counter used for the body's section caps.
         memory_index: The FTS5 index of the memory files, shared with the
             ``memory`` tool; defaults to ``<memory_root>/.index/memory.sqlite3``.
+        writer_lease: Keeps one checkpoint writer per session across workers that
+            share the store (e.g. :class:`~mimo_ctx.store.postgres.PostgresWriterLease`);
+            ``None`` keeps that rule inside this process.
 
     Example:
         >>> async with ContextMiddleware(store, "memory", model=200_000) as mw:  # doctest: +SKIP
@@ -236,6 +248,7 @@ class ContextMiddleware:
         on_event: EventHandler | None = None,
         counter: TokenCounter | None = None,
         memory_index: MemoryIndex | None = None,
+        writer_lease: WriterLease | None = None,
     ) -> None:
         self.store = store
         self.config = config or RebuildConfig()
@@ -258,7 +271,13 @@ class ContextMiddleware:
         elif fallback_writer is not False:
             fallback = fallback_writer
         self.coordinator = WriterCoordinator(
-            store, self.layout, self.config, self.writer, self.events, fallback=fallback
+            store,
+            self.layout,
+            self.config,
+            self.writer,
+            self.events,
+            fallback=fallback,
+            lease=writer_lease,
         )
         self.usable = usable_tokens(self.limits, self.config)
         self.thresholds = writer_thresholds(self.usable, self.config)
@@ -719,7 +738,7 @@ class ContextMiddleware:
                 StatusChanged(session_id=session_id, time=_now_ms(), status="Writing checkpoint…")
             )
             started = await self.coordinator.request(session_id, reason=f"ensure ({trigger})")
-            if started != "skipped" or self.coordinator.in_flight(session_id):
+            if started != "skipped" or await self.coordinator.busy(session_id):
                 await self.coordinator.wait(session_id, timeout)
             watermark_id = await self.store.get_watermark(session_id)
             if watermark_id is None or not await anyio.Path(checkpoint_path).exists():
@@ -740,7 +759,7 @@ class ContextMiddleware:
                 # tokens), so reusing it would let the live tail grow rebuild after
                 # rebuild. Start a writer; the wait below bounds it as R3.2 does.
                 await self.coordinator.request(session_id, reason=f"stale checkpoint ({trigger})")
-            if self.coordinator.in_flight(session_id):
+            if await self.coordinator.busy(session_id):
                 await self._wait_for_writer(session_id)
             watermark_id = await self.store.get_watermark(session_id) or watermark_id
 
@@ -792,6 +811,16 @@ class ContextMiddleware:
         )
         actors_text = render_active_actors_part(actors, session_id=session_id, now_ms=now)
 
+        # Beyond the original: a rebuild in the middle of a tool loop keeps the last
+        # tool round (the call and its results) live and uncleared, so the model can
+        # "respond to the tool results below" (R5.8) instead of re-running the call.
+        live_round = _open_tool_round(tail)
+        if sum(estimate_message_tokens(m) for m in live_round) > self.usable * OPEN_ROUND_SHARE:
+            # A round this large is what overflowed: fold and clear it like the rest.
+            live_round = []
+        digested = tail[: len(tail) - len(live_round)]
+        kept = {m.id for m in live_round}
+
         everything = await self.store.list_messages(
             session_id, agent=None, since=(watermark.time_created + 1, "")
         )
@@ -800,11 +829,12 @@ class ContextMiddleware:
             after_time=watermark.time_created,
             tools=self.config.micro_compact_tools,
             now_ms=now,
+            skip_ids=kept,
         )
         compacted_by_id = {m.id: m for m in compacted}
         # What stays live after the insert: user messages of the tail (collapse
-        # keeps them) with compacted results as placeholders.
-        live_tail = [compacted_by_id.get(m.id, m) for m in tail if m.role == "user"]
+        # keeps them) with compacted results as placeholders, and the open round.
+        live_tail = [compacted_by_id.get(m.id, m) for m in tail if m.role == "user" or m.id in kept]
         prefix_tokens = state.prefix_tokens or 0
         live_tokens = sum(estimate_message_tokens(m) for m in apply_send_rules(live_tail))
         fixed = (
@@ -824,7 +854,8 @@ class ContextMiddleware:
             session=session,
             agent=MAIN_AGENT,
             watermark=watermark,
-            tail=tail,
+            tail=digested,
+            reminder_tail=tail,
             config=self.config,
             max_tokens=max(max_body, 0),
             counter=self.counter,
@@ -838,7 +869,7 @@ class ContextMiddleware:
                 tokens_before=before,
                 sections=rendered,
             )
-        digest_up_to = max(m.id for m in tail) if rendered.has_activity and tail else None
+        digest_up_to = max(m.id for m in digested) if rendered.has_activity and digested else None
         boundary = build_boundary_message(
             watermark=watermark,
             digest_up_to=digest_up_to,
@@ -1032,6 +1063,26 @@ class ContextMiddleware:
         return await self._commit(
             session, state, usage_key=usage_key, boundary=message, compacted=[], report=report
         )
+
+
+def _open_tool_round(tail: Sequence[Message]) -> list[Message]:
+    """The tail's last tool round when the agent is mid-loop, else ``[]``.
+
+    Mid-loop: the tail ends with an assistant message that finished with tool calls,
+    possibly followed by ``tool`` messages holding its results (provider format).
+    """
+    end = len(tail)
+    start = end
+    while start > 0 and tail[start - 1].role == "tool":
+        start -= 1
+    if start == 0:
+        return []
+    last = tail[start - 1]
+    if last.role != "assistant" or last.finish not in TOOL_CALL_FINISH_REASONS:
+        return []
+    if not any(isinstance(p, ToolPart) for p in last.parts):
+        return []
+    return list(tail[start - 1 : end])
 
 
 def _covered_up_to(boundary: Message) -> str | None:

@@ -61,13 +61,15 @@ def micro_compact(
     after_time: int,
     tools: Collection[str],
     now_ms: int,
-    skip_id: str | None = None,
+    skip_ids: Collection[str] = (),
 ) -> list[Message]:
     """Mark old tool results compacted (SPEC R4.5, A4).
 
     Selects messages created strictly later than ``after_time`` (the watermark's
-    creation time; every agent of the session), skips ``skip_id`` (the new
-    boundary), and marks completed, not-yet-compacted results of ``tools``.
+    creation time; every agent of the session) and marks completed,
+    not-yet-compacted results of ``tools``.
+    ``skip_ids`` are left alone (the new boundary, and the open tool round a
+    mid-loop rebuild keeps live).
     Tool names match case-insensitively: agents name the same tools ``read`` or
     ``Read`` (Claude Code), and a rename must not keep old results alive.
 
@@ -75,9 +77,10 @@ def micro_compact(
         New copies of the messages that changed (inputs are never mutated).
     """
     wanted = {tool.lower() for tool in tools}
+    skip = set(skip_ids)
     changed: list[Message] = []
     for message in messages:
-        if message.time_created <= after_time or message.id == skip_id:
+        if message.time_created <= after_time or message.id in skip:
             continue
         new_parts = list(message.parts)
         touched = False

@@ -120,6 +120,7 @@ async def render_rebuild_context(
     agent: str,
     watermark: Message,
     tail: Sequence[Message],
+    reminder_tail: Sequence[Message] | None = None,
     config: RebuildConfig | None = None,
     max_tokens: int | None = None,
     counter: TokenCounter | None = None,
@@ -135,6 +136,8 @@ async def render_rebuild_context(
         watermark: The watermark message (covered by the checkpoint).
         tail: Main-agent messages after the watermark up to now, oldest first: the
             recent-activity digest and the last-message reminder come from them.
+        reminder_tail: When given, the R5.8 reminder is chosen from these messages
+            instead (the whole tail, when an open tool round stays out of the digest).
         config: Caps and limits.
         max_tokens: **beyond** (R5.9): bound on the whole body.
         counter: Token counter for caps; defaults to the chars/4 estimate.
@@ -295,7 +298,8 @@ async def render_rebuild_context(
     ):
         return RenderedBody(text="", has_activity=False)
 
-    closing = closing_text(bool(by_key["activity"].text), compute_last_message_info(tail))
+    last_info = compute_last_message_info(reminder_tail if reminder_tail is not None else tail)
+    closing = closing_text(bool(by_key["activity"].text), last_info)
 
     def assemble() -> str:
         body = "".join(
@@ -313,7 +317,7 @@ async def render_rebuild_context(
                 break
             _shrink(by_key[key], over, count)
             # Re-render the closing: dropping the activity changes its wording.
-            closing = closing_text(bool(by_key["activity"].text), compute_last_message_info(tail))
+            closing = closing_text(bool(by_key["activity"].text), last_info)
             text = assemble()
     figures = [
         SectionFigure(
@@ -339,7 +343,10 @@ def _shrink(slot: _Slot, over: int, count: Callable[[str], int]) -> None:
     if not slot.text:
         return
     current = count(slot.text)
-    if over >= current:
+    # The activity digest keeps at least its newest line: without a digest nothing
+    # is folded (R4.4), and the whole tail would stay in the request.
+    floor = min(2, slot.cap) if slot.key == "activity" else 0
+    if over >= current and floor == 0:
         slot.cap = 0
         slot.text = ""
         return
@@ -349,10 +356,10 @@ def _shrink(slot: _Slot, over: int, count: Callable[[str], int]) -> None:
         cap = max(0, min(slot.cap, len(slot.text)) - over * 4)
     else:  # lines: drop the share of lines that matches the overshoot
         lines = max(1, slot.text.count("\n"))
-        cap = max(0, min(slot.cap, lines) - (over * lines + current - 1) // current)
+        cap = max(floor, min(slot.cap, lines) - (over * lines + current - 1) // current)
     slot.cap = cap
     slot.text = slot.render(cap)
-    while slot.text and count(slot.text) > current - over and slot.cap > 0:
+    while slot.text and count(slot.text) > current - over and slot.cap > floor:
         # Section caps bound bodies, not headings and notices: step down until
         # the section really shrank by what was asked.
         slot.cap = slot.cap * 3 // 4

@@ -11,13 +11,42 @@ was written atomically.
 Waiting (R3.2, R3.3) is a bounded wait on an ``anyio.Event``: cancelling a waiter
 cancels only the waiter; the writer goes on, holds no lock the waiter needs, and
 a writer that fails is reported like a timeout (the caller uses what is on disk).
+
+**Several workers** (issue 11). With a :class:`WriterLease` the "one writer per
+session" rule holds across processes and machines that share a store:
+
+* A writer starts only once its worker holds the session's lease (a unique
+  owner per run); the watermark is computed *after* taking it, so it can never
+  be older than the one the previous holder persisted. When another worker
+  holds the lease the request answers ``skipped`` and no threshold is marked, so
+  it fires again later (A3).
+* While the writer runs, the lease is renewed every ``lease_ttl / 3`` seconds.
+  A renewal that answers "not yours" (the lease lapsed and another worker took
+  it) cancels the writer. Before the spill-over files and before
+  ``checkpoint.md`` are renamed into place the lease is renewed once more, and
+  the watermark is written with :meth:`WriterLease.set_watermark_if_held`: a
+  writer that lost its lease persists nothing more.
+* The lease is released (shielded from cancellation) when the run ends. A
+  worker that crashes never releases it: it lapses ``lease_ttl`` seconds after
+  the last renewal, well inside the 180 s / 300 s ensure-checkpoint waits.
+* :meth:`WriterCoordinator.wait` also waits for a writer running on another
+  worker; if that run ends without moving the watermark (its writer failed, or
+  its worker died and the lease lapsed), the waiting worker takes over and runs
+  the writer itself, within the same bound. :meth:`WriterCoordinator.busy` says
+  whether a writer runs anywhere.
+
+Without a lease, everything stays in-process, as before.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import os
 import re
+import socket
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +58,7 @@ from anyio.abc import TaskGroup
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint_doc import section_budgets
 from mimo_ctx.config import RebuildConfig
-from mimo_ctx.errors import MimoCtxError
+from mimo_ctx.errors import MimoCtxError, StoreError
 from mimo_ctx.events import EventBus, WriterFailed, WriterFinished, WriterStarted
 from mimo_ctx.memory import MemoryLayout, read_text, write_text_atomic
 from mimo_ctx.messages import MAIN_AGENT, Message
@@ -39,9 +68,12 @@ from mimo_ctx.tokens import estimate_text_tokens
 __all__ = [
     "CheckpointDraft",
     "CheckpointWriter",
+    "InMemoryWriterLease",
+    "LeaseInfo",
     "StartResult",
     "WaitResult",
     "WriterCoordinator",
+    "WriterLease",
     "WriterRequest",
 ]
 
@@ -117,12 +149,214 @@ class CheckpointWriter(Protocol):
         ...
 
 
+@runtime_checkable
+class LeaseInfo(Protocol):
+    """Who holds a session's writer lease (what :meth:`WriterLease.holder` returns)."""
+
+    @property
+    def owner(self) -> str:
+        """The holder's owner string."""
+        ...
+
+    @property
+    def generation(self) -> int:
+        """Grows each time the lease changes hands."""
+        ...
+
+    @property
+    def expires_in(self) -> float:
+        """Seconds until the lease lapses unless renewed."""
+        ...
+
+
+@runtime_checkable
+class WriterLease(Protocol):
+    """One checkpoint writer per session across workers (SPEC A3).
+
+    A lease has an owner and an expiry; a holder that stops renewing loses it
+    after ``ttl`` seconds, so a crashed worker never blocks a session for good.
+    :class:`~mimo_ctx.store.postgres.PostgresWriterLease` keeps leases in
+    PostgreSQL for workers on many machines; :class:`InMemoryWriterLease` keeps
+    them in one process (several middlewares on one store, and tests).
+    """
+
+    async def acquire(self, session_id: str, owner: str, ttl: float) -> bool:
+        """Take the lease for ``ttl`` seconds; ``False`` when another owner holds it."""
+        ...
+
+    async def renew(self, session_id: str, owner: str, ttl: float) -> bool:
+        """Extend ``owner``'s live lease; ``False`` when it lapsed or was released."""
+        ...
+
+    async def release(self, session_id: str, owner: str) -> bool:
+        """Give the lease up; ``False`` when ``owner`` did not hold a live lease."""
+        ...
+
+    async def holder(self, session_id: str) -> LeaseInfo | None:
+        """The live holder of the session's lease, or ``None`` when it is free."""
+        ...
+
+    async def wait_released(
+        self,
+        session_id: str,
+        timeout: float,  # noqa: ASYNC109 - a SPEC bound, the same as the implementations'
+        *,
+        generation: int | None = None,
+    ) -> bool:
+        """Wait until the lease held now (or ``generation``) is over; ``False`` on timeout."""
+        ...
+
+    async def set_watermark_if_held(self, session_id: str, owner: str, message_id: str) -> bool:
+        """Persist the watermark only while ``owner`` holds a live lease (a fenced write)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _MemoryHolder:
+    owner: str
+    generation: int
+    expires_in: float
+
+
+@dataclass(slots=True)
+class _MemoryLease:
+    owner: str
+    generation: int
+    expires_at: float
+
+
+def _check_ttl(ttl: float) -> None:
+    if not (ttl > 0 and math.isfinite(ttl)):
+        raise StoreError(f"lease ttl must be a finite number of seconds > 0, got {ttl}")
+
+
+class InMemoryWriterLease:
+    """A :class:`WriterLease` kept in this process, on the event loop's clock.
+
+    For several :class:`~mimo_ctx.middleware.ContextMiddleware` instances sharing
+    one store in one process (each with its own coordinator), and for tests of
+    the cross-worker rules without a database. It serves one event loop.
+
+    Args:
+        store: Where :meth:`set_watermark_if_held` writes the watermark.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._leases: dict[str, _MemoryLease] = {}
+        self._changed: dict[str, anyio.Event] = {}
+
+    def _live(self, session_id: str) -> _MemoryLease | None:
+        lease = self._leases.get(session_id)
+        if lease is None or lease.expires_at <= anyio.current_time():
+            return None
+        return lease
+
+    def _notify(self, session_id: str) -> None:
+        event = self._changed.pop(session_id, None)
+        if event is not None:
+            event.set()
+
+    async def acquire(self, session_id: str, owner: str, ttl: float) -> bool:
+        """Take the lease (or extend it when ``owner`` holds it); ``False`` when taken."""
+        _check_ttl(ttl)
+        now = anyio.current_time()
+        live = self._live(session_id)
+        if live is not None and live.owner != owner:
+            return False
+        if live is not None:
+            live.expires_at = now + ttl
+            return True
+        previous = self._leases.get(session_id)
+        generation = 1 if previous is None else previous.generation + 1
+        self._leases[session_id] = _MemoryLease(owner, generation, now + ttl)
+        self._notify(session_id)
+        return True
+
+    async def renew(self, session_id: str, owner: str, ttl: float) -> bool:
+        """Extend ``owner``'s live lease to ``ttl`` seconds from now."""
+        _check_ttl(ttl)
+        live = self._live(session_id)
+        if live is None or live.owner != owner:
+            return False
+        live.expires_at = anyio.current_time() + ttl
+        return True
+
+    async def release(self, session_id: str, owner: str) -> bool:
+        """Give the lease up and wake the waiters."""
+        live = self._live(session_id)
+        if live is None or live.owner != owner:
+            return False
+        live.expires_at = -math.inf
+        self._notify(session_id)
+        return True
+
+    async def holder(self, session_id: str) -> LeaseInfo | None:
+        """The live holder, or ``None``."""
+        live = self._live(session_id)
+        if live is None:
+            return None
+        return _MemoryHolder(
+            live.owner, live.generation, max(0.0, live.expires_at - anyio.current_time())
+        )
+
+    async def wait_released(
+        self,
+        session_id: str,
+        timeout: float,  # noqa: ASYNC109 - the WriterLease signature
+        *,
+        generation: int | None = None,
+    ) -> bool:
+        """Wait until the lease held now (or ``generation``) is released, lapses or
+        changes hands; ``False`` after ``timeout`` seconds."""
+        deadline = anyio.current_time() + max(0.0, timeout)
+        watched = generation
+        while True:
+            live = self._live(session_id)
+            if live is None:
+                return True
+            if watched is None:
+                watched = live.generation
+            if live.generation != watched:
+                return True
+            now = anyio.current_time()
+            if now >= deadline:
+                return False
+            event = self._changed.setdefault(session_id, anyio.Event())
+            # Woken by a release or a takeover; a lapse is found by waking at the expiry.
+            with anyio.move_on_after(min(live.expires_at, deadline) - now):
+                await event.wait()
+
+    async def set_watermark_if_held(self, session_id: str, owner: str, message_id: str) -> bool:
+        """Write the watermark only while ``owner`` holds a live lease.
+
+        Raises:
+            StoreError: The session is unknown (from the store).
+        """
+        live = self._live(session_id)
+        if live is None or live.owner != owner:
+            return False
+        await self._store.set_watermark(session_id, message_id)
+        return True
+
+
+class _LeaseLost(MimoCtxError):
+    """Internal: this worker no longer holds the session's writer lease; persist nothing."""
+
+
+_Claim = tuple[str, str | None]
+"""(watermark, lease owner) of a writer run about to start."""
+
+_RELEASE_TIMEOUT = 10.0
+
+
 @dataclass(slots=True)
 class _Job:
     reason: str
     done: anyio.Event = field(default_factory=anyio.Event)
     result: WaitResult = "failed"
     writer: str | None = None
+    owner: str | None = None
 
 
 @dataclass(slots=True)
@@ -141,11 +375,13 @@ class WriterCoordinator:
     Args:
         store: Where the history and the watermark live.
         layout: Where ``checkpoint.md`` and the other memory files live.
-        config: Budgets and the watermark constants.
+        config: Budgets, the watermark constants and ``writer.lease_ttl``.
         writer: The primary writer.
         events: Where writer events go.
         fallback: Used when the primary writer fails, so a rebuild still has a
             fresh checkpoint (the event names which writer produced it).
+        lease: Keeps "one writer per session" across workers sharing the store
+            (see the module docstring); ``None`` keeps it in this process only.
     """
 
     def __init__(
@@ -157,6 +393,7 @@ class WriterCoordinator:
         events: EventBus,
         *,
         fallback: CheckpointWriter | None = None,
+        lease: WriterLease | None = None,
     ) -> None:
         self._store = store
         self._layout = layout
@@ -164,25 +401,46 @@ class WriterCoordinator:
         self._writer = writer
         self._fallback = fallback
         self._events = events
+        self._lease = lease
+        self._ttl = config.writer.lease_ttl
+        # Unique per process; each run adds a UUID, so no two runs share an owner.
+        self._worker = f"{socket.gethostname()}:{os.getpid()}"
         self._slots: dict[str, _Slot] = {}
         self._task_group: TaskGroup | None = None
+
+    @property
+    def lease(self) -> WriterLease | None:
+        """The cross-worker writer lease, if one is configured."""
+        return self._lease
 
     def attach(self, task_group: TaskGroup | None) -> None:
         """Give the coordinator the task group its writers run in (``None`` detaches)."""
         self._task_group = task_group
 
     def in_flight(self, session_id: str) -> bool:
-        """True while a writer runs for the session."""
+        """True while a writer of *this* coordinator runs for the session.
+
+        A writer on another worker is not seen here; :meth:`busy` sees both.
+        """
         slot = self._slots.get(session_id)
         return slot is not None and slot.running is not None
+
+    async def busy(self, session_id: str) -> bool:
+        """True while a writer runs for the session here or, with a lease, on any worker."""
+        if self.in_flight(session_id):
+            return True
+        if self._lease is None:
+            return False
+        return await self._lease.holder(session_id) is not None
 
     async def request(self, session_id: str, *, reason: str) -> StartResult:
         """Ask for a checkpoint of the session's history as it is now.
 
         Returns:
-            ``started`` when a writer started, ``queued`` when one runs already (this
-            request takes the pending slot, evicting an older pending one), and
-            ``skipped`` when there is nothing new to cover.
+            ``started`` when a writer started, ``queued`` when one runs already here
+            (this request takes the pending slot, evicting an older pending one),
+            and ``skipped`` when there is nothing new to cover or another worker
+            holds the session's writer lease.
         """
         if self._task_group is None:
             raise MimoCtxError(
@@ -191,33 +449,129 @@ class WriterCoordinator:
             )
         slot = self._slots.setdefault(session_id, _Slot())
         if slot.running is not None:
-            if slot.pending is not None:
-                # The evicted request's waiters are released: the newer one covers more.
-                slot.pending.result = "failed"
-                slot.pending.done.set()
-            slot.pending = _Job(reason)
-            return "queued"
-        watermark = await self._next_watermark(session_id)
-        if watermark is None:
+            return self._queue(slot, reason)
+        claim = await self._claim(session_id)
+        if slot.running is not None:
+            # Another task of this process started a writer while we looked: queue
+            # behind it (the lease, if we got it, goes back).
+            if not isinstance(claim, str) and claim[1] is not None:
+                await self._release(session_id, claim[1])
+            return self._queue(slot, reason)
+        if isinstance(claim, str):
             return "skipped"
         job = _Job(reason)
         slot.running = job
-        self._task_group.start_soon(self._run, session_id, job, watermark)
+        self._task_group.start_soon(self._run, session_id, job, claim)
         return "started"
 
     async def wait(self, session_id: str, within: float) -> WaitResult:
         """Wait for the session's running writer, at most ``within`` seconds.
 
-        Returns ``idle`` when none runs. Cancelling the caller cancels only the wait.
+        Returns ``idle`` when none runs (here or, with a lease, on another worker).
+        With a lease, a run on another worker that ends without moving the
+        watermark is taken over here (see the module docstring). Cancelling the
+        caller cancels only the wait.
         """
         slot = self._slots.get(session_id)
         job = slot.running if slot is not None else None
-        if job is None:
+        if job is not None:
+            with anyio.move_on_after(within):
+                await job.done.wait()
+                return job.result
+            return "timeout"
+        if self._lease is None:
             return "idle"
         with anyio.move_on_after(within):
-            await job.done.wait()
-            return job.result
+            return await self._wait_elsewhere(session_id, self._lease, within)
         return "timeout"
+
+    # -- internals ----------------------------------------------------------------
+    @staticmethod
+    def _queue(slot: _Slot, reason: str) -> StartResult:
+        if slot.pending is not None:
+            # The evicted request's waiters are released: the newer one covers more.
+            slot.pending.result = "failed"
+            slot.pending.done.set()
+        slot.pending = _Job(reason)
+        return "queued"
+
+    async def _claim(self, session_id: str) -> _Claim | Literal["nothing", "busy"]:
+        """Take the lease (if any), then fix the watermark of a new run.
+
+        ``nothing`` when there is nothing new to cover; ``busy`` when another
+        worker holds the lease.
+        """
+        lease = self._lease
+        if lease is None:
+            watermark = await self._next_watermark(session_id)
+            return "nothing" if watermark is None else (watermark, None)
+        owner = f"{self._worker}:{uuid.uuid4().hex}"
+        # Shielded: a lease taken by a call whose caller was cancelled would block
+        # every worker until it lapses.
+        acquired = False
+        with anyio.CancelScope(shield=True):
+            acquired = await lease.acquire(session_id, owner, self._ttl)
+        if not acquired:
+            return "busy"
+        try:
+            # Computed under the lease: the stored watermark cannot move meanwhile,
+            # so this run never persists one older than the previous holder's.
+            watermark = await self._next_watermark(session_id)
+        except BaseException:
+            await self._release(session_id, owner)
+            raise
+        if watermark is None:
+            await self._release(session_id, owner)
+            return "nothing"
+        return watermark, owner
+
+    async def _release(self, session_id: str, owner: str) -> None:
+        """Release the lease, shielded; a failure only leaves it to lapse."""
+        lease = self._lease
+        if lease is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
+            try:
+                await lease.release(session_id, owner)
+            except Exception as exc:
+                _log.warning(
+                    "mimo_ctx could not release the writer lease of session %s (it lapses "
+                    "in %s s): %r",
+                    session_id,
+                    self._ttl,
+                    exc,
+                )
+
+    async def _wait_elsewhere(
+        self, session_id: str, lease: WriterLease, within: float
+    ) -> WaitResult:
+        deadline = anyio.current_time() + within
+        before = await self._store.get_watermark(session_id)
+        holder = await lease.holder(session_id)
+        if holder is None:
+            return "idle"
+        took_over = False
+        while True:
+            left = max(0.0, deadline - anyio.current_time())
+            if not await lease.wait_released(session_id, left, generation=holder.generation):
+                return "timeout"
+            if await self._store.get_watermark(session_id) != before:
+                return "finished"
+            # The run ended without a checkpoint: its writer failed, or its worker
+            # died and the lease lapsed.
+            successor = await lease.holder(session_id)
+            if successor is None and not took_over and self._task_group is not None:
+                took_over = True
+                await self.request(session_id, reason="take over an abandoned writer run")
+                slot = self._slots.get(session_id)
+                job = slot.running if slot is not None else None
+                if job is not None:
+                    await job.done.wait()
+                    return job.result
+                successor = await lease.holder(session_id)
+            if successor is None:
+                return "failed"
+            holder = successor  # another worker runs the writer now: wait for it
 
     async def _next_watermark(self, session_id: str) -> str | None:
         messages = await self._store.list_messages(session_id, agent=MAIN_AGENT)
@@ -230,9 +584,30 @@ class WriterCoordinator:
             return None
         return boundary
 
-    async def _run(self, session_id: str, job: _Job, watermark: str) -> None:
+    async def _run(self, session_id: str, job: _Job, claim: _Claim | None) -> None:
         try:
-            job.result, job.writer = await self._write(session_id, job, watermark)
+            if claim is None:  # a pending request's turn: claim it now
+                got = await self._claim(session_id)
+                if isinstance(got, str):
+                    # Nothing new: what ran before covers it. Busy: another worker writes.
+                    job.result = "finished" if got == "nothing" else "failed"
+                    return
+                claim = got
+            watermark, job.owner = claim
+            if job.owner is None:
+                job.result, job.writer = await self._write(session_id, job, watermark, None)
+            else:
+                job.result, job.writer = await self._write_leased(
+                    session_id, job, watermark, job.owner
+                )
+        except _LeaseLost as exc:
+            _log.warning("mimo_ctx checkpoint writer stopped for session %s: %s", session_id, exc)
+            job.result = "failed"
+            await self._events.emit(
+                WriterFailed(
+                    session_id=session_id, time=_now_ms(), writer="coordinator", error=str(exc)
+                )
+            )
         except Exception as exc:  # the writer's failure must never take the host down
             _log.exception("mimo_ctx checkpoint writer crashed for session %s", session_id)
             job.result = "failed"
@@ -242,21 +617,85 @@ class WriterCoordinator:
                 )
             )
         finally:
+            if job.owner is not None:
+                await self._release(session_id, job.owner)
             job.done.set()
             slot = self._slots[session_id]
-            slot.running = None
             pending, slot.pending = slot.pending, None
             if pending is not None and self._task_group is not None:
-                next_watermark = await self._next_watermark(session_id)
-                if next_watermark is None:
-                    pending.result = "finished"
-                    pending.done.set()
-                else:
-                    slot.running = pending
-                    self._task_group.start_soon(self._run, session_id, pending, next_watermark)
+                # Handed over at once: a request arriving meanwhile queues behind it.
+                slot.running = pending
+                self._task_group.start_soon(self._run, session_id, pending, None)
+            else:
+                slot.running = None
+
+    async def _write_leased(
+        self, session_id: str, job: _Job, watermark: str, owner: str
+    ) -> tuple[WaitResult, str | None]:
+        """Run the writer while a sibling task keeps the lease alive."""
+        lost: list[str] = []
+        outcome: tuple[WaitResult, str | None] = ("failed", None)
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._keep_lease, session_id, owner, group.cancel_scope, lost)
+            outcome = await self._write(session_id, job, watermark, owner)
+            group.cancel_scope.cancel()
+        if lost:
+            raise _LeaseLost(lost[0])
+        return outcome
+
+    async def _keep_lease(
+        self, session_id: str, owner: str, scope: anyio.CancelScope, lost: list[str]
+    ) -> None:
+        lease = self._lease
+        assert lease is not None
+        interval = self._ttl / 3
+        last_renewed = anyio.current_time()
+        while True:
+            await anyio.sleep(interval)
+            renewed: bool | None = None
+            with anyio.move_on_after(interval):
+                try:
+                    renewed = await lease.renew(session_id, owner, self._ttl)
+                except Exception as exc:  # a database hiccup: try again next interval
+                    _log.warning(
+                        "mimo_ctx could not renew the writer lease of session %s: %r",
+                        session_id,
+                        exc,
+                    )
+            if renewed:
+                last_renewed = anyio.current_time()
+                continue
+            # Not ours any more, or unconfirmed for two intervals: by the time a
+            # third would come the lease may have lapsed and another worker may
+            # be writing. Stop before that.
+            if renewed is False or anyio.current_time() - last_renewed >= 2 * interval:
+                lost.append(
+                    f"the writer lease of session {session_id} was lost (it lapsed or another "
+                    "worker took it over); nothing more is persisted by this run"
+                )
+                scope.cancel()
+                return
+
+    async def _fence(self, session_id: str, owner: str | None) -> None:
+        """Renew the lease right before a file goes into place; stop if it is gone."""
+        lease = self._lease
+        if owner is None or lease is None:
+            return
+        try:
+            renewed = await lease.renew(session_id, owner, self._ttl)
+        except Exception as exc:
+            raise _LeaseLost(
+                f"the writer lease of session {session_id} could not be confirmed ({exc!r}); "
+                "nothing more is persisted by this run"
+            ) from exc
+        if not renewed:
+            raise _LeaseLost(
+                f"the writer lease of session {session_id} was lost before the checkpoint was "
+                "written; nothing more is persisted by this run"
+            )
 
     async def _write(
-        self, session_id: str, job: _Job, watermark: str
+        self, session_id: str, job: _Job, watermark: str, owner: str | None
     ) -> tuple[WaitResult, str | None]:
         session = await self._store.get_session(session_id)
         if session is None:
@@ -293,7 +732,9 @@ class WriterCoordinator:
             try:
                 draft = await writer.write(request)
                 _check_draft(draft)
-                await self._persist(session_id, request, draft)
+                await self._persist(session_id, request, draft, owner)
+            except _LeaseLost:
+                raise
             except Exception as exc:
                 _log.warning("mimo_ctx %s checkpoint writer failed: %r", writer.name, exc)
                 await self._events.emit(
@@ -316,17 +757,30 @@ class WriterCoordinator:
         return "failed", None
 
     async def _persist(
-        self, session_id: str, request: WriterRequest, draft: CheckpointDraft
+        self,
+        session_id: str,
+        request: WriterRequest,
+        draft: CheckpointDraft,
+        owner: str | None,
     ) -> None:
         directory = request.checkpoint_path.parent
+        if draft.extra_files:
+            await self._fence(session_id, owner)
         for name, content in draft.extra_files.items():
             await write_text_atomic(directory / name, content)
         # checkpoint.md last: it is what a rebuild reads, so it must never point
         # at a spill-over file that is not on disk yet.
+        await self._fence(session_id, owner)
         await write_text_atomic(request.checkpoint_path, draft.text)
         if draft.notes_folded and request.notes:
             await write_text_atomic(request.notes_path, "")
-        await self._store.set_watermark(session_id, request.watermark)
+        if owner is None or self._lease is None:
+            await self._store.set_watermark(session_id, request.watermark)
+        elif not await self._lease.set_watermark_if_held(session_id, owner, request.watermark):
+            raise _LeaseLost(
+                f"the writer lease of session {session_id} was lost before the watermark was "
+                "persisted; the checkpoint on disk is newer than the stored watermark"
+            )
 
 
 def _check_draft(draft: CheckpointDraft) -> None:

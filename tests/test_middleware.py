@@ -197,8 +197,19 @@ async def test_r1_a3_r8_scripted_session_end_to_end(store: Store, tmp_path: Path
         rest = view.messages[1:]
         assert [m.id for m in rest if m.role == "user"] == [late.id]
         assert texts(rest[0])[0] == "Also keep the public API stable."
-        # Everything the digest covers is gone from the request (R7.3).
-        assert all(m.role == "user" for m in rest)
+        # Everything the digest covers is gone from the request (R7.3); only the
+        # open tool round the agent is in the middle of stays, uncleared (beyond).
+        (open_round,) = [m for m in rest if m.role != "user"]
+        assert open_round.id == max(
+            m.id
+            for m in stored
+            if m.role == "assistant" and m.agent == "main" and m.id < boundary.id
+        )
+        (call,) = open_round.parts
+        assert isinstance(call, ToolPart)
+        assert isinstance(call.state, ToolStateCompleted)
+        assert call.state.output != COMPACTED_PLACEHOLDER
+        assert open_round.id > checkpoint.digest_up_to
         # R8.2: nothing before the watermark is sent.
         assert first.id not in {m.id for m in view.messages}
         assert view.tokens < 90_000 * 0.5
@@ -206,7 +217,7 @@ async def test_r1_a3_r8_scripted_session_end_to_end(store: Store, tmp_path: Path
         # R7.4: tool rounds after the insert are sent as they are.
         later = model.requests[index + 2]
         sent_after = [m for m in later.messages if m.role == "assistant"]
-        assert len(sent_after) == 2
+        assert len(sent_after) == 3  # the open round kept live + two rounds after the insert
         for message in sent_after:
             part = message.parts[0]
             assert isinstance(part, ToolPart)
@@ -746,3 +757,48 @@ async def test_stale_checkpoint_starts_a_writer_before_the_next_rebuild(
         assert any(r.startswith("stale checkpoint") for r in reasons)
         assert second.tokens_after is not None
         assert second.tokens_after < 22_500 // 2
+
+
+async def test_mid_loop_rebuild_keeps_the_open_round_in_provider_form(
+    store: Store, tmp_path: Path
+) -> None:
+    """Provider-format histories keep results in ``tool`` messages: a rebuild right
+    after such a round keeps the call and its result live, uncleared (beyond R7.4)."""
+    from mimo_ctx.messages import TokenUsage, ToolResultPart, ToolStatePending
+
+    model = ScriptedModel([tool_round("read", 4000, seed=i, file_path="p") for i in range(12)])
+    async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS) as mw:
+        session = await mw.open_session(system=SYSTEM)
+        await mw.add_user_message(session.id, "Go.")
+        await run_turns(mw, session.id, model, 12)
+        last = await store.latest_finished_assistant(session.id)
+        assert last is not None
+        call = Message(
+            session_id=session.id,
+            role="assistant",
+            time_created=last.time_created + 10,
+            finish="tool-calls",
+            usage=TokenUsage(input=95_000, output=50),
+            parts=[
+                ToolPart(call_id="split-1", tool="bash", state=ToolStatePending(input={"c": "ls"}))
+            ],
+        )
+        result = Message(
+            session_id=session.id,
+            role="tool",
+            time_created=last.time_created + 11,
+            parts=[ToolResultPart(call_id="split-1", tool="bash", output="file-a file-b")],
+        )
+        await mw.append([call, result])
+        view = await mw.prepare(session.id)
+        assert view.rebuild is not None
+        assert view.rebuild.outcome == "rebuilt"
+        assert [m.id for m in view.messages[-2:]] == [call.id, result.id]
+        (sent_result,) = view.messages[-1].parts
+        assert isinstance(sent_result, ToolResultPart)
+        assert sent_result.output == "file-a file-b"
+        stored = await store.get_message(result.id)
+        assert stored is not None
+        part = stored.parts[0]
+        assert isinstance(part, ToolResultPart)
+        assert part.time.compacted is None

@@ -93,7 +93,7 @@ def test_a4_skips_boundary_errors_running_and_already_compacted() -> None:
         after_time=0,
         tools=DEFAULT_MICRO_COMPACT_TOOLS,
         now_ms=7,
-        skip_id=skipped.id,
+        skip_ids={skipped.id},
     )
     assert changed == []
 

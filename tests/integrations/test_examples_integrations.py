@@ -54,7 +54,9 @@ def test_framework_example_rebuilds_recovers_and_finishes(name: str, kept: str) 
     rebuilt = re.findall(r"context rebuilt \(rebuilt\), ([\d,]+) -> ([\d,]+) tokens", out)
     assert len(rebuilt) == 2, out  # the overflow, then the trigger line
     for before, after in rebuilt:
-        assert int(after.replace(",", "")) < int(before.replace(",", "")) / 10
+        # The open tool round stays live after a mid-loop rebuild (its result is
+        # what the model answers next), so the rebuilt request keeps that much.
+        assert int(after.replace(",", "")) < int(before.replace(",", "")) / 4
     # The request after each rebuild starts with the checkpoint summary.
     assert out.count("<- starts with the checkpoint summary") == 2
     # The retry right after the refused request is the rebuilt one.
