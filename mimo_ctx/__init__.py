@@ -34,6 +34,7 @@ from mimo_ctx.events import (
     WriterStarted,
 )
 from mimo_ctx.memory import MemoryLayout
+from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
     MAIN_AGENT,
     CheckpointPart,
@@ -57,6 +58,9 @@ from mimo_ctx.messages import (
 )
 from mimo_ctx.middleware import ContextMiddleware, RebuildReport, RequestView
 from mimo_ctx.overflow import is_context_overflow, register_overflow_recognizer
+from mimo_ctx.providers.anthropic_client import wrap_anthropic
+from mimo_ctx.providers.openai_client import wrap_openai
+from mimo_ctx.providers.validate import validate_request
 from mimo_ctx.reminders import LastMessageInfo, compute_last_message_info
 from mimo_ctx.render import RenderedBody, SectionFigure, render_rebuild_context
 from mimo_ctx.store import (
@@ -70,6 +74,7 @@ from mimo_ctx.store import (
     open_store,
 )
 from mimo_ctx.tokens import CharEstimator, TiktokenCounter, TokenCounter
+from mimo_ctx.tools import SessionTools
 from mimo_ctx.triggers import ModelLimits, usable_tokens, writer_thresholds
 from mimo_ctx.view import apply_send_rules
 from mimo_ctx.writer import CheckpointDraft, CheckpointWriter, WriterRequest
@@ -97,6 +102,7 @@ __all__ = [
     "InvalidRequestError",
     "LLMCheckpointWriter",
     "LastMessageInfo",
+    "MemoryIndex",
     "MemoryLayout",
     "Message",
     "MessageError",
@@ -116,6 +122,7 @@ __all__ = [
     "SQLiteStore",
     "SectionFigure",
     "Session",
+    "SessionTools",
     "StatusChanged",
     "Store",
     "StoreError",
@@ -157,5 +164,8 @@ __all__ = [
     "render_rebuild_context",
     "render_tail_digest",
     "usable_tokens",
+    "validate_request",
+    "wrap_anthropic",
+    "wrap_openai",
     "writer_thresholds",
 ]

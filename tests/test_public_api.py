@@ -25,7 +25,8 @@ EXPECTED = {
     "collapse_checkpoint_tail", "compute_boundary", "compute_last_message_info",
     "is_context_overflow", "load_config", "open_store", "read_budgeted",
     "read_budgeted_section_aware", "register_overflow_recognizer", "render_rebuild_context",
-    "render_tail_digest", "usable_tokens", "writer_thresholds",
+    "render_tail_digest", "usable_tokens", "writer_thresholds", "MemoryIndex",
+    "SessionTools", "validate_request", "wrap_anthropic", "wrap_openai",
 }  # fmt: skip
 
 
