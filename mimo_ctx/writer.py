@@ -773,7 +773,7 @@ class WriterCoordinator:
         await self._fence(session_id, owner)
         await write_text_atomic(request.checkpoint_path, draft.text)
         if draft.notes_folded and request.notes:
-            await write_text_atomic(request.notes_path, "")
+            await _empty_folded_notes(request.notes_path, request.notes)
         if owner is None or self._lease is None:
             await self._store.set_watermark(session_id, request.watermark)
         elif not await self._lease.set_watermark_if_held(session_id, owner, request.watermark):
@@ -781,6 +781,19 @@ class WriterCoordinator:
                 f"the writer lease of session {session_id} was lost before the watermark was "
                 "persisted; the checkpoint on disk is newer than the stored watermark"
             )
+
+
+async def _empty_folded_notes(path: Path, folded: str) -> None:
+    """Remove from ``notes.md`` what the writer folded in (A14), nothing else.
+
+    The agent may add notes while the writer runs: those were not folded in, so
+    they stay. A file rewritten meanwhile is kept whole (folding a note twice is
+    better than losing one).
+    """
+    current = await read_text(path)
+    if current is None or not current.startswith(folded):
+        return
+    await write_text_atomic(path, current[len(folded) :])
 
 
 def _check_draft(draft: CheckpointDraft) -> None:
