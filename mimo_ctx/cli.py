@@ -10,6 +10,8 @@ Subcommands:
   turn by turn and report every writer run and rebuild.
 * ``render --store PATH`` -- print what the next request of a stored session
   would carry, without changing the store.
+* ``db upgrade --dsn URL`` -- create or upgrade the PostgreSQL store's schema
+  (the migration step of a multi-worker deployment).
 
 Human output uses ``rich`` when it is installed (the ``cli`` extra) and plain
 text otherwise; ``--json`` prints exactly one JSON document on stdout.
@@ -103,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_inspect(subparsers, common)
     _add_replay(subparsers, common)
     _add_render(subparsers, common)
+    _add_db(subparsers, common)
     return parser
 
 
@@ -449,6 +452,67 @@ async def _run_render(args: argparse.Namespace, streams: Streams) -> int:
         dump_json(result.to_json(), streams.out)
     else:
         print_render(result, Output(streams.out, plain=args.plain), full=args.full)
+    return 0
+
+
+# --------------------------------------------------------------------------- #
+# db
+# --------------------------------------------------------------------------- #
+
+
+def _add_db(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    db = subparsers.add_parser(
+        "db",
+        help="manage the schema of a PostgreSQL store",
+        description="Manage the schema of a PostgreSQL store (several workers share one).",
+    )
+    actions = db.add_subparsers(dest="db_command", metavar="ACTION", parser_class=_Parser)
+    actions.required = True
+    upgrade = actions.add_parser(
+        "upgrade",
+        parents=[common],
+        help="create or upgrade the store schema",
+        description="Create the store's tables, or bring them to this version's schema. "
+        "Each version's migration runs in one transaction; running it again, or from several "
+        'workers at once, is safe. Needs asyncpg (pip install "mimo-ctx[postgres]").',
+    )
+    upgrade.add_argument(
+        "--dsn",
+        required=True,
+        metavar="URL",
+        help="postgresql://user@host:5432/db (the password may come from PGPASSWORD or "
+        "~/.pgpass instead of the URL)",
+    )
+    upgrade.add_argument(
+        "--schema",
+        default="mimo_ctx",
+        metavar="NAME",
+        help="PostgreSQL schema (namespace) of the store's tables (default mimo_ctx)",
+    )
+    upgrade.add_argument("--json", action="store_true", help="print one JSON document")
+    upgrade.set_defaults(run=_run_db_upgrade)
+
+
+async def _run_db_upgrade(args: argparse.Namespace, streams: Streams) -> int:
+    from mimo_ctx.store import is_postgres_url
+
+    dsn = cast(str, args.dsn)
+    schema = cast(str, args.schema)
+    if not is_postgres_url(dsn):
+        # Never echo the value: it may hold a password.
+        raise CliError("--dsn: expected a postgresql:// (or postgres://) URL")
+    try:
+        from mimo_ctx.store.postgres import SCHEMA_VERSION, upgrade
+    except ImportError as exc:
+        raise CliError(str(exc)) from None
+    version = await upgrade(dsn.strip(), schema=schema)
+    if args.json:
+        dump_json({"schema": schema, "version": version, "supported": SCHEMA_VERSION}, streams.out)
+    else:
+        Output(streams.out, plain=args.plain).line(
+            f"mimo-ctx db upgrade: schema {schema!r} is at store schema version {version} "
+            "(up to date)"
+        )
     return 0
 
 
