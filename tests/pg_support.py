@@ -12,7 +12,7 @@ import os
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -52,7 +52,8 @@ async def admin(dsn: str, *statements: str) -> None:
     """Run statements on a plain connection (schema drops and the like)."""
     import asyncpg
 
-    conn: Any = await asyncpg.connect(dsn, timeout=10)  # pyright: ignore[reportUnknownMemberType]
+    connect = cast("Callable[..., Awaitable[Any]]", asyncpg.connect)  # pyright: ignore[reportUnknownMemberType]
+    conn = await connect(dsn, timeout=10)
     try:
         for statement in statements:
             await conn.execute(statement)
@@ -63,7 +64,7 @@ async def admin(dsn: str, *statements: str) -> None:
 def require_pg_dsn() -> str:
     """The test server's DSN; skips (fails under CI) without asyncpg or a server."""
     try:
-        import asyncpg  # noqa: F401
+        import asyncpg  # noqa: F401  # pyright: ignore[reportUnusedImport]
     except ImportError as exc:
         if IN_CI:
             raise
