@@ -77,7 +77,14 @@ from mimo_ctx.tokens import CharEstimator, TiktokenCounter, TokenCounter
 from mimo_ctx.tools import SessionTools
 from mimo_ctx.triggers import ModelLimits, usable_tokens, writer_thresholds
 from mimo_ctx.view import apply_send_rules
-from mimo_ctx.writer import CheckpointDraft, CheckpointWriter, WriterRequest
+from mimo_ctx.writer import (
+    CheckpointDraft,
+    CheckpointWriter,
+    InMemoryWriterLease,
+    LeaseInfo,
+    WriterLease,
+    WriterRequest,
+)
 
 __version__ = "0.1.0"
 
@@ -99,9 +106,11 @@ __all__ = [
     "EventBus",
     "FilePart",
     "InMemoryStore",
+    "InMemoryWriterLease",
     "InvalidRequestError",
     "LLMCheckpointWriter",
     "LastMessageInfo",
+    "LeaseInfo",
     "MemoryIndex",
     "MemoryLayout",
     "Message",
@@ -146,6 +155,7 @@ __all__ = [
     "WriterConfig",
     "WriterFailed",
     "WriterFinished",
+    "WriterLease",
     "WriterRequest",
     "WriterStarted",
     "__version__",

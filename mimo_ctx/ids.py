@@ -47,7 +47,9 @@ def _random_tail() -> str:
     return "".join(_BASE62[secrets.randbelow(62)] for _ in range(_RANDOM_CHARS))
 
 
-def ascending(prefix: IdPrefix, *, timestamp_ms: int | None = None) -> str:
+def ascending(
+    prefix: IdPrefix, *, timestamp_ms: int | None = None, newer_than: str | None = None
+) -> str:
     """Return a new ascending id.
 
     Args:
@@ -56,6 +58,10 @@ def ascending(prefix: IdPrefix, *, timestamp_ms: int | None = None) -> str:
             explicit timestamp still ascend among themselves; they sort by that time
             against ids made for other times. Used by importers, which rebuild ids
             from a transcript's own timestamps.
+        newer_than: An id (made by any worker) the new id must sort after, whatever
+            this machine's clock says: a worker whose clock lags must still insert a
+            rebuild boundary newer than every message (SPEC R4.3). Ignored with
+            ``timestamp_ms`` and when it is not an ascending id.
 
     Returns:
         A string such as ``msg_0196f3a1b2c3d4Ab3dE9fGh1Jk2Lm``.
@@ -69,6 +75,10 @@ def ascending(prefix: IdPrefix, *, timestamp_ms: int | None = None) -> str:
             # Strictly greater than every id made before in this process, even if
             # the clock stalls, steps backwards or 4096 ids land in one millisecond.
             value = max(now * _COUNTER_BITS, _last_value[0] + 1)
+            if newer_than is not None:
+                floor = _value_of(newer_than)
+                if floor is not None and floor < _MAX_VALUE:
+                    value = max(value, floor + 1)
             _last_value[0] = value
         else:
             if timestamp_ms < 0 or timestamp_ms * _COUNTER_BITS > _MAX_VALUE:
@@ -82,6 +92,13 @@ def ascending(prefix: IdPrefix, *, timestamp_ms: int | None = None) -> str:
             # for t+1, and the random tail keeps them unique.
             value = timestamp_ms * _COUNTER_BITS + min(counter, _COUNTER_BITS - 1)
     return f"{prefix}_{value:0{_HEX_DIGITS}x}{_random_tail()}"
+
+
+def _value_of(identifier: str) -> int | None:
+    _, sep, rest = identifier.partition("_")
+    if not sep or _BODY.fullmatch(rest) is None:
+        return None
+    return int(rest[:_HEX_DIGITS], 16)
 
 
 def timestamp_of(identifier: str) -> int:

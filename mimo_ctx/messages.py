@@ -62,9 +62,9 @@ def new_part_id() -> str:
     return ids.ascending("prt")
 
 
-def new_message_id() -> str:
-    """Return a fresh ascending message id."""
-    return ids.ascending("msg")
+def new_message_id(*, newer_than: str | None = None) -> str:
+    """Return a fresh ascending message id (after ``newer_than`` when given)."""
+    return ids.ascending("msg", newer_than=newer_than)
 
 
 class _Model(BaseModel):

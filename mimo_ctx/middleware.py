@@ -878,6 +878,7 @@ class ContextMiddleware:
             index_text=index_text,
             body=rendered.text,
             actors_text=actors_text,
+            newer_than=max((m.id for m in everything), default=None),
         )
         after = fixed - 64 + estimate_message_tokens(boundary)
         report = RebuildReport(
@@ -1047,7 +1048,12 @@ class ContextMiddleware:
                 budgets={},
             )
         )
-        message = build_compaction_message(watermark=watermark, summary=draft.text, auto=True)
+        message = build_compaction_message(
+            watermark=watermark,
+            summary=draft.text,
+            auto=True,
+            newer_than=max((m.id for m in history), default=None),
+        )
         after = estimate_message_tokens(message) + sum(
             estimate_message_tokens(m) for m in history if m.id > boundary_id
         )

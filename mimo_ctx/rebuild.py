@@ -118,16 +118,18 @@ def build_boundary_message(
     index_text: str,
     body: str,
     actors_text: str,
+    newer_than: str | None = None,
 ) -> Message:
     """Build the rebuild boundary (SPEC R4.3, R4.4).
 
     Created at the watermark's time + 1 ms so it lists right after the watermark,
     with a fresh id newer than every existing message. Parts, in order: the
     checkpoint part, the checkpoint index, the body, the active-actors list (the
-    last three synthetic text).
+    last three synthetic text). ``newer_than`` is the newest stored message id: the
+    boundary's id sorts after it even when this worker's clock lags another's.
     """
     return Message(
-        id=new_message_id(),
+        id=new_message_id(newer_than=newer_than),
         session_id=watermark.session_id,
         role="user",
         agent=watermark.agent,
@@ -146,14 +148,16 @@ def build_boundary_message(
     )
 
 
-def build_compaction_message(*, watermark: Message, summary: str, auto: bool) -> Message:
+def build_compaction_message(
+    *, watermark: Message, summary: str, auto: bool, newer_than: str | None = None
+) -> Message:
     """Build a plain compaction (SPEC R1.4a): a summary covering up to ``watermark``.
 
     Back-dated like a rebuild boundary, so the messages after the watermark stay
     live after it.
     """
     return Message(
-        id=new_message_id(),
+        id=new_message_id(newer_than=newer_than),
         session_id=watermark.session_id,
         role="user",
         agent=watermark.agent,

@@ -192,3 +192,14 @@ def test_a1_timestamp_of_accepts_a_well_formed_id() -> None:
 def test_a1_timestamp_of_rejects_non_ids(bad: str) -> None:
     with pytest.raises(ValueError, match="not an ascending id"):
         ids.timestamp_of(bad)
+
+
+def test_a1_newer_than_beats_a_lagging_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """R4.3 across workers: a boundary id sorts after the newest stored message even
+    when this machine's clock is an hour behind the worker that stored it."""
+    ahead = ids.ascending("msg", timestamp_ms=2_000_000_000_000)
+    made = ids.ascending("msg", newer_than=ahead)
+    assert made > ahead
+    assert ids.ascending("msg") > made  # and later local ids keep ascending
+    # Not one of our ids: ignored, never an error.
+    assert ids.ascending("msg", newer_than="call_abc").startswith("msg_")

@@ -27,6 +27,7 @@ EXPECTED = {
     "read_budgeted_section_aware", "register_overflow_recognizer", "render_rebuild_context",
     "render_tail_digest", "usable_tokens", "writer_thresholds", "MemoryIndex",
     "SessionTools", "validate_request", "wrap_anthropic", "wrap_openai",
+    "InMemoryWriterLease", "LeaseInfo", "WriterLease",
 }  # fmt: skip
 
 

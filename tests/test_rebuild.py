@@ -159,3 +159,25 @@ def test_r1_4a_compaction_message_covers_up_to_the_watermark() -> None:
     assert message.agent == "explore"
     assert message.time_created == 51
     assert message.is_boundary
+
+
+def test_r4_3_boundary_id_is_newer_than_the_newest_message_across_clocks() -> None:
+    from mimo_ctx import ids
+
+    watermark = Message(session_id="s", role="assistant", time_created=1_000)
+    newest = ids.ascending("msg", timestamp_ms=4_000_000_000_000)  # a clock far ahead
+    boundary = build_boundary_message(
+        watermark=watermark,
+        digest_up_to=None,
+        directory="d",
+        number=1,
+        index_text="i",
+        body="b",
+        actors_text="a",
+        newer_than=newest,
+    )
+    assert boundary.id > newest
+    compaction = build_compaction_message(
+        watermark=watermark, summary="s", auto=True, newer_than=newest
+    )
+    assert compaction.id > newest
