@@ -46,6 +46,7 @@ from mimo_ctx.events import (
     StatusChanged,
     UsagePending,
     WaitingForWriter,
+    WriterFinished,
 )
 from mimo_ctx.memory import MemoryLayout, read_text
 from mimo_ctx.memory_index import MemoryIndex
@@ -179,6 +180,14 @@ class _Window:
     last_finished: Message | None = None
     newest_id: str | None = None
     loaded: bool = False
+    # The last view, extended in O(new messages) while messages are only appended
+    # at the end (the common turn); anything else rebuilds it from the window.
+    view: _ViewCache | None = None
+    appended: int = 0
+    reshaped: bool = True
+    # The last message that carried the per-turn reminder and its copy, so the
+    # copy (and its token estimate) is made once, not every turn (R8.3).
+    reminder: tuple[Message, Message] | None = None
 
     def live(self, message: Message) -> bool:
         return self.start is None or _key(message) > self.start
@@ -188,10 +197,22 @@ class _Window:
         index = bisect_left(self.keys, key)
         if index < len(self.keys) and self.keys[index] == key:
             self.messages[index] = message
+            self.reshaped = True
         else:
             self.keys.insert(index, key)
             self.messages.insert(index, message)
+            if index == len(self.keys) - 1:
+                self.appended += 1
+            else:
+                self.reshaped = True
         self.sendable.pop(message.id, None)
+
+
+@dataclass(frozen=True, slots=True)
+class _ViewCache:
+    boundary: Message | None
+    messages: list[Message]
+    tokens: int
 
 
 @dataclass(slots=True)
@@ -259,6 +280,7 @@ class ContextMiddleware:
             Path(memory_root) / ".index" / "memory.sqlite3"
         )
         self.events = EventBus()
+        self.events.handlers.append(self._index_after_writer)
         if on_event is not None:
             self.events.handlers.append(on_event)
         self.counter = counter
@@ -283,6 +305,24 @@ class ContextMiddleware:
         self.thresholds = writer_thresholds(self.usable, self.config)
         self._sessions: dict[str, _SessionState] = {}
         self._task_group: TaskGroup | None = None
+
+    def _index_after_writer(self, event: object) -> None:
+        # The writer just rewrote checkpoint.md (maybe spill-over files and
+        # notes.md too): index them in the background now, so the rebuild's own
+        # reconcile (R5.6) usually finds the index current instead of indexing
+        # megabytes on the request path. The writer's completion is not delayed.
+        if isinstance(event, WriterFinished) and self._task_group is not None:
+            self._task_group.start_soon(self._reconcile_quietly, event.session_id)
+
+    async def _reconcile_quietly(self, session_id: str) -> None:
+        try:
+            session = await self.store.get_session(session_id)
+            if session is not None:
+                await self.memory_index.reconcile(
+                    self.layout, session_id=session_id, project_id=session.project_id
+                )
+        except Exception:  # the rebuild's own reconcile will try again
+            _log.warning("mimo_ctx: indexing memory after the writer failed", exc_info=True)
 
     # -- lifecycle --------------------------------------------------------------
     async def __aenter__(self) -> Self:
@@ -624,36 +664,44 @@ class ContextMiddleware:
                 js_json(prefix.tools)
             )
         boundary = window.boundary
-        # Older boundaries that still list after the watermark are not resent:
-        # the newest boundary supersedes them.
-        live = [m for m in window.messages if not m.is_boundary]
-        ordered = [boundary, *live] if boundary is not None else live
-        collapsed = collapse_checkpoint_tail(ordered)
-        sources = {m.id: m for m in collapsed}
-        sendable: list[Message] = []
-        tokens = state.prefix_tokens
-        for fresh in apply_send_rules(collapsed):
-            converted = fresh
-            source = sources.get(fresh.id)
-            if fresh is not source:
-                # A converted copy (boundary, compacted results...) is rebuilt every
-                # turn; reuse last turn's equal copy so its token estimate stays cached.
-                cached = window.sendable.get(fresh.id)
-                if cached is not None and cached[0] is source and cached[1] == fresh:
-                    converted = cached[1]
-                elif source is not None:
-                    window.sendable[fresh.id] = (source, fresh)
-            sendable.append(converted)
-            tokens += estimate_message_tokens(converted)
+        cache = window.view
+        appended = window.messages[len(window.messages) - window.appended :]
+        if (
+            cache is not None
+            and not window.reshaped
+            and cache.boundary is boundary
+            and not any(isinstance(p, ToolResultPart) for m in appended for p in m.parts)
+        ):
+            # Only appended at the end, and nothing that answers an earlier call:
+            # the send rules of earlier messages are unchanged (SPEC A10), so the
+            # turn costs O(new messages).
+            fresh = apply_send_rules(_collapse_appended(boundary, appended))
+            sendable = [*cache.messages, *fresh]
+            tokens = cache.tokens + sum(estimate_message_tokens(m) for m in fresh)
+        else:
+            sendable, tokens = self._full_view(window, boundary)
+        window.view = _ViewCache(boundary, sendable, tokens)
+        window.appended = 0
+        window.reshaped = False
+        tokens += state.prefix_tokens
+        # A new list: the caller may change it; the cached one stays as it is.
+        sendable = list(sendable)
         if await self._needs_reminder(session_id, state):
-            with_reminder = append_per_turn_reminder(
-                sendable, str(self.layout.session_dir(session_id))
-            )
-            if with_reminder is not sendable and with_reminder:
-                tokens += sum(estimate_message_tokens(m) for m in with_reminder) - sum(
-                    estimate_message_tokens(m) for m in sendable
-                )
-            sendable = with_reminder
+            for index in range(len(sendable) - 1, -1, -1):
+                source = sendable[index]
+                if source.role != "user":
+                    continue
+                cached = window.reminder
+                if cached is not None and cached[0] is source:
+                    replaced = cached[1]
+                else:
+                    replaced = append_per_turn_reminder(
+                        [source], str(self.layout.session_dir(session_id))
+                    )[0]
+                    window.reminder = (source, replaced)
+                tokens += estimate_message_tokens(replaced) - estimate_message_tokens(source)
+                sendable[index] = replaced
+                break
         return RequestView(
             session_id=session_id,
             agent=window.agent,
@@ -662,6 +710,32 @@ class ContextMiddleware:
             tokens=tokens,
             boundary_id=boundary.id if boundary is not None else None,
         )
+
+    def _full_view(self, window: _Window, boundary: Message | None) -> tuple[list[Message], int]:
+        """The view rebuilt from the whole window: send rules over every live message."""
+        # Older boundaries that still list after the watermark are not resent:
+        # the newest boundary supersedes them.
+        live = [m for m in window.messages if not m.is_boundary]
+        ordered = [boundary, *live] if boundary is not None else live
+        collapsed = collapse_checkpoint_tail(ordered)
+        sources = {m.id: m for m in collapsed}
+        sendable: list[Message] = []
+        tokens = 0
+        for fresh in apply_send_rules(collapsed):
+            converted = fresh
+            source = sources.get(fresh.id)
+            if fresh is not source:
+                # A converted copy (boundary, compacted results...) is rebuilt every
+                # time; reuse the last equal copy so its token estimate stays cached.
+                # Compare parts: pydantic equality also compares the cached estimate.
+                cached = window.sendable.get(fresh.id)
+                if cached is not None and cached[0] is source and cached[1].parts == fresh.parts:
+                    converted = cached[1]
+                elif source is not None:
+                    window.sendable[fresh.id] = (source, fresh)
+            sendable.append(converted)
+            tokens += estimate_message_tokens(converted)
+        return sendable, tokens
 
     async def _needs_reminder(self, session_id: str, state: _SessionState) -> bool:
         # R8.3 / A12: only when the session has memory files or tasks.
@@ -1089,6 +1163,25 @@ def _open_tool_round(tail: Sequence[Message]) -> list[Message]:
     if not any(isinstance(p, ToolPart) for p in last.parts):
         return []
     return list(tail[start - 1 : end])
+
+
+def _collapse_appended(boundary: Message | None, appended: Sequence[Message]) -> list[Message]:
+    """The appended messages the collapse keeps (R7.3), without older boundaries."""
+    checkpoint = boundary.checkpoint_part if boundary is not None else None
+    covered = checkpoint.covered_up_to if checkpoint is not None else None
+    digest = checkpoint.digest_up_to if checkpoint is not None else None
+    return [
+        m
+        for m in appended
+        if not m.is_boundary
+        and (
+            digest is None
+            or covered is None
+            or m.role == "user"
+            or m.id <= covered
+            or m.id > digest
+        )
+    ]
 
 
 def _covered_up_to(boundary: Message) -> str | None:

@@ -1,0 +1,133 @@
+"""The hot path's incremental view equals a full recomputation (SPEC R8, A10).
+
+``prepare()`` extends the last view in O(new messages) while messages are only
+appended; anything else (updates, back-dated messages, split tool results that
+answer earlier calls, new boundaries, failed assistant messages) rebuilds it.
+Randomised sessions check, after every step, that the view and its token count
+are exactly what the send rules give over the whole window.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from mimo_ctx.messages import (
+    Message,
+    MessageError,
+    TextPart,
+    TokenUsage,
+    ToolPart,
+    ToolResultPart,
+    ToolStateCompleted,
+    ToolStatePending,
+)
+from mimo_ctx.middleware import ContextMiddleware
+from mimo_ctx.rebuild import build_boundary_message
+from mimo_ctx.store import InMemoryStore, SQLiteStore, Store
+from mimo_ctx.triggers import ModelLimits
+
+
+async def _scenario(seed: int, store: Store, root: Path) -> None:
+    rng = random.Random(seed)
+    async with ContextMiddleware(store, root, model=ModelLimits(10_000_000)) as mw:
+        session = await mw.open_session(system="sys")
+        sid = session.id
+        pending: list[str] = []
+        messages: list[Message] = []
+        now = 1_700_000_000_000
+        for step in range(50):
+            op = rng.random()
+            now += rng.randint(0, 3)
+            # Sometimes an older creation time (imports, other workers).
+            t = now if rng.random() > 0.1 else now - rng.randint(1, 50)
+            if op < 0.25:
+                message = Message(
+                    session_id=sid, role="user", time_created=t, parts=[TextPart(text=f"u{step}")]
+                )
+                await mw.append([message])
+                messages.append(message)
+            elif op < 0.5:
+                call = f"c{step}"
+                state: ToolStateCompleted | ToolStatePending
+                if rng.random() < 0.6:
+                    state = ToolStateCompleted(input={"a": step}, output="x" * rng.randint(1, 50))
+                else:
+                    state = ToolStatePending(input={})
+                    pending.append(call)
+                message = Message(
+                    session_id=sid,
+                    role="assistant",
+                    time_created=t,
+                    finish="tool-calls" if rng.random() < 0.7 else None,
+                    usage=TokenUsage(input=10),
+                    parts=[
+                        TextPart(text=f"a{step}"),
+                        ToolPart(call_id=call, tool=rng.choice(["read", "task"]), state=state),
+                    ],
+                )
+                await mw.append([message])
+                messages.append(message)
+            elif op < 0.65 and pending:
+                call = pending.pop(rng.randrange(len(pending)))
+                message = Message(
+                    session_id=sid,
+                    role="tool",
+                    time_created=t,
+                    parts=[ToolResultPart(call_id=call, tool="read", output="r")],
+                )
+                await mw.append([message])
+                messages.append(message)
+            elif op < 0.75 and messages:
+                old = rng.choice(messages)
+                new = old.model_copy(update={"parts": [*old.parts, TextPart(text="edit")]})
+                await store.update_messages([new])
+                messages[messages.index(old)] = new
+            elif op < 0.8 and len(messages) > 3:
+                ordered = sorted(messages, key=lambda m: (m.time_created, m.id))
+                watermark = ordered[rng.randrange(len(ordered) - 1)]
+                digest = max(m.id for m in messages) if rng.random() < 0.5 else None
+                boundary = build_boundary_message(
+                    watermark=watermark,
+                    digest_up_to=digest,
+                    directory="d",
+                    number=1,
+                    index_text="i",
+                    body="body",
+                    actors_text="a",
+                )
+                await store.commit_rebuild(sid, usage_key=f"k{step}", boundary=boundary, updated=[])
+                messages.append(boundary)
+            elif op < 0.9:
+                message = Message(
+                    session_id=sid,
+                    role="assistant",
+                    time_created=t,
+                    finish="stop",
+                    error=MessageError(name="x", aborted=rng.random() < 0.5),
+                    parts=[TextPart(text="err")],
+                )
+                await mw.append([message])
+                messages.append(message)
+            view = await mw.prepare(sid)
+            state_ = mw._sessions[sid]  # pyright: ignore[reportPrivateUsage]
+            window = state_.windows["main"]
+            full, tokens = mw._full_view(window, window.boundary)  # pyright: ignore[reportPrivateUsage]
+            assert [m.model_dump() for m in view.messages] == [m.model_dump() for m in full], (
+                seed,
+                step,
+            )
+            assert view.tokens == tokens + (state_.prefix_tokens or 0), (seed, step)
+
+
+@pytest.mark.parametrize("seed", range(40))
+async def test_r8_incremental_view_matches_full_recompute_memory(seed: int, tmp_path: Path) -> None:
+    await _scenario(seed, InMemoryStore(), tmp_path / "mem")
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_r8_incremental_view_matches_full_recompute_sqlite(seed: int, tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        await _scenario(1000 + seed, store, tmp_path / "mem")
