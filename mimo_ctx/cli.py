@@ -106,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_replay(subparsers, common)
     _add_render(subparsers, common)
     _add_db(subparsers, common)
+    _add_bench(subparsers, common)
     return parser
 
 
@@ -458,6 +459,28 @@ async def _run_render(args: argparse.Namespace, streams: Streams) -> int:
 # --------------------------------------------------------------------------- #
 # db
 # --------------------------------------------------------------------------- #
+
+
+def _add_bench(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    from mimo_ctx.bench import add_arguments
+
+    bench = subparsers.add_parser(
+        "bench",
+        parents=[common],
+        help="run the benchmarks (needs a source checkout)",
+        description="Run the benchmarks of benchmarks/ and print their tables (issue 9).",
+    )
+    add_arguments(bench)
+    bench.set_defaults(run=_run_bench)
+
+
+async def _run_bench(args: argparse.Namespace, streams: Streams) -> int:
+    from mimo_ctx.bench import run_command
+
+    # Each benchmark runs its own event loop: run them in a worker thread.
+    return await anyio.to_thread.run_sync(
+        partial(run_command, args, out=streams.out, err=streams.err)
+    )
 
 
 def _add_db(subparsers: Any, common: argparse.ArgumentParser) -> None:
