@@ -37,7 +37,7 @@ from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_bounda
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.digest import collapse_checkpoint_tail
-from mimo_ctx.errors import ContextOverflowError, MimoCtxError, StoreError
+from mimo_ctx.errors import ContextOverflowError, MimoCtxError, PathEscapeError, StoreError
 from mimo_ctx.events import (
     AutoRebuildDisabled,
     ContextRebuilt,
@@ -877,7 +877,14 @@ class ContextMiddleware:
         session_id = session.id
         main = await self.store.list_messages(session_id, agent=MAIN_AGENT, since=_key(watermark))
         tail = [m for m in main if m.id > watermark.id and not m.is_boundary]
-        checkpoint_text = await read_text(self.layout.checkpoint_path(session_id))
+        # The index part needs only the Topic line: read the head of the file, inside
+        # the memory root; an unreadable file shows as "no checkpoints yet".
+        try:
+            checkpoint_text = await read_text(
+                self.layout.checkpoint_path(session_id), max_chars=16_384, root=self.layout.root
+            )
+        except (OSError, PathEscapeError):
+            checkpoint_text = None
         now = _now_ms()
         actors = await self.store.list_actors(session_id, active_only=True)
         index_text = render_checkpoint_index(

@@ -16,13 +16,16 @@ checkpoint go last because they are what the model cannot recover elsewhere.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final, Literal
 
 from mimo_ctx.budget import checkpoint_section_caps, read_budgeted, read_budgeted_section_aware
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.digest import build_tail_digest
+from mimo_ctx.errors import PathEscapeError
 from mimo_ctx.memory import MemoryLayout, list_memory_files, read_text
 from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import MAIN_AGENT, Message
@@ -43,6 +46,8 @@ from mimo_ctx.store.base import Session, Store
 from mimo_ctx.tokens import TokenCounter, estimate_text_tokens
 
 __all__ = ["SHRINK_ORDER", "RenderedBody", "SectionFigure", "render_rebuild_context"]
+
+_log = logging.getLogger("mimo_ctx")
 
 MAX_FILE_CHARS: Final = 8_000_000
 """Memory files are read up to this many characters (bounded memory, issue 10)."""
@@ -165,10 +170,11 @@ async def render_rebuild_context(
     project_path = layout.project_memory_path(session.project_id)
     global_path = layout.global_memory_path()
     notes_path = layout.notes_path(session_id)
-    checkpoint = await read_text(checkpoint_path, max_chars=MAX_FILE_CHARS) or ""
-    project = await read_text(project_path, max_chars=MAX_FILE_CHARS) or ""
-    global_memory = await read_text(global_path, max_chars=MAX_FILE_CHARS) or ""
-    notes = await read_text(notes_path, max_chars=MAX_FILE_CHARS) or ""
+    problems: dict[str, str] = {}
+    checkpoint = await _read_memory_file(checkpoint_path, layout, problems)
+    project = await _read_memory_file(project_path, layout, problems)
+    global_memory = await _read_memory_file(global_path, layout, problems)
+    notes = await _read_memory_file(notes_path, layout, problems)
     if memory_index is not None:
         # R5.6: reconcile first, so files written outside the tools appear.
         await memory_index.reconcile(layout, session_id=session_id, project_id=session.project_id)
@@ -188,6 +194,10 @@ async def render_rebuild_context(
         heading: str, text: str, path: str, *, section_aware: bool
     ) -> Callable[[int], str]:
         def render(cap: int) -> str:
+            if path in problems:
+                # Degrade visibly: the section stays, says why it is empty.
+                notice = f"[this file could not be read: {problems[path]}]"
+                return render_section(heading, notice, file_path=path)
             if not text.strip():
                 return ""
             if section_aware:
@@ -336,6 +346,22 @@ async def render_rebuild_context(
         sections=figures,
         tokens=count(text),
     )
+
+
+async def _read_memory_file(path: Path, layout: MemoryLayout, problems: dict[str, str]) -> str:
+    """Read a memory file for the body: bounded, inside the root, never raising.
+
+    A file that cannot be read (permissions, I/O errors, a symlink leading out of
+    the memory root) gives ``""``; the reason is logged with the path and recorded
+    in ``problems`` so its section can say so instead of failing the rebuild.
+    """
+    try:
+        return await read_text(path, max_chars=MAX_FILE_CHARS, root=layout.root) or ""
+    except (OSError, PathEscapeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        _log.warning("mimo_ctx: memory file %s could not be read: %s", path, reason)
+        problems[str(path)] = reason
+        return ""
 
 
 def _shrink(slot: _Slot, over: int, count: Callable[[str], int]) -> None:

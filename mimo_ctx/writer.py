@@ -44,6 +44,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import socket
 import time
 import uuid
@@ -58,7 +59,7 @@ from anyio.abc import TaskGroup
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint_doc import section_budgets
 from mimo_ctx.config import RebuildConfig
-from mimo_ctx.errors import MimoCtxError, StoreError
+from mimo_ctx.errors import MimoCtxError, PathEscapeError, StoreError
 from mimo_ctx.events import EventBus, WriterFailed, WriterFinished, WriterStarted
 from mimo_ctx.memory import MemoryLayout, read_text, write_text_atomic
 from mimo_ctx.messages import MAIN_AGENT, Message
@@ -81,6 +82,9 @@ _log = logging.getLogger("mimo_ctx")
 
 StartResult = Literal["started", "queued", "skipped"]
 WaitResult = Literal["idle", "finished", "failed", "timeout"]
+
+WRITER_MAX_CHARS = 8_000_000
+"""The writer reads at most this many characters of ``checkpoint.md`` and ``notes.md``."""
 
 _EXTRA_FILE = re.compile(r"^checkpoint-[A-Za-z0-9._-]+\.md$")
 
@@ -608,6 +612,22 @@ class WriterCoordinator:
                     session_id=session_id, time=_now_ms(), writer="coordinator", error=str(exc)
                 )
             )
+        except anyio.get_cancelled_exc_class():
+            if self._task_group is None or self._task_group.cancel_scope.cancel_called:
+                raise  # the middleware is shutting down: a real cancellation
+            # A cancellation nobody requested, raised inside the writer's own code
+            # (say, by an inner task of its model client): a writer failure, never
+            # a cancellation of the middleware's task group and so of the host.
+            _log.warning("mimo_ctx checkpoint writer of session %s was cancelled", session_id)
+            job.result = "failed"
+            await self._events.emit(
+                WriterFailed(
+                    session_id=session_id,
+                    time=_now_ms(),
+                    writer="coordinator",
+                    error="the writer was cancelled by its own code",
+                )
+            )
         except Exception as exc:  # the writer's failure must never take the host down
             _log.exception("mimo_ctx checkpoint writer crashed for session %s", session_id)
             job.result = "failed"
@@ -709,8 +729,12 @@ class WriterCoordinator:
             project_id=session.project_id,
             watermark=watermark,
             messages=covered,
-            previous_checkpoint=await read_text(checkpoint_path),
-            notes=await read_text(layout.notes_path(session_id)),
+            # Bounded reads inside the memory root: a huge or symlinked-out file
+            # must neither exhaust memory nor leak outside content (issue 10).
+            previous_checkpoint=await _read_previous_checkpoint(checkpoint_path, layout.root),
+            notes=await read_text(
+                layout.notes_path(session_id), max_chars=WRITER_MAX_CHARS, root=layout.root
+            ),
             tasks=await self._store.list_tasks(session_id),
             checkpoint_path=checkpoint_path,
             project_memory_path=layout.project_memory_path(session.project_id),
@@ -766,14 +790,15 @@ class WriterCoordinator:
         directory = request.checkpoint_path.parent
         if draft.extra_files:
             await self._fence(session_id, owner)
+        root = self._layout.root
         for name, content in draft.extra_files.items():
-            await write_text_atomic(directory / name, content)
+            await write_text_atomic(directory / name, content, root=root)
         # checkpoint.md last: it is what a rebuild reads, so it must never point
         # at a spill-over file that is not on disk yet.
         await self._fence(session_id, owner)
-        await write_text_atomic(request.checkpoint_path, draft.text)
+        await write_text_atomic(request.checkpoint_path, draft.text, root=root)
         if draft.notes_folded and request.notes:
-            await _empty_folded_notes(request.notes_path, request.notes)
+            await _empty_folded_notes(request.notes_path, request.notes, root=root)
         if owner is None or self._lease is None:
             await self._store.set_watermark(session_id, request.watermark)
         elif not await self._lease.set_watermark_if_held(session_id, owner, request.watermark):
@@ -783,17 +808,51 @@ class WriterCoordinator:
             )
 
 
-async def _empty_folded_notes(path: Path, folded: str) -> None:
+async def _read_previous_checkpoint(path: Path, root: Path) -> str | None:
+    """The checkpoint to carry forward; unreadable, the writer starts afresh.
+
+    It is about to be replaced, so a file that cannot be read (or that leads out of
+    the memory root) is logged and ignored. ``notes.md`` gets no such grace: its
+    content is folded in and then removed, so a read error fails the writer.
+    """
+    try:
+        return await read_text(path, max_chars=WRITER_MAX_CHARS, root=root)
+    except (OSError, PathEscapeError) as exc:
+        _log.warning("mimo_ctx: previous checkpoint %s could not be read: %s", path, exc)
+        return None
+
+
+async def _empty_folded_notes(path: Path, folded: str, *, root: Path) -> None:
     """Remove from ``notes.md`` what the writer folded in (A14), nothing else.
 
-    The agent may add notes while the writer runs: those were not folded in, so
-    they stay. A file rewritten meanwhile is kept whole (folding a note twice is
-    better than losing one).
+    The agent may add notes while the writer runs, and a huge file is only read in
+    part: what was not folded in stays. A file rewritten meanwhile (or whose bytes
+    differ from the text read, e.g. ``\r\n`` line ends) is kept whole: folding a
+    note twice is better than losing one. The rest of the file is streamed, never
+    held in memory whole.
     """
-    current = await read_text(path)
-    if current is None or not current.startswith(folded):
+    await anyio.to_thread.run_sync(_drop_prefix, path, folded, root)
+
+
+def _drop_prefix(path: Path, prefix: str, root: Path) -> None:
+    try:
+        real = Path(os.path.realpath(path))
+        if not real.is_relative_to(os.path.realpath(root)):
+            return
+        with real.open(encoding="utf-8", errors="replace", newline="") as source:
+            if source.read(len(prefix)) != prefix:
+                return
+            temporary = real.with_name(f".{real.name}.{uuid.uuid4().hex}.tmp")
+            try:
+                with temporary.open("w", encoding="utf-8", newline="") as target:
+                    shutil.copyfileobj(source, target, 1 << 20)
+                    target.flush()
+                    os.fsync(target.fileno())
+                os.replace(temporary, real)
+            finally:
+                temporary.unlink(missing_ok=True)
+    except FileNotFoundError:
         return
-    await write_text_atomic(path, current[len(folded) :])
 
 
 def _check_draft(draft: CheckpointDraft) -> None:

@@ -157,6 +157,10 @@ def encode_arguments(arguments: Mapping[str, Any]) -> str:
         return raw
     try:
         return js_json(dict(arguments))
+    except RecursionError as exc:
+        raise InvalidRequestError(
+            "tool call input is not JSON-serialisable: it is nested too deeply"
+        ) from exc
     except (TypeError, ValueError) as exc:
         raise InvalidRequestError(f"tool call input is not JSON-serialisable: {exc}") from exc
 

@@ -187,15 +187,6 @@ async def test_100mb_memory_file_read_with_bounded_memory(tmp_path: Path, which:
         assert 100 * MiB > MAX_FILE_CHARS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "middleware.py ContextMiddleware._insert reads checkpoint.md with read_text() "
-        "and no max_chars (only for the index part's Topic line): a 100 MiB checkpoint "
-        "is read whole, peak allocation ~280 MiB"
-    ),
-)
 async def test_100mb_checkpoint_read_with_bounded_memory(tmp_path: Path) -> None:
     async with ContextMiddleware(InMemoryStore(), tmp_path / "mem", model=LIMITS) as mw:
         session = await mw.open_session(system=SYSTEM)
@@ -212,15 +203,6 @@ async def test_100mb_checkpoint_read_with_bounded_memory(tmp_path: Path) -> None
         assert peak < PEAK_BOUND, f"peak {peak / MiB:.1f} MiB"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "writer.py WriterCoordinator._write reads notes.md and the previous checkpoint "
-        "with read_text() and no max_chars: a checkpoint writer run costs about 6x the "
-        "size of notes.md in memory (100 MiB notes -> 600 MiB peak)"
-    ),
-)
 async def test_writer_reads_huge_notes_with_bounded_memory(tmp_path: Path) -> None:
     async with ContextMiddleware(InMemoryStore(), tmp_path / "mem", model=LIMITS) as mw:
         session = await mw.open_session(system=SYSTEM)
@@ -556,15 +538,6 @@ async def test_weird_arguments_rebuild_or_clear_store_error(
         assert len(await store.list_messages(session.id, agent=None)) >= 26
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason=(
-        "providers/__init__.py encode_arguments catches (TypeError, ValueError) but not "
-        "RecursionError: a tool input nested deeper than the recursion limit makes "
-        "to_openai_chat raise a raw RecursionError instead of InvalidRequestError"
-    ),
-)
 def test_deep_arguments_give_a_clear_provider_error() -> None:
     """OpenAI needs the arguments as JSON text: too deep is a clear InvalidRequestError.
     Anthropic takes the object as it is: converted, or a clear error -- never raw."""

@@ -244,16 +244,6 @@ async def test_r3_3_writer_cancelled_by_shutdown_writes_nothing(
     assert len(asyncio.all_tasks()) == tasks_before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=asyncio.CancelledError,
-    reason=(
-        "writer.py WriterCoordinator._write/_run catch only Exception: a writer that "
-        "raises a cancellation nobody requested (asyncio.CancelledError from an inner "
-        "task of its model client) escapes into the middleware's task group, whose "
-        "cancel scope encloses the host's code: the host is cancelled"
-    ),
-)
 async def test_r3_3_writer_raising_cancellation_does_not_cancel_the_host(tmp_path: Path) -> None:
     writer = FaultyWriter("self-cancel")
     alive = False
@@ -496,16 +486,6 @@ def _deny_reads(monkeypatch: pytest.MonkeyPatch, target: Path) -> None:
     _patch_opener(monkeypatch, target, deny)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=PermissionError,
-    reason=(
-        "render.py render_rebuild_context and middleware.py ContextMiddleware._insert "
-        "call read_text() unguarded: an unreadable checkpoint.md/notes.md/MEMORY.md "
-        "makes every prepare() raise a raw PermissionError, so the agent cannot "
-        "continue at all"
-    ),
-)
 @pytest.mark.parametrize("which", ["notes", "checkpoint", "project", "global"])
 async def test_unreadable_memory_file_degrades_visibly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, which: str

@@ -197,16 +197,6 @@ async def test_r5_6_symlinked_extra_file_out_is_neither_listed_nor_read(
         assert SECRET not in request_text(view)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "render.py render_rebuild_context, middleware.py ContextMiddleware._insert and "
-        "writer.py WriterCoordinator._write call read_text() without root=: a "
-        "checkpoint.md / notes.md / MEMORY.md that is a symlink to a file outside the "
-        "memory root is read and its content injected into the request"
-    ),
-)
 @pytest.mark.parametrize("which", ["checkpoint", "notes", "project"])
 async def test_r5_6_symlinked_memory_file_out_is_never_injected(
     tmp_path: Path, outside: Path, which: str
@@ -229,15 +219,6 @@ async def test_r5_6_symlinked_memory_file_out_is_never_injected(
         assert view.rebuild.outcome == "rebuilt"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "writer.py WriterCoordinator._persist calls write_text_atomic() without root=: "
-        "when the session's memory directory is a symlink to a directory outside the "
-        "memory root, checkpoint.md is written there"
-    ),
-)
 async def test_r5_6_writer_never_writes_outside_the_root(tmp_path: Path, outside: Path) -> None:
     async with ContextMiddleware(InMemoryStore(), tmp_path / "mem", model=LIMITS) as mw:
         session = await mw.open_session(system=SYSTEM)
