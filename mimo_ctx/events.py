@@ -20,12 +20,13 @@ import re
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 __all__ = [
+    "REDACTED",
     "AutoRebuildDisabled",
     "ContextRebuilt",
     "Event",
@@ -42,7 +43,8 @@ __all__ = [
 
 _log = logging.getLogger("mimo_ctx")
 
-REDACTED = "[REDACTED]"
+REDACTED: Final = "[REDACTED]"
+"""What :func:`redact_secrets` puts in place of a secret."""
 
 # API keys and credentials as providers and HTTP clients print them: OpenAI and
 # Anthropic keys (sk-...), Google keys (AIza...), bearer/basic credentials, and
