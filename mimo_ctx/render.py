@@ -17,12 +17,18 @@ checkpoint go last because they are what the model cannot recover elsewhere.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-from mimo_ctx.budget import checkpoint_section_caps, read_budgeted, read_budgeted_section_aware
+from mimo_ctx.budget import (
+    SectionCap,
+    checkpoint_section_caps,
+    read_budgeted,
+    read_budgeted_section_aware,
+)
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.digest import build_tail_digest
 from mimo_ctx.errors import PathEscapeError
@@ -200,13 +206,14 @@ async def render_rebuild_context(
                 return render_section(heading, notice, file_path=path)
             if not text.strip():
                 return ""
-            if section_aware:
-                caps_for = checkpoint_section_caps(caps) if heading == HEADING_CHECKPOINT else None
-                body = read_budgeted_section_aware(
-                    text, cap, path=path, counter=counter, section_caps=caps_for
-                )
-            else:
-                body = read_budgeted(text, cap, path=path, counter=counter)
+            caps_for = (
+                checkpoint_section_caps(caps)
+                if section_aware and heading == HEADING_CHECKPOINT
+                else None
+            )
+            body = _budgeted(
+                text, cap, path, counter, section_aware=section_aware, section_caps=caps_for
+            )
             return render_section(heading, body, file_path=path) if body.strip() else ""
 
         return render
@@ -346,6 +353,61 @@ async def render_rebuild_context(
         sections=figures,
         tokens=count(text),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _BudgetedEntry:
+    text: str
+    counter: TokenCounter | None
+    output: str
+
+
+_BUDGET_CACHE_ENTRIES: Final = 32
+_BUDGET_CACHE_CHARS: Final = 24_000_000
+_budget_cache: OrderedDict[
+    tuple[str, int, bool, tuple[SectionCap, ...] | None, int], _BudgetedEntry
+] = OrderedDict()
+
+
+def _budgeted(
+    text: str,
+    cap: int,
+    path: str,
+    counter: TokenCounter | None,
+    *,
+    section_aware: bool,
+    section_caps: tuple[SectionCap, ...] | None,
+) -> str:
+    """``read_budgeted[_section_aware]`` through a small LRU of earlier results.
+
+    Budgeting a 1 MB memory file parses it line by line; project and global
+    ``MEMORY.md`` rarely change between rebuilds (and are shared by every session
+    of a project), so the result is reused while the text is the same. The entry
+    holds the text it was computed from and is used only on an exact match (same
+    counter object too), so a cache hit returns exactly what a fresh call would.
+    """
+    key = (path, cap, section_aware, section_caps, id(counter))
+    entry = _budget_cache.get(key)
+    if entry is not None and entry.counter is counter and entry.text == text:
+        _budget_cache.move_to_end(key)
+        return entry.output
+    if section_aware:
+        output = read_budgeted_section_aware(
+            text, cap, path=path, counter=counter, section_caps=section_caps
+        )
+    else:
+        output = read_budgeted(text, cap, path=path, counter=counter)
+    _budget_cache[key] = _BudgetedEntry(text, counter, output)
+    _budget_cache.move_to_end(key)
+    # Bounded memory: at most so many entries and so many characters of source text
+    # (an entry keeps its text alive; entries of one rebuild usually share it).
+    held = sum(len(e.text) for e in _budget_cache.values())
+    while len(_budget_cache) > 1 and (
+        len(_budget_cache) > _BUDGET_CACHE_ENTRIES or held > _BUDGET_CACHE_CHARS
+    ):
+        _, dropped = _budget_cache.popitem(last=False)
+        held -= len(dropped.text)
+    return output
 
 
 async def _read_memory_file(path: Path, layout: MemoryLayout, problems: dict[str, str]) -> str:

@@ -1,0 +1,53 @@
+"""The budgeted-rendering cache of :mod:`mimo_ctx.render` (R6.1, R6.2; issue 9).
+
+A cache hit must return exactly what a fresh ``read_budgeted[_section_aware]``
+call returns: the entry is used only for the same text, cap, path and counter.
+"""
+
+from __future__ import annotations
+
+from mimo_ctx import render
+from mimo_ctx.budget import read_budgeted, read_budgeted_section_aware
+from mimo_ctx.tokens import CharEstimator
+
+
+def _doc(word: str, lines: int = 400) -> str:
+    body = "\n".join(f"- {word} line {i} with some more words" for i in range(lines))
+    return f"# Memory\n\n## Rules\n_What rules hold._\n{body}\n\n## Other\n{body}\n"
+
+
+def test_r6_2_cache_hit_equals_fresh_call_and_changed_text_is_recomputed() -> None:
+    first, second = _doc("alpha"), _doc("bravo")
+    for _ in range(2):  # the second pass is served from the cache
+        assert render._budgeted(  # pyright: ignore[reportPrivateUsage]
+            first, 500, "/m/MEMORY.md", None, section_aware=True, section_caps=None
+        ) == read_budgeted_section_aware(first, 500, path="/m/MEMORY.md")
+    # Same path and cap, new content (a rewritten file): never the stale result.
+    got = render._budgeted(  # pyright: ignore[reportPrivateUsage]
+        second, 500, "/m/MEMORY.md", None, section_aware=True, section_caps=None
+    )
+    assert got == read_budgeted_section_aware(second, 500, path="/m/MEMORY.md")
+    assert "bravo" in got
+    assert "alpha" not in got
+
+
+def test_r6_1_cache_keys_on_counter_and_kind() -> None:
+    text = _doc("charlie")
+    counter = CharEstimator()
+    proportional = render._budgeted(  # pyright: ignore[reportPrivateUsage]
+        text, 300, "/m/notes.md", counter, section_aware=False, section_caps=None
+    )
+    assert proportional == read_budgeted(text, 300, path="/m/notes.md", counter=counter)
+    aware = render._budgeted(  # pyright: ignore[reportPrivateUsage]
+        text, 300, "/m/notes.md", counter, section_aware=True, section_caps=None
+    )
+    assert aware == read_budgeted_section_aware(text, 300, path="/m/notes.md", counter=counter)
+    assert aware != proportional
+
+
+def test_cache_stays_bounded() -> None:
+    for i in range(3 * render._BUDGET_CACHE_ENTRIES):  # pyright: ignore[reportPrivateUsage]
+        render._budgeted(  # pyright: ignore[reportPrivateUsage]
+            _doc(f"w{i}", 5), 50, f"/m/{i}.md", None, section_aware=True, section_caps=None
+        )
+    assert len(render._budget_cache) <= render._BUDGET_CACHE_ENTRIES  # pyright: ignore[reportPrivateUsage]
