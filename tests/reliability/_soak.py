@@ -77,6 +77,7 @@ def _fds() -> int:
 
 async def soak(turns: int, directory: Path) -> dict[str, Any]:
     started = time.perf_counter()
+    fds_start = _fds()
     store = await SQLiteStore.open(directory / "soak.db")
     rebuilds: list[ContextRebuilt] = []
 
@@ -194,6 +195,7 @@ async def soak(turns: int, directory: Path) -> dict[str, Any]:
         db_bytes=(directory / "soak.db").stat().st_size,
     )
     await store.aclose()
+    figures.update(fds_start=fds_start, fds_closed=_fds())
     return figures
 
 

@@ -57,10 +57,11 @@ async def test_soak_long_session_stays_correct_and_bounded(tmp_path: Path) -> No
     assert not figures["writer_in_flight"]
     samples = figures["samples"]
     settled = [s for s in samples if s[0] >= TURNS // 5]
-    # File descriptors: the memory index opens its file at the first rebuild; after
-    # that the count never moves.
-    assert len({s[3] for s in settled}) == 1
-    assert figures["fds_after"] <= settled[0][3]
+    # File descriptors: once everything is closed the count is back where it started;
+    # while the session runs it does not creep up (the memory index opens its file
+    # once; a background index refresh may hold one more for a moment).
+    assert figures["fds_closed"] <= figures["fds_start"]
+    assert max(s[3] for s in settled) <= settled[0][3] + 2
     # Live Python blocks (after a collection) do not grow with the stored history:
     # the window holds the live tail only, the stores keep history on disk. The
     # sub-agent's own window grows until its compaction, hence the margin.
