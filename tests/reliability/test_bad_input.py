@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,15 @@ from .conftest import (
 from .test_faults import cross_line, prime_checkpoint
 
 MiB = 1024 * 1024
+
+
+@pytest.fixture(autouse=True)
+def _drop_big_files(tmp_path: Path) -> Iterator[None]:
+    """pytest keeps recent temporary directories: do not keep 100 MiB files in them."""
+    yield
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_size > MiB:
+            path.unlink()
 
 
 def request_is_valid(view_messages: list[Message], system: str) -> None:
