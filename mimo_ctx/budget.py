@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from mimo_ctx.config import PushCaps
@@ -307,10 +307,11 @@ class _Section:
     heading: str
     lines: list[str]
     skeleton: list[bool]
-
-    @property
-    def body(self) -> list[str]:
-        return [line for line, skel in zip(self.lines, self.skeleton, strict=True) if not skel]
+    body: list[str] = field(default_factory=list[str])
+    # The skeleton lines with, for each, how many body lines precede it.
+    skeleton_at: list[tuple[int, str]] = field(default_factory=list[tuple[int, str]])
+    # Whether any line could open a fence: if not, no emitted text needs closing.
+    fence_chars: bool = True
 
 
 def _is_italic(line: str) -> bool:
@@ -318,28 +319,65 @@ def _is_italic(line: str) -> bool:
     return len(stripped) > 1 and stripped[0] == "_" and stripped[-1] == "_"
 
 
-def _parse(lines: list[str]) -> tuple[list[str], list[_Section]]:
-    fenced, _ = scan_fences(lines)
-    preamble: list[str] = []
-    sections: list[_Section] = []
-    seen_italic = False
-    for line, in_fence in zip(lines, fenced, strict=True):
-        if not in_fence and line.startswith(_HEADING_PREFIX):
-            sections.append(_Section(line.rstrip("\r"), [line], [True]))
-            seen_italic = False
-            continue
-        if not sections:
-            preamble.append(line)
-            continue
-        section = sections[-1]
-        skeleton = False
-        if not in_fence:
-            if not seen_italic and _is_italic(line):
-                skeleton = seen_italic = True
-            elif _INDEX_LINE.match(line):
-                skeleton = True
-        section.lines.append(line)
-        section.skeleton.append(skeleton)
+def _has_fence_chars(text: str) -> bool:
+    # A fence (open or close) is a run of three backticks or tildes; a text without
+    # either has no fenced line, whatever its indentation.
+    return "```" in text or "~~~" in text
+
+
+def _make_section(lines: list[str], fenced: list[bool] | None, start: int) -> _Section:
+    """The section whose heading is ``lines[0]`` (``fenced`` indexed from ``start``)."""
+    skeleton = [False] * len(lines)
+    skeleton[0] = True
+    for j in range(1, len(lines)):
+        if (fenced is None or not fenced[start + j]) and _is_italic(lines[j]):
+            skeleton[j] = True
+            break
+    for j, line in enumerate(lines):
+        # ``startswith`` is a cheap exact pre-filter for the anchored pattern.
+        if (
+            j
+            and line.startswith("- See ")
+            and (fenced is None or not fenced[start + j])
+            and _INDEX_LINE.match(line)
+        ):
+            skeleton[j] = True
+    body: list[str] = []
+    skeleton_at: list[tuple[int, str]] = []
+    for line, skel in zip(lines, skeleton, strict=True):
+        if skel:
+            skeleton_at.append((len(body), line))
+        else:
+            body.append(line)
+    return _Section(
+        lines[0].rstrip("\r"),
+        lines,
+        skeleton,
+        body,
+        skeleton_at,
+        fenced is not None and _has_fence_chars("\n".join(lines)),
+    )
+
+
+def _parse(text: str) -> tuple[list[str], list[_Section]]:
+    lines = text.split("\n")
+    fenced: list[bool] | None = None
+    if _has_fence_chars(text):
+        fenced, _ = scan_fences(lines)
+    if fenced is None:
+        heads = [i for i, line in enumerate(lines) if line.startswith(_HEADING_PREFIX)]
+    else:
+        heads = [
+            i for i, line in enumerate(lines) if not fenced[i] and line.startswith(_HEADING_PREFIX)
+        ]
+    if not heads:
+        return lines, []
+    preamble = lines[: heads[0]]
+    ends = [*heads[1:], len(lines)]
+    sections = [
+        _make_section(lines[start:end], fenced, start)
+        for start, end in zip(heads, ends, strict=True)
+    ]
     return preamble, sections
 
 
@@ -358,19 +396,28 @@ def _shrink(lines: list[str], target: int, fits: Callable[[list[str]], bool]) ->
 
 
 def _emit(section: _Section, kept: list[str]) -> str:
-    """A section's text: skeleton lines plus the kept prefix of its body, in order."""
+    """A section's text: skeleton lines plus the kept prefix of its body, in order.
+
+    Body line ``i`` (in document order) is replaced by ``kept[i]``; body lines past
+    the end of ``kept`` are left out; every skeleton line stays in its place.
+    ``kept`` is a prefix of ``section.body`` whose last line may be cut short (what
+    :func:`_shrink` returns), so it holds fence characters only if the section does.
+    """
+    shown = min(len(kept), len(section.body))
     out: list[str] = []
-    index = 0
+    taken = 0
     after_body = -1
-    for line, skel in zip(section.lines, section.skeleton, strict=True):
-        if skel:
-            out.append(line)
-            continue
-        if index < len(kept):
-            out.append(kept[index])
+    for before, line in section.skeleton_at:
+        if before > taken and taken < shown:
+            upto = min(before, shown)
+            out.extend(kept[taken:upto])
+            taken = upto
             after_body = len(out)
-        index += 1
-    if after_body >= 0:
+        out.append(line)
+    if taken < shown:
+        out.extend(kept[taken:shown])
+        after_body = len(out)
+    if after_body >= 0 and section.fence_chars:
         # The body was cut (or the file ends) inside a fence: close it right after
         # the kept body so later skeleton lines and the notice stay outside it.
         _, closer = scan_fences(out[:after_body])
@@ -486,7 +533,7 @@ def read_budgeted_section_aware(
     if not text:
         return ""
     count = _counter_fn(counter)
-    preamble, sections = _parse(text.split("\n"))
+    preamble, sections = _parse(text)
     if not sections:
         return read_budgeted(text, budget, path=path, counter=counter)
 
