@@ -875,8 +875,16 @@ class ContextMiddleware:
         before: int,
     ) -> RebuildReport:
         session_id = session.id
-        main = await self.store.list_messages(session_id, agent=MAIN_AGENT, since=_key(watermark))
-        tail = [m for m in main if m.id > watermark.id and not m.is_boundary]
+        # One listing of every agent's messages from the watermark on gives both the
+        # main-agent tail and the messages micro-compaction looks at (one parse).
+        since_watermark = await self.store.list_messages(
+            session_id, agent=None, since=_key(watermark)
+        )
+        tail = [
+            m
+            for m in since_watermark
+            if m.agent == MAIN_AGENT and m.id > watermark.id and not m.is_boundary
+        ]
         # The index part needs only the Topic line: read the head of the file, inside
         # the memory root; an unreadable file shows as "no checkpoints yet".
         try:
@@ -902,9 +910,8 @@ class ContextMiddleware:
         digested = tail[: len(tail) - len(live_round)]
         kept = {m.id for m in live_round}
 
-        everything = await self.store.list_messages(
-            session_id, agent=None, since=(watermark.time_created + 1, "")
-        )
+        # Every agent's messages created after the watermark's millisecond.
+        everything = [m for m in since_watermark if m.time_created > watermark.time_created]
         compacted = micro_compact(
             everything,
             after_time=watermark.time_created,
