@@ -33,6 +33,7 @@ import io
 import os
 import secrets
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 from typing import Final
@@ -258,10 +259,17 @@ async def read_text(
     target = os.fspath(path)
     if root is not None:
         target = await anyio.to_thread.run_sync(_contained, target, root, "read")
+    started = time.time_ns()
     try:
         async with aiofiles.open(target, "rb", opener=_open_nonblocking) as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
                 return None  # a FIFO or a device: reading could block or never end
+            identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            cache_key = (target, max_chars)
+            cached = _read_cache.get(cache_key)
+            if cached is not None and cached[0] == identity:
+                return cached[1]
             chunk: bytes = await handle.read(_SNIFF_BYTES)
             if b"\x00" in chunk:
                 return None
@@ -280,7 +288,39 @@ async def read_text(
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     result = "".join(pieces)
-    return result if max_chars is None else result[:max_chars]
+    result = result if max_chars is None else result[:max_chars]
+    if max(info.st_mtime_ns, info.st_ctime_ns) < started - _STABLE_NS:
+        _remember(cache_key, identity, result)
+    return result
+
+
+_STABLE_NS: Final = 2_000_000_000
+"""A file is cached only when it last changed this long before it was read.
+
+File timestamps are coarse (a clock tick, up to 2 s on some file systems): a file
+rewritten with the same size within one tick keeps its mtime. Caching only files
+that were already this old when read means any later write gives a newer mtime or
+ctime than the cached one, so a stale text is never returned (the "racy git" rule).
+"""
+_READ_CACHE_ENTRIES: Final = 16
+_READ_CACHE_CHARS: Final = 24_000_000
+_read_cache: dict[tuple[str, int | None], tuple[tuple[int, int, int, int, int], str]] = {}
+
+
+def _remember(
+    key: tuple[str, int | None], identity: tuple[int, int, int, int, int], text: str
+) -> None:
+    """Keep ``text`` for ``key`` (least recently stored dropped first, bounded)."""
+    # Unchanged memory files (project and global MEMORY.md) are read on every
+    # rebuild; megabytes of them cost more than a stat.
+    _read_cache.pop(key, None)
+    _read_cache[key] = (identity, text)
+    held = sum(len(value[1]) for value in _read_cache.values())
+    while len(_read_cache) > 1 and (
+        len(_read_cache) > _READ_CACHE_ENTRIES or held > _READ_CACHE_CHARS
+    ):
+        oldest = next(iter(_read_cache))
+        held -= len(_read_cache.pop(oldest)[1])
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
