@@ -57,6 +57,7 @@ learnt; like the original, the memory keys index never lists them (SPEC A6)."""
 
 _SNIFF_BYTES: Final = 8192
 _CHUNK_BYTES: Final = 65536
+_MAX_CHUNK_BYTES: Final = 4 * 1024 * 1024
 _TEMP_SUFFIX: Final = ".tmp"
 
 
@@ -278,13 +279,18 @@ async def read_text(
             )
             pieces: list[str] = []
             have = 0
+            size = _CHUNK_BYTES
             while True:
                 text = decoder.decode(chunk, final=not chunk)
                 pieces.append(text)
                 have += len(text)
                 if not chunk or (max_chars is not None and have >= max_chars):
                     break
-                chunk = await handle.read(_CHUNK_BYTES)
+                chunk = await handle.read(size)
+                # Growing chunks: a megabyte file takes a few worker-thread reads,
+                # not sixteen; reading past ``max_chars`` stays within what was
+                # already read (each chunk at most doubles it).
+                size = min(2 * size, _MAX_CHUNK_BYTES)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     result = "".join(pieces)
