@@ -986,6 +986,7 @@ class ContextMiddleware:
             boundary=boundary,
             compacted=compacted,
             report=report,
+            adopt=(watermark, since_watermark),
         )
 
     async def _commit(
@@ -997,6 +998,7 @@ class ContextMiddleware:
         boundary: Message,
         compacted: Sequence[Message],
         report: RebuildReport,
+        adopt: tuple[Message, Sequence[Message]] | None = None,
     ) -> RebuildReport:
         main = boundary.agent == MAIN_AGENT
         freed = 0.0
@@ -1057,8 +1059,40 @@ class ContextMiddleware:
                     ),
                 )
             )
+        if adopt is not None and main and MAIN_AGENT in state.windows:
+            self._adopt_window(state, boundary, adopt[0], adopt[1], compacted)
         await self._refresh(session.id, state, boundary.agent)
         return report
+
+    def _adopt_window(
+        self,
+        state: _SessionState,
+        boundary: Message,
+        watermark: Message,
+        listed: Sequence[Message],
+        compacted: Sequence[Message],
+    ) -> None:
+        """Build the main window after a rebuild from what the rebuild already read.
+
+        ``listed`` holds every message from the watermark on (as read before the
+        commit), ``compacted`` the micro-compacted copies. The window keeps the old
+        sequence number, so the refresh that follows replays the commit's own writes
+        and anything written meanwhile: the result equals a reload from the store
+        without listing and parsing the tail again.
+        """
+        old = state.windows[MAIN_AGENT]
+        window = _Window(agent=MAIN_AGENT, seq=old.seq, boundary=boundary, loaded=True)
+        window.start = _key(watermark)
+        replaced = {m.id: m for m in compacted}
+        for message in listed:
+            if message.agent == MAIN_AGENT and window.live(message):
+                current = replaced.get(message.id, message)
+                window.keys.append(_key(current))
+                window.messages.append(current)
+        window.put(boundary)
+        window.last_finished = old.last_finished
+        window.newest_id = max(old.newest_id or boundary.id, boundary.id)
+        state.windows[MAIN_AGENT] = window
 
     async def _fallback_compaction(
         self,

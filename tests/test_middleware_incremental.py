@@ -131,3 +131,39 @@ async def test_r8_incremental_view_matches_full_recompute_memory(seed: int, tmp_
 async def test_r8_incremental_view_matches_full_recompute_sqlite(seed: int, tmp_path: Path) -> None:
     async with SQLiteStore(tmp_path / "s.db") as store:
         await _scenario(1000 + seed, store, tmp_path / "mem")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_r8_window_adopted_after_a_rebuild_equals_a_reload(kind: str, tmp_path: Path) -> None:
+    """After a rebuild the window is built from what the rebuild read, not reloaded:
+    it must hold exactly what a reload from the store gives."""
+    from mimo_ctx.testing import ScriptedModel, tool_round
+
+    store: Store = (
+        InMemoryStore() if kind == "memory" else await SQLiteStore.open(tmp_path / "s.db")
+    )
+    model = ScriptedModel([tool_round("read", 4000, seed=i, file_path="q") for i in range(30)])
+    limits = ModelLimits(100_000, input_limit=100_000)
+    async with ContextMiddleware(store, tmp_path / "mem", model=limits) as mw:
+        session = await mw.open_session(system="sys")
+        await mw.add_user_message(session.id, "Go.")
+        for _ in range(30):
+            await mw.turn(session.id, model.complete)
+            await mw.coordinator.wait(session.id, 1.0)
+            if model.requests[-1].rebuild is not None:
+                break
+        assert model.requests[-1].rebuild is not None
+        adopted = mw._sessions[session.id].windows["main"]  # pyright: ignore[reportPrivateUsage]
+        fresh = await mw._load_window(session.id, "main")  # pyright: ignore[reportPrivateUsage]
+        assert adopted.boundary is not None
+        assert fresh.boundary is not None
+        assert adopted.boundary.id == fresh.boundary.id
+        assert adopted.start == fresh.start
+        assert [m.model_dump() for m in adopted.messages] == [
+            m.model_dump() for m in fresh.messages
+        ]
+        assert adopted.keys == fresh.keys
+        assert adopted.last_finished is not None
+        assert fresh.last_finished is not None
+        assert adopted.last_finished.id == fresh.last_finished.id
+    await store.aclose()
