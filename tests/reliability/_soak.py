@@ -77,7 +77,7 @@ def _fds() -> int:
 
 async def soak(turns: int, directory: Path) -> dict[str, Any]:
     started = time.perf_counter()
-    fds_start = _fds()
+    fds_start, tasks_start = _fds(), len(asyncio.all_tasks())
     store = await SQLiteStore.open(directory / "soak.db")
     rebuilds: list[ContextRebuilt] = []
 
@@ -176,6 +176,7 @@ async def soak(turns: int, directory: Path) -> dict[str, Any]:
             writer_in_flight=mw.coordinator.in_flight(sid),
             samples=samples,
         )
+    tasks_closed = len(asyncio.all_tasks())  # the middleware's task group has ended
     boundaries = [m for m in await store.list_messages(sid, agent=None) if m.is_boundary]
     figures.update(
         seconds=round(time.perf_counter() - started, 1),
@@ -195,7 +196,9 @@ async def soak(turns: int, directory: Path) -> dict[str, Any]:
         db_bytes=(directory / "soak.db").stat().st_size,
     )
     await store.aclose()
-    figures.update(fds_start=fds_start, fds_closed=_fds())
+    figures.update(
+        fds_start=fds_start, fds_closed=_fds(), tasks_start=tasks_start, tasks_closed=tasks_closed
+    )
     return figures
 
 

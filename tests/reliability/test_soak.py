@@ -53,7 +53,9 @@ async def test_soak_long_session_stays_correct_and_bounded(tmp_path: Path) -> No
     assert figures["rebuilds"] >= TURNS // 40
     assert figures["boundaries"] == figures["rebuild_events"]
     assert figures["stored_messages"] >= TURNS + TURNS // 10  # nothing deleted
-    assert figures["tasks_after"] == figures["tasks_before"]
+    # Tasks: none left once the middleware is closed (while it runs, a background
+    # memory-index refresh may be in flight at any given moment).
+    assert figures["tasks_closed"] == figures["tasks_start"]
     assert not figures["writer_in_flight"]
     samples = figures["samples"]
     settled = [s for s in samples if s[0] >= TURNS // 5]
