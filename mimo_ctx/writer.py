@@ -83,6 +83,12 @@ _log = logging.getLogger("mimo_ctx")
 StartResult = Literal["started", "queued", "skipped"]
 WaitResult = Literal["idle", "finished", "failed", "timeout"]
 
+WATERMARK_WINDOW = 1000
+"""Newest main-agent messages the watermark is computed on (see ``_next_watermark``)."""
+
+WATERMARK_MARGIN = 200
+"""A watermark closer than this to the start of that window is recomputed on everything."""
+
 WRITER_MAX_CHARS = 8_000_000
 """The writer reads at most this many characters of ``checkpoint.md`` and ``notes.md``."""
 
@@ -578,11 +584,21 @@ class WriterCoordinator:
             holder = successor  # another worker runs the writer now: wait for it
 
     async def _next_watermark(self, session_id: str) -> str | None:
-        messages = await self._store.list_messages(session_id, agent=MAIN_AGENT)
-        boundary = compute_boundary(messages, self._config)
+        # The watermark lies within the last few dozen messages (a tail of at most
+        # ~20000 tokens, R2.5): compute it on the newest WATERMARK_WINDOW messages and
+        # read the whole history only when the result lands near the suffix's start,
+        # where the full history could decide differently.
+        messages = await self._store.list_messages(
+            session_id, agent=MAIN_AGENT, last=WATERMARK_WINDOW
+        )
+        boundary = _watermark_of(messages, self._config)
+        if len(messages) >= WATERMARK_WINDOW and (
+            boundary is None or _index_of(messages, boundary) < WATERMARK_MARGIN
+        ):
+            messages = await self._store.list_messages(session_id, agent=MAIN_AGENT)
+            boundary = _watermark_of(messages, self._config)
         if boundary is None:
             return None
-        boundary = adjust_boundary_for_api_invariants(messages, boundary)
         current = await self._store.get_watermark(session_id)
         if current is not None and boundary <= current:
             return None
@@ -806,6 +822,20 @@ class WriterCoordinator:
                 f"the writer lease of session {session_id} was lost before the watermark was "
                 "persisted; the checkpoint on disk is newer than the stored watermark"
             )
+
+
+def _watermark_of(messages: Sequence[Message], config: RebuildConfig) -> str | None:
+    boundary = compute_boundary(messages, config)
+    if boundary is None:
+        return None
+    return adjust_boundary_for_api_invariants(messages, boundary)
+
+
+def _index_of(messages: Sequence[Message], message_id: str) -> int:
+    for index, message in enumerate(messages):
+        if message.id == message_id:
+            return index
+    return -1
 
 
 async def _read_previous_checkpoint(path: Path, root: Path) -> str | None:
