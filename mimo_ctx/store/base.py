@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from mimo_ctx import ids
+from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "Store",
     "Task",
     "TaskStatus",
+    "check_rebuild_arguments",
 ]
 
 TaskStatus = Literal[
@@ -282,3 +284,25 @@ class Store(Protocol):
     async def aclose(self) -> None:
         """Release resources (connections, threads). Idempotent."""
         ...
+
+
+def check_rebuild_arguments(
+    session_id: str, boundary: Message, updated: Sequence[Message], session: Session | None
+) -> None:
+    """The checks every store makes before :meth:`Store.commit_rebuild` writes anything.
+
+    Raises:
+        StoreError: The boundary or ``session`` belongs to another session, or the
+            boundary is also listed in ``updated``.
+    """
+    if boundary.session_id != session_id:
+        raise StoreError(
+            f"commit_rebuild: boundary {boundary.id!r} belongs to session "
+            f"{boundary.session_id!r}, not {session_id!r}"
+        )
+    if session is not None and session.id != session_id:
+        raise StoreError(
+            f"commit_rebuild: session {session.id!r} given for rebuild of {session_id!r}"
+        )
+    if any(m.id == boundary.id for m in updated):
+        raise StoreError(f"commit_rebuild: the boundary {boundary.id!r} is also in `updated`")

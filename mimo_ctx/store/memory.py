@@ -30,7 +30,13 @@ import anyio
 
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
-from mimo_ctx.store.base import ACTIVE_ACTOR_STATUSES, Actor, Session, Task
+from mimo_ctx.store.base import (
+    ACTIVE_ACTOR_STATUSES,
+    Actor,
+    Session,
+    Task,
+    check_rebuild_arguments,
+)
 
 __all__ = ["InMemoryStore", "task_order_key"]
 
@@ -395,19 +401,7 @@ class InMemoryStore:
         """
         async with self._lock:
             self._check_open()
-            if boundary.session_id != session_id:
-                raise StoreError(
-                    f"commit_rebuild: boundary {boundary.id!r} belongs to session "
-                    f"{boundary.session_id!r}, not {session_id!r}"
-                )
-            if session is not None and session.id != session_id:
-                raise StoreError(
-                    f"commit_rebuild: session {session.id!r} given for rebuild of {session_id!r}"
-                )
-            if any(m.id == boundary.id for m in updated):
-                raise StoreError(
-                    f"commit_rebuild: the boundary {boundary.id!r} is also in `updated`"
-                )
+            check_rebuild_arguments(session_id, boundary, updated, session)
             self._require_session(session_id)
             if (session_id, usage_key) in self._rebuild_keys:
                 return False

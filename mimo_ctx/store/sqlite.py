@@ -46,7 +46,13 @@ from pydantic import BaseModel, ValidationError
 
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
-from mimo_ctx.store.base import ACTIVE_ACTOR_STATUSES, Actor, Session, Task
+from mimo_ctx.store.base import (
+    ACTIVE_ACTOR_STATUSES,
+    Actor,
+    Session,
+    Task,
+    check_rebuild_arguments,
+)
 from mimo_ctx.store.memory import task_order_key
 from mimo_ctx.tokens import estimate_message_tokens
 
@@ -740,18 +746,8 @@ class SQLiteStore:
                 message is missing or belongs to another session, or ``session`` is
                 another session; nothing is written and the key stays unused.
         """
-        if boundary.session_id != session_id:
-            raise StoreError(
-                f"commit_rebuild: boundary {boundary.id!r} belongs to session "
-                f"{boundary.session_id!r}, not {session_id!r}"
-            )
-        if session is not None and session.id != session_id:
-            raise StoreError(
-                f"commit_rebuild: session {session.id!r} given for rebuild of {session_id!r}"
-            )
         batch = list(updated)
-        if any(m.id == boundary.id for m in batch):
-            raise StoreError(f"commit_rebuild: the boundary {boundary.id!r} is also in `updated`")
+        check_rebuild_arguments(session_id, boundary, batch, session)
         session_payload = None if session is None else session.model_dump_json()
 
         def run(conn: sqlite3.Connection) -> bool:
