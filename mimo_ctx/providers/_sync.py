@@ -89,6 +89,7 @@ from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER, COMPACTION_SUMMARY_HEADER
 __all__ = [
     "HOST_METADATA_KEY",
     "USAGE_ESTIMATED_KEY",
+    "ClientWrapper",
     "HistorySync",
     "ProviderReportedOverflow",
     "RecordingStream",
@@ -724,3 +725,32 @@ class RecordingStream(Generic[_E]):
                 ProviderReportedOverflow(late_overflow),
                 agent=self._binding.agent,
             )
+
+
+class ClientWrapper:
+    """What every wrapped SDK client shares: anything not managed goes to the SDK.
+
+    Subclasses set their managed attributes (``chat``, ``messages``...) after calling
+    this initialiser; ``with_options()`` and ``copy()`` return a wrapper of the same
+    kind for the same session.
+    """
+
+    def __init__(self, client: Any, binding: SessionBinding) -> None:
+        self._client = client
+        self.binding = binding
+
+    @property
+    def unwrapped(self) -> Any:
+        """The wrapped SDK client."""
+        return self._client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def with_options(self, **kwargs: Any) -> Any:
+        """The SDK's ``with_options``, wrapped for the same session."""
+        return type(self)(self._client.with_options(**kwargs), self.binding)
+
+    def copy(self, **kwargs: Any) -> Any:
+        """The SDK's ``copy``, wrapped for the same session."""
+        return type(self)(self._client.copy(**kwargs), self.binding)

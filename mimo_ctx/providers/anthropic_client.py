@@ -59,6 +59,7 @@ from mimo_ctx.middleware import ContextMiddleware, RequestView
 from mimo_ctx.overflow import OVERFLOW_ERROR_CODES
 from mimo_ctx.providers import decode_arguments
 from mimo_ctx.providers._sync import (
+    ClientWrapper,
     ProviderReportedOverflow,
     RecordingStream,
     SessionBinding,
@@ -405,7 +406,7 @@ class _MessageStreamManager:
             await self._stream.close()
 
 
-class AnthropicWrapper:
+class AnthropicWrapper(ClientWrapper):
     """The object :func:`wrap_anthropic` returns: the client's surface, ``messages`` managed.
 
     Attributes:
@@ -414,25 +415,8 @@ class AnthropicWrapper:
     """
 
     def __init__(self, client: Any, binding: SessionBinding) -> None:
-        self._client = client
-        self.binding = binding
+        super().__init__(client, binding)
         self.messages = _Messages(client.messages, binding)
-
-    @property
-    def unwrapped(self) -> Any:
-        """The wrapped SDK client."""
-        return self._client
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-    def with_options(self, **kwargs: Any) -> Any:
-        """The SDK's ``with_options``, wrapped for the same session."""
-        return AnthropicWrapper(self._client.with_options(**kwargs), self.binding)
-
-    def copy(self, **kwargs: Any) -> Any:
-        """The SDK's ``copy``, wrapped for the same session."""
-        return AnthropicWrapper(self._client.copy(**kwargs), self.binding)
 
 
 def wrap_anthropic(

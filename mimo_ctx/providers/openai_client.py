@@ -67,6 +67,7 @@ from mimo_ctx.messages import MAIN_AGENT, Message, Part, TokenUsage
 from mimo_ctx.middleware import ContextMiddleware, RequestView
 from mimo_ctx.overflow import OVERFLOW_ERROR_CODES, is_overflow_stream_event
 from mimo_ctx.providers._sync import (
+    ClientWrapper,
     ProviderReportedOverflow,
     RecordingStream,
     SessionBinding,
@@ -687,7 +688,7 @@ class _Responses:
         return result
 
 
-class OpenAIWrapper:
+class OpenAIWrapper(ClientWrapper):
     """The object :func:`wrap_openai` returns: the client's surface, managed calls rewritten.
 
     Attributes:
@@ -697,26 +698,9 @@ class OpenAIWrapper:
     """
 
     def __init__(self, client: Any, binding: SessionBinding) -> None:
-        self._client = client
-        self.binding = binding
+        super().__init__(client, binding)
         self.chat = _Chat(client.chat, binding)
         self.responses = _Responses(client.responses, binding)
-
-    @property
-    def unwrapped(self) -> Any:
-        """The wrapped SDK client."""
-        return self._client
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-    def with_options(self, **kwargs: Any) -> Any:
-        """The SDK's ``with_options``, wrapped for the same session."""
-        return OpenAIWrapper(self._client.with_options(**kwargs), self.binding)
-
-    def copy(self, **kwargs: Any) -> Any:
-        """The SDK's ``copy``, wrapped for the same session."""
-        return OpenAIWrapper(self._client.copy(**kwargs), self.binding)
 
 
 def wrap_openai(
