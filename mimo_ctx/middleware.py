@@ -367,7 +367,16 @@ class ContextMiddleware:
         tools: Sequence[dict[str, object]] = (),
         title: str = "",
     ) -> Session:
-        """Return the session, creating it (with its frozen prefix) when it is new."""
+        """Return the session, creating it (with its frozen prefix) when it is new.
+
+        Raises:
+            PathEscapeError: ``session_id`` or ``project_id`` cannot name a memory
+                directory (empty, ``..``, a path separator...): refused up front
+                rather than at the first rebuild.
+        """
+        if session_id is not None:
+            self.layout.session_dir(session_id)
+        self.layout.project_dir(project_id)
         if session_id is not None:
             existing = await self.store.get_session(session_id)
             if existing is not None:

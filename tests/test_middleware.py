@@ -802,3 +802,16 @@ async def test_mid_loop_rebuild_keeps_the_open_round_in_provider_form(
         part = stored.parts[0]
         assert isinstance(part, ToolResultPart)
         assert part.time.compacted is None
+
+
+async def test_open_session_refuses_ids_that_cannot_name_a_directory(
+    store: Store, tmp_path: Path
+) -> None:
+    from mimo_ctx.errors import PathEscapeError
+
+    async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS) as mw:
+        with pytest.raises(PathEscapeError):
+            await mw.open_session("../escape")
+        with pytest.raises(PathEscapeError):
+            await mw.open_session(project_id="a/b")
+        assert await store.list_sessions() == []
