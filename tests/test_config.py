@@ -446,3 +446,9 @@ def test_a3_checkpoint_enabled_switch_takes_booleans_only() -> None:
         load_config({"checkpoint": {"checkpoint_enabled": "sometimes"}})
     with pytest.raises(ConfigError, match=r"checkpoint\.push_caps\.memory"):
         load_config({"checkpoint": {"push_caps": {"memory": True}}})
+
+
+def test_r2_3_tail_floor_must_not_exceed_its_ceiling() -> None:
+    with pytest.raises(ConfigError, match="min_tokens"):
+        load_config({"checkpoint": {"tail": {"min_tokens": 30000, "max_tokens": 20000}}})
+    assert load_config({"checkpoint": {"tail": {"min_tokens": 20000}}}).tail.min_tokens == 20000
