@@ -27,7 +27,6 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 
 from mimo_ctx.errors import ConfigError
@@ -146,16 +145,6 @@ class TailConfig(_Frozen):
     min_tokens: int = Field(default=10000, ge=0)
     max_tokens: int = Field(default=20000, ge=0)
     min_text_block_messages: int = Field(default=5, ge=0)
-
-    @model_validator(mode="after")
-    def _floor_below_ceiling(self) -> TailConfig:
-        # R2.5 grows the tail to the floor but stops at the ceiling: a floor above
-        # the ceiling could never be met and reads as a typo.
-        if self.min_tokens > self.max_tokens:
-            raise ValueError(
-                f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})"
-            )
-        return self
 
 
 class WriterConfig(_Frozen):
