@@ -10,6 +10,14 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Machines here are shared and noisy: no per-example deadline (timing is measured by the
+# benchmarks, never asserted by tests). In CI the examples are derived from each test's
+# name, so a run is reproducible; locally they stay random and explore more.
+settings.register_profile("mimo", deadline=None, print_blob=True)
+settings.register_profile("ci", parent=settings.get_profile("mimo"), derandomize=True)
+settings.load_profile("ci" if os.environ.get("CI") else "mimo")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
