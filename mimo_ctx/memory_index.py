@@ -50,16 +50,12 @@ import os
 import re
 import sqlite3
 import stat
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Final, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Final, Literal
 
-import anyio
-import anyio.to_thread
-
+from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx.errors import StoreError
 from mimo_ctx.memory import CHECKPOINT_LEARNING_PREFIX
 
@@ -78,7 +74,6 @@ __all__ = [
     "fts_match_expression",
 ]
 
-_T = TypeVar("_T")
 
 INDEX_SCHEMA_VERSION: Final = 1
 """Schema version of the index database (``PRAGMA user_version``)."""
@@ -368,7 +363,7 @@ def _read_text(real: str) -> str | None:
 # -- the index -----------------------------------------------------------------------------------
 
 
-class MemoryIndex:
+class MemoryIndex(SQLiteWorker):
     """SQLite FTS5 index of a memory root's files (see the module docstring).
 
     One index may serve many sessions; each query names its session and
@@ -389,59 +384,9 @@ class MemoryIndex:
         Args:
             db_path: The index database file (created if missing), or ``":memory:"``.
         """
-        self._path = os.fspath(db_path)
-        self._limiter = anyio.CapacityLimiter(1)
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._closed = False
+        super().__init__(db_path, label="memory index")
 
-    @property
-    def path(self) -> str:
-        """The database path as given."""
-        return self._path
-
-    async def __aenter__(self) -> Self:
-        await self._run(lambda _conn: None)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the database. Idempotent."""
-
-        def close() -> None:
-            with self._lock:
-                self._closed = True
-                if self._conn is not None:
-                    self._conn.close()
-                    self._conn = None
-
-        await anyio.to_thread.run_sync(close, limiter=self._limiter)
-
-    # -- plumbing ---------------------------------------------------------------------------------
-    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        if self._closed:
-            raise StoreError(f"the memory index {self._path} is closed")
-        return await anyio.to_thread.run_sync(self._call, fn, limiter=self._limiter)
-
-    def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        with self._lock:
-            if self._closed:
-                raise StoreError(f"the memory index {self._path} is closed")
-            conn = self._conn
-            if conn is None:
-                conn = self._conn = self._connect()
-            try:
-                return fn(conn)
-            except sqlite3.Error as exc:
-                raise StoreError(f"memory index {self._path}: {exc}") from exc
-
+    # -- plumbing (the worker thread is SQLiteWorker's) --------------------------
     def _connect(self) -> sqlite3.Connection:
         try:
             if self._path != ":memory:" and not self._path.startswith("file:"):

@@ -33,17 +33,14 @@ import contextlib
 import json
 import os
 import sqlite3
-import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from types import TracebackType
-from typing import Any, Final, Literal, Self, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
-import anyio
-import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 
+from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
 from mimo_ctx.store.base import (
@@ -220,7 +217,7 @@ def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
         yield items[i : i + size]
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteWorker):
     """A :class:`~mimo_ctx.store.base.Store` in one SQLite file (the embedded default).
 
     The file is opened on first use; ``await SQLiteStore.open(path)`` or
@@ -252,16 +249,9 @@ class SQLiteStore:
             raise StoreError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
         if synchronous not in ("NORMAL", "FULL"):
             raise StoreError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
-        self._path = os.fspath(path)
+        super().__init__(path, label="SQLite store")
         self._busy_timeout = busy_timeout
         self._synchronous = synchronous
-        # The limiter keeps this store to one worker thread at a time (others
-        # queue in the event loop, not in blocked threads); the lock guards the
-        # connection against any other thread (e.g. a second event loop).
-        self._limiter = anyio.CapacityLimiter(1)
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._closed = False
 
     @classmethod
     async def open(
@@ -281,44 +271,7 @@ class SQLiteStore:
         await store._run(lambda _conn: None)
         return store
 
-    @property
-    def path(self) -> str:
-        """The database path as given."""
-        return self._path
-
-    async def __aenter__(self) -> Self:
-        await self._run(lambda _conn: None)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    # -- plumbing ---------------------------------------------------------------
-    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        if self._closed:
-            raise StoreError(f"the SQLite store {self._path} is closed")
-        return await anyio.to_thread.run_sync(self._call, fn, limiter=self._limiter)
-
-    def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        with self._lock:
-            if self._closed:
-                raise StoreError(f"the SQLite store {self._path} is closed")
-            conn = self._conn
-            if conn is None:
-                conn = self._conn = self._connect()
-            try:
-                return fn(conn)
-            except sqlite3.Error as exc:
-                raise StoreError(f"SQLite store {self._path}: {exc}") from exc
-            except OverflowError as exc:
-                # A value beyond SQLite's 64-bit integers (an absurd timestamp...).
-                raise StoreError(f"SQLite store {self._path}: {exc}") from exc
-
+    # -- plumbing (the worker thread is SQLiteWorker's) --------------------------
     def _connect(self) -> sqlite3.Connection:
         try:
             # isolation_level=None: we issue BEGIN/COMMIT ourselves.
@@ -889,22 +842,6 @@ class SQLiteStore:
             return [str(r[0]) for r in conn.execute(sql, (session_id,))]
 
         return [self._parse(Actor, p) for p in await self._run(run)]
-
-    async def aclose(self) -> None:
-        """Close the connection; later calls raise ``StoreError``. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-
-        def close() -> None:
-            with self._lock:
-                conn, self._conn = self._conn, None
-                if conn is not None:
-                    conn.close()
-
-        # Shielded: a cancelled caller must still release the connection.
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(close, limiter=self._limiter)
 
 
 def _reject_repeated_ids(messages: Sequence[Message], what: str) -> None:
