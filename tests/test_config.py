@@ -448,7 +448,6 @@ def test_a3_checkpoint_enabled_switch_takes_booleans_only() -> None:
         load_config({"checkpoint": {"push_caps": {"memory": True}}})
 
 
-
 def test_r2_3_a_tail_floor_above_its_ceiling_is_valid() -> None:
     """R2.5 stops at the ceiling whatever the floor: such a config is well-defined."""
     config = load_config({"checkpoint": {"tail": {"min_tokens": 30000, "max_tokens": 20000}}})
