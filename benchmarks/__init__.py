@@ -1,5 +1,5 @@
-"""mimo_ctx benchmarks: hot path, rebuild, token counting and replay quality (issue 9).
+"""mimo_ctx benchmarks: hot path, rebuild, token counting and replay quality.
 
-Run them with ``python benchmarks/run_all.py`` (or ``mimo-ctx bench``); see
+Run them with ``python benchmarks/run_all.py`` (or ``python -m benchmarks.run_all``); see
 ``benchmarks/README.md`` and the latest figures in ``benchmarks/RESULTS.md``.
 """

@@ -61,7 +61,7 @@ from mimo_ctx.providers.openai import to_openai_chat
 from mimo_ctx.providers.validate import validate_request
 from mimo_ctx.replay import replayable_messages, user_words_retained
 from mimo_ctx.store.base import Session
-from mimo_ctx.store.memory import InMemoryStore
+from mimo_ctx.store.in_memory import InMemoryStore
 from mimo_ctx.tokens import estimate_message_tokens, estimate_text_tokens, js_json
 from mimo_ctx.triggers import ModelLimits, usable_tokens
 from mimo_ctx.view import COMPACTED_PLACEHOLDER, COMPACTION_SUMMARY_HEADER

@@ -7,6 +7,7 @@ hold the details (``mimo_ctx.store``, ``mimo_ctx.providers``,
 
 from __future__ import annotations
 
+from mimo_ctx._util import package_version
 from mimo_ctx.boundary import BoundaryError, adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.budget import read_budgeted, read_budgeted_section_aware
 from mimo_ctx.checkpoint_writers import LLMCheckpointWriter, OfflineCheckpointWriter
@@ -86,7 +87,8 @@ from mimo_ctx.writer import (
     WriterRequest,
 )
 
-__version__ = "0.1.0"
+__version__: str = package_version()
+"""The installed version (from the package metadata, whose one source is ``pyproject.toml``)."""
 
 __all__ = [
     "MAIN_AGENT",

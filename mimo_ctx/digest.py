@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from mimo_ctx._util import one_line
 from mimo_ctx.messages import (
     Message,
     SubtaskPart,
@@ -93,14 +94,10 @@ def truncate(text: str, limit: int) -> str:
     """
     if limit < 1:
         raise ValueError(f"truncate limit must be at least 1, got {limit!r}")
-    flat = _one_line(text)
+    flat = one_line(text)
     if len(flat) <= limit:
         return flat
     return flat[: limit - 1] + _ELLIPSIS
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _json_value(value: Any) -> str:
@@ -109,7 +106,7 @@ def _json_value(value: Any) -> str:
     except (ValueError, TypeError, RecursionError):
         # Not JSON (NaN, a set, a cycle, nesting deeper than the recursion limit):
         # show something rather than fail. reprlib bounds depth and length, where
-        # plain repr() would hit the recursion limit again (issue 10).
+        # plain repr() would hit the recursion limit again.
         return reprlib.repr(value)
 
 
@@ -130,8 +127,8 @@ def format_tool_call(tool: str, arguments: dict[str, Any], *, arg_chars: int = 8
     """
     # Names are shown as they are, except that whitespace runs become one space:
     # a digest line must stay one line whatever a model put in a key.
-    args = ", ".join(_format_arg(_one_line(str(k)), v, arg_chars) for k, v in arguments.items())
-    return f"{_one_line(tool)}({args})"
+    args = ", ".join(_format_arg(one_line(str(k)), v, arg_chars) for k, v in arguments.items())
+    return f"{one_line(tool)}({args})"
 
 
 @dataclass(frozen=True, slots=True)

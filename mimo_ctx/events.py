@@ -7,7 +7,7 @@ Secrets. The only free text an event carries is an error message (a failed
 writer's exception) and status lines; a provider SDK's exception can quote the
 API key or a request header. Every text field of an event, and every record the
 ``mimo_ctx`` logger emits (traceback included), goes through
-:func:`redact_secrets` first (issue 10).
+:func:`redact_secrets` first.
 """
 
 from __future__ import annotations

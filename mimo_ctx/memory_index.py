@@ -1,4 +1,4 @@
-"""A full-text index of the memory files, on SQLite FTS5 (SPEC R5.6, issue 8).
+"""A full-text index of the memory files, on SQLite FTS5 (SPEC R5.6).
 
 The index is a cache of the memory directory: every ``*.md`` and ``*.txt`` file
 under a session's directory, its project's directory and the global directory

@@ -33,6 +33,7 @@ from typing import Literal, Self
 import anyio
 from anyio.abc import TaskGroup
 
+from mimo_ctx._util import now_ms
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig
@@ -102,10 +103,6 @@ OPEN_ROUND_SHARE = 0.25
 
 MEMORY_RECHECK_SECONDS = 1.0
 """How stale "this session has no memory files or tasks" may be (R8.3 reminder)."""
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _key(message: Message) -> tuple[int, str]:
@@ -384,7 +381,7 @@ class ContextMiddleware:
         session = Session(
             project_id=project_id,
             title=title,
-            time_created=_now_ms(),
+            time_created=now_ms(),
             prefix=RequestPrefix(system=system, tools=[dict(t) for t in tools]),
         )
         if session_id is not None:
@@ -431,7 +428,7 @@ class ContextMiddleware:
             session_id=session_id,
             role="user",
             agent=agent,
-            time_created=_now_ms(),
+            time_created=now_ms(),
             parts=[TextPart(text=text)],
         )
         await self.store.append_messages([message])
@@ -587,7 +584,7 @@ class ContextMiddleware:
             await self.events.emit(
                 StatusChanged(
                     session_id=session_id,
-                    time=_now_ms(),
+                    time=now_ms(),
                     status=f"Context rebuild: {report.outcome}",
                     level="info" if report.boundary_id else "warning",
                 )
@@ -797,7 +794,7 @@ class ContextMiddleware:
             else (window.last_finished.id if window.last_finished else f"start:{MAIN_AGENT}")
         )
         before = (await self._view(session_id, state, window)).tokens
-        await self.events.emit(UsagePending(session_id=session_id, time=_now_ms()))
+        await self.events.emit(UsagePending(session_id=session_id, time=now_ms()))
         if not self.config.checkpoint_enabled:
             return await self._fallback_compaction(
                 session_id,
@@ -818,7 +815,7 @@ class ContextMiddleware:
                 else self.config.writer.ensure_wait_auto
             )
             await self.events.emit(
-                StatusChanged(session_id=session_id, time=_now_ms(), status="Writing checkpoint…")
+                StatusChanged(session_id=session_id, time=now_ms(), status="Writing checkpoint…")
             )
             started = await self.coordinator.request(session_id, reason=f"ensure ({trigger})")
             if started != "skipped" or await self.coordinator.busy(session_id):
@@ -865,7 +862,7 @@ class ContextMiddleware:
         """R3.2: wait for the in-flight writer; on timeout or failure use what is on disk."""
         timeout = self.config.writer.wait_with_watermark
         await self.events.emit(
-            WaitingForWriter(session_id=session_id, time=_now_ms(), timeout=timeout)
+            WaitingForWriter(session_id=session_id, time=now_ms(), timeout=timeout)
         )
         await self.coordinator.wait(session_id, timeout)
 
@@ -902,7 +899,7 @@ class ContextMiddleware:
             )
         except (OSError, PathEscapeError):
             checkpoint_text = None
-        now = _now_ms()
+        now = now_ms()
         actors = await self.store.list_actors(session_id, active_only=True)
         index_text = render_checkpoint_index(
             directory=str(self.layout.session_dir(session_id)), checkpoint_text=checkpoint_text
@@ -1045,7 +1042,7 @@ class ContextMiddleware:
         await self.events.emit(
             ContextRebuilt(
                 session_id=session.id,
-                time=_now_ms(),
+                time=now_ms(),
                 outcome=report.outcome,
                 manual=report.trigger == "manual",
                 boundary_id=boundary.id,
@@ -1059,7 +1056,7 @@ class ContextMiddleware:
             await self.events.emit(
                 AutoRebuildDisabled(
                     session_id=session.id,
-                    time=_now_ms(),
+                    time=now_ms(),
                     freed_fractions=tuple(fractions[-2:]),
                     reason=(
                         "two consecutive rebuilds each freed less than "

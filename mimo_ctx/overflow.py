@@ -244,7 +244,7 @@ def _one(error: object) -> bool | None:
     if answer is not None:
         return answer
     # Each probe is guarded on its own: an error whose status attribute raises may
-    # still carry a recognisable message (issue 10: errors of unknown shape).
+    # still carry a recognisable message (errors of unknown shape).
     status: int | None = None
     with contextlib.suppress(Exception):
         status = _status_of(error)

@@ -56,7 +56,7 @@ __all__ = ["SHRINK_ORDER", "RenderedBody", "SectionFigure", "render_rebuild_cont
 _log = logging.getLogger("mimo_ctx")
 
 MAX_FILE_CHARS: Final = 8_000_000
-"""Memory files are read up to this many characters (bounded memory, issue 10)."""
+"""Memory files are read up to this many characters (bounded memory)."""
 
 SHRINK_ORDER: Final[tuple[str, ...]] = (
     "memory_titles",

@@ -75,7 +75,7 @@ from mimo_ctx.messages import (
     new_message_id,
 )
 from mimo_ctx.middleware import ContextMiddleware
-from mimo_ctx.store.memory import InMemoryStore
+from mimo_ctx.store.in_memory import InMemoryStore
 from mimo_ctx.tokens import TokenCounter, estimate_message_tokens, js_json
 from mimo_ctx.triggers import ModelLimits
 
@@ -524,7 +524,7 @@ async def replay_transcript(
 ) -> ReplayReport:
     """Drive a whole transcript through the middleware, turn by turn.
 
-    Runs on a fresh :class:`~mimo_ctx.store.memory.InMemoryStore` with the
+    Runs on a fresh :class:`~mimo_ctx.store.in_memory.InMemoryStore` with the
     default offline checkpoint writer; nothing touches the network. See the
     module docs for how usage, ids, compactions and writers are handled.
 

@@ -48,6 +48,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from mimo_ctx._util import ago, one_line
 from mimo_ctx.budget import scan_fences
 from mimo_ctx.errors import ConfigError, PathEscapeError
 from mimo_ctx.messages import MAIN_AGENT, Message, TextPart
@@ -172,11 +173,6 @@ def _check_tokens(value: int, name: str) -> None:
         raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
 
 
-def _one_line(text: str) -> str:
-    # str.split() splits on every Unicode line break too, so the result is one line.
-    return " ".join(text.split())
-
-
 def _escape_breaks(text: str) -> str:
     return _LINE_BREAKS.sub(lambda m: ascii(m.group(0))[1:-1], text)
 
@@ -195,17 +191,6 @@ def _fit_lines(lines: Sequence[str], budget: int, count: Callable[[str], int]) -
             break
         kept.append(line)
     return kept
-
-
-def _ago(delta_ms: int) -> str:
-    seconds = max(0, delta_ms) // 1000
-    if seconds < 60:
-        return f"{seconds}s ago"
-    if seconds < 3600:
-        return f"{seconds // 60}m ago"
-    if seconds < 86400:
-        return f"{seconds // 3600}h ago"
-    return f"{seconds // 86400}d ago"
 
 
 def _active_actors(actors: Sequence[Actor], session_id: str) -> list[Actor]:
@@ -346,13 +331,13 @@ def render_tasks_ledger(tasks: Sequence[Task], *, cap_chars: int) -> str:
 
     lines: list[str] = []
     for task in sorted(roots, key=lambda t: _natural_key(t.id)):
-        summary = _one_line(task.summary)
-        line = f"- {_one_line(task.id)} {task.status}"
+        summary = one_line(task.summary)
+        line = f"- {one_line(task.id)} {task.status}"
         lines.append(f"{line} — {summary}" if summary else line)
         descendants = sorted(children.get(task.id, []), key=lambda t: _natural_key(t.id))
         if descendants:
             items = " / ".join(
-                f"{TASK_STATUS_ICONS.get(d.status, '')}{_one_line(d.id)}" for d in descendants
+                f"{TASK_STATUS_ICONS.get(d.status, '')}{one_line(d.id)}" for d in descendants
             )
             lines.append(f"  Subtasks: {items}")
     body = "\n".join(lines) if lines else "(none)"
@@ -397,8 +382,7 @@ def render_active_actors_section(
     """
     _check_tokens(budget, "budget")
     lines = [
-        f'- {_one_line(a.id)} — {a.status}, "{_one_line(a.description)}" '
-        f"(agent={_one_line(a.agent)})"
+        f'- {one_line(a.id)} — {a.status}, "{one_line(a.description)}" (agent={one_line(a.agent)})'
         for a in _active_actors(actors, session_id)
     ]
     kept = _fit_lines(lines, budget, _counter_fn(counter))
@@ -433,8 +417,8 @@ def render_active_actors_part(actors: Sequence[Actor], *, session_id: str, now_m
         f"This session has {len(mine)} background {noun}; reach them through the `actor` tool.",
     ]
     lines.extend(
-        f"- {_one_line(a.id)} — {a.status}, last active {_ago(now_ms - a.time_last_activity)}: "
-        f'"{_one_line(a.description)}" (agent={_one_line(a.agent)})'
+        f"- {one_line(a.id)} — {a.status}, last active {ago(now_ms - a.time_last_activity)}: "
+        f'"{one_line(a.description)}" (agent={one_line(a.agent)})'
         for a in mine
     )
     return "\n".join(lines)
@@ -472,7 +456,7 @@ def _elide(text: str, message_id: str, cap: int, count: Callable[[str], int]) ->
         tail_chars = tail_chars * 9 // 10
     tail = text[len(text) - tail_chars :] if tail_chars else ""
     elided = max(0, count(text) - count(head) - count(tail))
-    line = ELISION_LINE.format(tokens=elided, message_id=_one_line(message_id))
+    line = ELISION_LINE.format(tokens=elided, message_id=one_line(message_id))
     return "\n".join(p for p in (head, line, tail) if p)
 
 
@@ -523,7 +507,7 @@ def render_recent_user_input(
             continue
         if count(text) > per_message_cap:
             text = _elide(text, message.id, per_message_cap, count)
-        entry = neutralise_structure(f"[user message {_one_line(message.id)}]\n{text}")
+        entry = neutralise_structure(f"[user message {one_line(message.id)}]\n{text}")
         if count("\n\n".join([entry, *reversed(chosen)])) > budget:
             break
         chosen.append(entry)
@@ -603,7 +587,7 @@ def render_checkpoint_index(*, directory: str | None, checkpoint_text: str | Non
     for line in checkpoint_text.splitlines():
         match = _TOPIC_LINE.match(line)
         if match:
-            topic = _one_line(match.group(1))
+            topic = one_line(match.group(1))
             if len(topic) > _TOPIC_MAX_CHARS:
                 topic = topic[: _TOPIC_MAX_CHARS - 1] + "…"
             break

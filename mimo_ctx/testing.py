@@ -12,11 +12,11 @@ Nothing here touches the network.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mimo_ctx._util import now_ms
 from mimo_ctx.messages import (
     Message,
     SubtaskPart,
@@ -123,7 +123,7 @@ class ScriptedModel:
             self.overflow_errors += 1
             raise FakeOverflowError(view.tokens, self.overflow_above)
         step = self._next_step()
-        now = time.time_ns() // 1_000_000
+        now = now_ms()
         parts: list[Any] = []
         if step.text:
             parts.append(TextPart(text=step.text))

@@ -112,7 +112,7 @@ def estimate_message_tokens(message: Message) -> int:
     """
     # Read the private slot directly: ``message._token_estimate`` goes through
     # pydantic's ``__getattr__`` (about 3 µs), which dominated a warm prepare()
-    # over a 500-message window (issue 9); the dict lookup is ~25x cheaper.
+    # over a 500-message window; the dict lookup is ~25x cheaper.
     private = message.__pydantic_private__
     cached = private.get("_token_estimate") if private is not None else None
     if cached is None:

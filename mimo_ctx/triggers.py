@@ -50,7 +50,7 @@ class ModelLimits:
         for name in ("context_window", "input_limit", "max_output_tokens"):
             value: object = getattr(self, name)
             # A wrong type ("200k", 1.5, True, NaN) would otherwise fail later with a
-            # raw TypeError deep in the arithmetic, or be silently misread (issue 10).
+            # raw TypeError deep in the arithmetic, or be silently misread.
             if (value is not None or name == "context_window") and (
                 isinstance(value, bool) or not isinstance(value, int)
             ):

@@ -12,7 +12,7 @@ Waiting (R3.2, R3.3) is a bounded wait on an ``anyio.Event``: cancelling a waite
 cancels only the waiter; the writer goes on, holds no lock the waiter needs, and
 a writer that fails is reported like a timeout (the caller uses what is on disk).
 
-**Several workers** (issue 11). With a :class:`WriterLease` the "one writer per
+**Several workers**. With a :class:`WriterLease` the "one writer per
 session" rule holds across processes and machines that share a store:
 
 * A writer starts only once its worker holds the session's lease (a unique
@@ -46,7 +46,6 @@ import os
 import re
 import shutil
 import socket
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +55,7 @@ from typing import Literal, Protocol, runtime_checkable
 import anyio
 from anyio.abc import TaskGroup
 
+from mimo_ctx._util import now_ms
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint_doc import section_budgets
 from mimo_ctx.config import RebuildConfig
@@ -375,10 +375,6 @@ class _Slot:
     pending: _Job | None = None
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class WriterCoordinator:
     """Runs checkpoint writers in the background, one per session.
 
@@ -625,7 +621,7 @@ class WriterCoordinator:
             job.result = "failed"
             await self._events.emit(
                 WriterFailed(
-                    session_id=session_id, time=_now_ms(), writer="coordinator", error=str(exc)
+                    session_id=session_id, time=now_ms(), writer="coordinator", error=str(exc)
                 )
             )
         except anyio.get_cancelled_exc_class():
@@ -639,7 +635,7 @@ class WriterCoordinator:
             await self._events.emit(
                 WriterFailed(
                     session_id=session_id,
-                    time=_now_ms(),
+                    time=now_ms(),
                     writer="coordinator",
                     error="the writer was cancelled by its own code",
                 )
@@ -649,7 +645,7 @@ class WriterCoordinator:
             job.result = "failed"
             await self._events.emit(
                 WriterFailed(
-                    session_id=session_id, time=_now_ms(), writer="coordinator", error=repr(exc)
+                    session_id=session_id, time=now_ms(), writer="coordinator", error=repr(exc)
                 )
             )
         finally:
@@ -746,7 +742,7 @@ class WriterCoordinator:
             watermark=watermark,
             messages=covered,
             # Bounded reads inside the memory root: a huge or symlinked-out file
-            # must neither exhaust memory nor leak outside content (issue 10).
+            # must neither exhaust memory nor leak outside content.
             previous_checkpoint=await _read_previous_checkpoint(checkpoint_path, layout.root),
             notes=await read_text(
                 layout.notes_path(session_id), max_chars=WRITER_MAX_CHARS, root=layout.root
@@ -763,7 +759,7 @@ class WriterCoordinator:
             await self._events.emit(
                 WriterStarted(
                     session_id=session_id,
-                    time=_now_ms(),
+                    time=now_ms(),
                     watermark=watermark,
                     reason=job.reason,
                     writer=writer.name,
@@ -779,14 +775,14 @@ class WriterCoordinator:
                 _log.warning("mimo_ctx %s checkpoint writer failed: %r", writer.name, exc)
                 await self._events.emit(
                     WriterFailed(
-                        session_id=session_id, time=_now_ms(), writer=writer.name, error=repr(exc)
+                        session_id=session_id, time=now_ms(), writer=writer.name, error=repr(exc)
                     )
                 )
                 continue
             await self._events.emit(
                 WriterFinished(
                     session_id=session_id,
-                    time=_now_ms(),
+                    time=now_ms(),
                     watermark=watermark,
                     writer=writer.name,
                     checkpoint_path=str(checkpoint_path),

@@ -1,4 +1,4 @@
-"""A transparent wrapper of an ``anthropic.AsyncAnthropic`` client (issue 5.2).
+"""A transparent wrapper of an ``anthropic.AsyncAnthropic`` client.
 
 :func:`wrap_anthropic` returns an object with the client's call surface::
 

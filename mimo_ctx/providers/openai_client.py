@@ -1,4 +1,4 @@
-"""A transparent wrapper of an ``openai.AsyncOpenAI`` client (issue 5.2).
+"""A transparent wrapper of an ``openai.AsyncOpenAI`` client.
 
 :func:`wrap_openai` returns an object with the client's call surface, so existing
 code keeps running unchanged::

@@ -28,7 +28,7 @@ from mimo_ctx.store.base import (
     Task,
     TaskStatus,
 )
-from mimo_ctx.store.memory import InMemoryStore, task_order_key
+from mimo_ctx.store.in_memory import InMemoryStore, task_order_key
 from mimo_ctx.store.sqlite import SCHEMA_VERSION, SQLiteStore
 
 __all__ = [

@@ -101,7 +101,7 @@ from mimo_ctx.store.base import (
     Task,
     check_rebuild_arguments,
 )
-from mimo_ctx.store.memory import task_order_key
+from mimo_ctx.store.in_memory import task_order_key
 from mimo_ctx.tokens import estimate_message_tokens
 
 __all__ = [

@@ -41,6 +41,7 @@ from typing import Any, Final, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from mimo_ctx._sqlite_worker import SQLiteWorker
+from mimo_ctx._util import now_ms
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
 from mimo_ctx.store.base import (
@@ -50,7 +51,7 @@ from mimo_ctx.store.base import (
     Task,
     check_rebuild_arguments,
 )
-from mimo_ctx.store.memory import task_order_key
+from mimo_ctx.store.in_memory import task_order_key
 from mimo_ctx.tokens import estimate_message_tokens
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -170,7 +171,7 @@ def _message_row(message: Message) -> _MessageRow:
         payload = message.model_dump_json()
     except (ValueError, RecursionError) as exc:
         # Bytes that are not UTF-8 or nesting beyond the serialiser's limit in a tool
-        # input: refuse the write, naming the message, rather than fail raw (issue 10).
+        # input: refuse the write, naming the message, rather than fail raw.
         raise StoreError(
             f"message {message.id!r} cannot be stored as JSON ({exc}); nothing written"
         ) from exc
@@ -375,7 +376,7 @@ class SQLiteStore(SQLiteWorker):
             if any(e["type"] == "json_invalid" for e in exc.errors()):
                 # pydantic-core's JSON parser stops at 200 levels of nesting and its
                 # serialiser only at about 250: a tool input nested in between was
-                # written and must read back (issue 10). The stdlib parser goes deeper.
+                # written and must read back. The stdlib parser goes deeper.
                 with contextlib.suppress(ValueError, RecursionError):
                     return model.model_validate(json.loads(payload))
             raise StoreError(
@@ -716,7 +717,7 @@ class SQLiteStore(SQLiteWorker):
                     conn.execute(
                         "INSERT INTO rebuilds (session_id, usage_key, boundary_id,"
                         " time_committed) VALUES (?, ?, ?, ?)",
-                        (session_id, usage_key, boundary.id, time.time_ns() // 1_000_000),
+                        (session_id, usage_key, boundary.id, now_ms()),
                     )
                 except sqlite3.IntegrityError:
                     raise _AlreadyCommitted from None

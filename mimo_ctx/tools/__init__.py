@@ -1,4 +1,4 @@
-"""Agent-facing tools: ``history``, ``memory``, ``task`` and ``actor`` (issue 8).
+"""Agent-facing tools: ``history``, ``memory``, ``task`` and ``actor``.
 
 The rebuild body and the per-turn reminder point the model at these tools (SPEC
 R5.5, R8.3); :class:`SessionTools` makes every pointer lead somewhere real.

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Final, Self
 import anyio
 import anyio.to_thread
 
+from mimo_ctx._util import ago, now_ms, one_line
 from mimo_ctx.errors import MimoCtxError, PathEscapeError
 from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
@@ -56,7 +56,7 @@ from mimo_ctx.messages import (
     ToolStateError,
 )
 from mimo_ctx.store.base import ACTIVE_ACTOR_STATUSES, Actor, Store, Task
-from mimo_ctx.store.memory import task_order_key
+from mimo_ctx.store.in_memory import task_order_key
 from mimo_ctx.tools.definitions import (
     ACTOR_TOOL,
     ALL_TOOL_SPECS,
@@ -154,23 +154,8 @@ def _iso(ms: int | None) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
-def _ago(delta_ms: int) -> str:
-    seconds = max(0, delta_ms) // 1000
-    if seconds < 60:
-        return f"{seconds}s ago"
-    if seconds < 3600:
-        return f"{seconds // 60}m ago"
-    if seconds < 86400:
-        return f"{seconds // 3600}h ago"
-    return f"{seconds // 86400}d ago"
-
-
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _render_part(part: Part) -> str:
@@ -297,7 +282,7 @@ def _snippet(text: str, needle: str) -> str:
 
 
 def _task_line(task: Task, depth: int) -> str:
-    summary = _one_line(task.summary) or "(no summary)"
+    summary = one_line(task.summary) or "(no summary)"
     return f"{'  ' * depth}- {task.id} {task.status} — {summary}"
 
 
@@ -389,7 +374,7 @@ class SessionTools:
         self._project_id = project_id
         self._owns_index = index is None
         self._index = index if index is not None else MemoryIndex(":memory:")
-        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._clock = clock or now_ms
         self._max_message_chars = max_message_chars
         self._neighbour_chars = neighbour_chars
         handlers: dict[str, Callable[[str, dict[str, Any]], Awaitable[str]]] = {
@@ -764,7 +749,7 @@ class SessionTools:
             update["status"] = status
             changes.append(f"status {task.status} → {status}")
         if summary is not None:
-            new_summary = _one_line(str(summary))
+            new_summary = one_line(str(summary))
             if new_summary != task.summary:
                 update["summary"] = new_summary
                 changes.append(f"summary → {new_summary!r}")
@@ -791,7 +776,7 @@ class SessionTools:
         lines = [
             f"Task {task.id}",
             f"status: {task.status}",
-            f"summary: {_one_line(task.summary) or '(none)'}",
+            f"summary: {one_line(task.summary) or '(none)'}",
         ]
         if task.parent_id:
             lines.append(f"parent: {task.parent_id}")
@@ -837,19 +822,19 @@ class SessionTools:
             [
                 f"Actor {actor.id}: {actor.status}",
                 f"agent: {actor.agent}",
-                f'description: "{_one_line(actor.description)}"',
+                f'description: "{one_line(actor.description)}"',
                 f"background: {'yes' if actor.background else 'no'}",
-                f"created: {_iso(actor.time_created)} ({_ago(now - actor.time_created)})",
+                f"created: {_iso(actor.time_created)} ({ago(now - actor.time_created)})",
                 f"last activity: {_iso(actor.time_last_activity)} "
-                f"({_ago(now - actor.time_last_activity)})",
+                f"({ago(now - actor.time_last_activity)})",
             ]
         )
 
 
 def _actor_line(actor: Actor, now: int) -> str:
     return (
-        f'- {actor.id} — {actor.status}, "{_one_line(actor.description)}" '
-        f"(agent={actor.agent}), last activity {_ago(now - actor.time_last_activity)}"
+        f'- {actor.id} — {actor.status}, "{one_line(actor.description)}" '
+        f"(agent={actor.agent}), last activity {ago(now - actor.time_last_activity)}"
     )
 
 

@@ -1,4 +1,4 @@
-"""Every benchmark of issue 9 runs on a tiny input, so the scripts cannot rot.
+"""Every benchmark runs on a tiny input, so the scripts cannot rot.
 
 No timing is asserted (figures of a ``--quick`` run mean nothing): the tests
 check that each benchmark runs end to end, reports its tables and targets, and
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from mimo_ctx import bench
+from benchmarks import run_all as bench
 from mimo_ctx.errors import ConfigError, MimoCtxError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,14 +107,6 @@ def test_replay_quick_r1_r8(quick: Callable[[str], dict[str, Any]]) -> None:
 def test_unknown_benchmark_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="unknown benchmark 'nope'"):
         bench.run_benchmarks(["nope"], quick=True)
-
-
-def test_missing_benchmarks_folder_is_explained(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("MIMO_CTX_BENCHMARKS", str(tmp_path))
-    with pytest.raises(MimoCtxError, match="source checkout"):
-        bench.benchmarks_dir()
 
 
 def _fake_run(names: list[str]) -> dict[str, Any]:
@@ -210,3 +202,18 @@ def test_run_all_script_rejects_write_results_with_quick() -> None:
     assert done.returncode == 2
     assert "--write-results needs a full run" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_run_all_as_a_module_lists_every_benchmark() -> None:
+    """``python -m benchmarks.run_all --help`` from the repository root names each benchmark."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run_all", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for name in bench.BENCHMARKS:
+        assert name in done.stdout

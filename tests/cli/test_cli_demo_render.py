@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mimo_ctx import _cli_output
+from mimo_ctx.cli import _output as _cli_output
 from mimo_ctx.providers.validate import validate_request
 from mimo_ctx.store.sqlite import SQLiteStore
 from tests.cli.conftest import REPO_ROOT, run_cli

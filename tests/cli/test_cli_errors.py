@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from mimo_ctx import cli
+from mimo_ctx.cli import _demo
 from tests.cli.conftest import REPO_ROOT, Run, run_cli, write_chat_transcript
 
 CORRUPT = {
@@ -125,10 +126,10 @@ def test_demo_store_that_is_a_directory(tmp_path: Path) -> None:
 def test_internal_error_is_one_line_exit_1_and_debug_shows_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    async def broken(*_args: object) -> int:
+    async def broken(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(cli, "_run_demo", broken)
+    monkeypatch.setattr(_demo, "run_demo", broken)
     run = run_cli("demo")
     assert_one_line_error(run, code=1)
     assert "RuntimeError: boom" in run.err

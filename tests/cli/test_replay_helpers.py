@@ -1,4 +1,4 @@
-"""Pure helpers of :mod:`mimo_ctx.replay` and :mod:`mimo_ctx._cli_output`.
+"""Pure helpers of :mod:`mimo_ctx.replay` and :mod:`mimo_ctx.cli._output`.
 
 ``user_words_retained`` (issue 6 item 4's metric), ``stable_ids`` (SPEC A1
 shape, deterministic), ``replayable_messages`` and the plain-text table.
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mimo_ctx import ids
-from mimo_ctx._cli_output import Output, fmt_tokens
+from mimo_ctx.cli._output import Output, fmt_tokens
 from mimo_ctx.importers import load_transcript
 from mimo_ctx.messages import MAIN_AGENT, CompactionPart, Message, TextPart
 from mimo_ctx.replay import (

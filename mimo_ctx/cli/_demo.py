@@ -17,17 +17,24 @@ writer takes milliseconds; in a real agent it runs concurrently).
 
 from __future__ import annotations
 
+import argparse
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 
-from mimo_ctx._cli_common import compacted_by_tool, section_json
-from mimo_ctx._cli_inspect import section_rows
-from mimo_ctx._cli_output import Output, fmt_tokens
+from mimo_ctx._util import now_ms
+from mimo_ctx.cli._common import CliError, Streams, compacted_by_tool, section_json
+from mimo_ctx.cli._inspect import section_rows
+from mimo_ctx.cli._output import Output, dump_json, fmt_tokens
+from mimo_ctx.cli._render import default_memory_root
 from mimo_ctx.events import (
     AutoRebuildDisabled,
     ContextRebuilt,
@@ -52,6 +59,7 @@ __all__ = [
     "DemoEvent",
     "DemoRebuild",
     "DemoResult",
+    "add_parser",
     "demo_script",
     "print_demo",
     "run_demo",
@@ -532,7 +540,7 @@ async def run_demo(
         memory_kept: The caller keeps the memory root (default: like ``kept``).
     """
     started = time.perf_counter()
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     current_turn = [0]
     result_events: list[DemoEvent] = []
 
@@ -785,3 +793,52 @@ def print_demo(result: DemoResult, out: Output) -> None:
     else:
         out.line()
         out.line("The store was temporary; pass --store PATH to keep it and try `mimo-ctx render`.")
+
+
+def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``mimo-ctx demo`` on ``subparsers``."""
+    demo = subparsers.add_parser(
+        "demo",
+        parents=[common],
+        help="run a scripted agent session offline and show a rebuild",
+        description="Run a scripted agent session (no network, no API key) on the embedded "
+        "SQLite store: usage thresholds start the checkpoint writer, the trigger line "
+        "fires and the rebuild boundary is inserted.",
+    )
+    demo.add_argument(
+        "--store",
+        metavar="PATH",
+        help="keep the session in this SQLite file (default: a temporary directory)",
+    )
+    demo.add_argument(
+        "--memory-root",
+        metavar="DIR",
+        help="memory files directory (default with --store: <dir>/<stem>-memory beside it)",
+    )
+    demo.add_argument("--json", action="store_true", help="print one JSON document")
+    demo.set_defaults(run=_run)
+
+
+async def _run(args: argparse.Namespace, streams: Streams) -> int:
+    store_arg = cast("str | None", args.store)
+    memory_arg = cast("str | None", args.memory_root)
+    if store_arg is not None:
+        store_path = Path(store_arg)
+        if await anyio.Path(store_path).is_dir():
+            raise CliError(f"--store {store_path}: a directory; give a file path such as demo.db")
+        memory_root = Path(memory_arg) if memory_arg else default_memory_root(store_path)
+        result = await run_demo(store_path, memory_root, kept=True)
+    else:
+        directory = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "mimo-ctx-demo-"))
+        try:
+            memory_root = Path(memory_arg) if memory_arg else directory / "memory"
+            result = await run_demo(
+                directory / "demo.db", memory_root, memory_kept=memory_arg is not None
+            )
+        finally:
+            await anyio.to_thread.run_sync(partial(shutil.rmtree, directory, ignore_errors=True))
+    if args.json:
+        dump_json(result.to_json(), streams.out)
+    else:
+        print_demo(result, Output(streams.out, plain=args.plain))
+    return 0

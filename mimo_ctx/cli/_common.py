@@ -1,37 +1,104 @@
-"""Pieces the ``mimo-ctx`` subcommands share: errors, provider payloads, body parsing."""
+"""Pieces the ``mimo-ctx`` subcommands share: parsing, errors, provider payloads, body parsing."""
 
 from __future__ import annotations
 
+import argparse
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
-from mimo_ctx.config import RebuildConfig, load_config
+from mimo_ctx.config import RebuildConfig, load_config, parse_token_amount
 from mimo_ctx.errors import MimoCtxError
+from mimo_ctx.importers import ImportedTranscript, load_transcript
 from mimo_ctx.messages import Message, TextPart, ToolPart, ToolResultPart, ToolStateCompleted
 from mimo_ctx.providers.anthropic import to_anthropic
 from mimo_ctx.providers.openai import to_openai_chat
 from mimo_ctx.providers.validate import validate_request
 from mimo_ctx.reminders import closing_line
 from mimo_ctx.render import SectionFigure
+from mimo_ctx.replay import stable_ids
 from mimo_ctx.sections import HEADING_RECENT_ACTIVITY
 
 __all__ = [
     "PROVIDER_FORMATS",
     "CliError",
+    "Parser",
     "ProviderFormat",
     "ProviderRequest",
+    "Runner",
+    "Streams",
     "activity_digest",
+    "add_transcript_arguments",
     "compacted_by_tool",
     "load_cli_config",
+    "load_transcript_file",
     "provider_request",
     "section_json",
+    "window_tokens",
 ]
 
 ProviderFormat = Literal["openai", "anthropic"]
 PROVIDER_FORMATS: tuple[ProviderFormat, ...] = ("openai", "anthropic")
+
+
+@dataclass(frozen=True, slots=True)
+class Streams:
+    """Where a command writes: ``out`` for results, ``err`` for diagnostics."""
+
+    out: TextIO
+    err: TextIO
+
+
+Runner = Callable[[argparse.Namespace, Streams], Awaitable[int]]
+"""What a subcommand's parser sets as ``run=``: the parsed arguments and streams to an exit code."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and exit code 2."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def window_tokens(value: str) -> int:
+    """``--window``: a positive token count such as ``200000``, ``200K`` or ``1M``."""
+    try:
+        tokens = parse_token_amount(value)
+    except (MimoCtxError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected a token count such as 200000, 200K or 1M, got {value!r}"
+        ) from exc
+    if tokens <= 0:
+        raise argparse.ArgumentTypeError(f"the window must be positive, got {value!r}")
+    return tokens
+
+
+def add_transcript_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``FILE`` and ``--config`` arguments of the commands that read a transcript."""
+    parser.add_argument(
+        "file",
+        metavar="FILE",
+        help="a transcript (Claude Code JSONL, OpenAI chat or Responses JSON, SWE-agent .traj)",
+    )
+    parser.add_argument(
+        "--config", metavar="FILE", help="settings file (.toml or .json, `checkpoint` table)"
+    )
+
+
+def load_transcript_file(path_arg: str) -> ImportedTranscript:
+    """Import a transcript file with stable ids (blocking: call it in a worker thread).
+
+    Raises:
+        CliError: The path does not exist or is a directory.
+    """
+    path = Path(path_arg)
+    if not path.exists():
+        raise CliError(f"{path}: no such file")
+    if path.is_dir():
+        raise CliError(f"{path}: a directory, not a transcript file")
+    return stable_ids(load_transcript(path))
 
 
 class CliError(MimoCtxError):

@@ -1,7 +1,7 @@
 """``mimo-ctx inspect``: what a rebuild would make of a real transcript.
 
 The transcript is imported (with stable ids, :func:`~mimo_ctx.replay.stable_ids`),
-put into an :class:`~mimo_ctx.store.memory.InMemoryStore`, and rebuilt once
+put into an :class:`~mimo_ctx.store.in_memory.InMemoryStore`, and rebuilt once
 through the middleware's own path (:meth:`ContextMiddleware.rebuild`): no
 watermark exists yet, so the rebuild starts the offline checkpoint writer, which
 computes the watermark (``compute_boundary`` then
@@ -14,6 +14,7 @@ converted to the provider's payload and checked with
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -23,28 +24,35 @@ from typing import Any, cast
 import anyio
 import anyio.to_thread
 
-from mimo_ctx._cli_common import (
+from mimo_ctx.cli._common import (
+    PROVIDER_FORMATS,
     CliError,
     ProviderFormat,
     ProviderRequest,
+    Streams,
     activity_digest,
+    add_transcript_arguments,
     compacted_by_tool,
+    load_cli_config,
+    load_transcript_file,
     provider_request,
     section_json,
+    window_tokens,
 )
-from mimo_ctx._cli_output import Output, fmt_tokens
+from mimo_ctx.cli._output import Output, dump_json, fmt_tokens
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.importers import ImportedTranscript
 from mimo_ctx.messages import MAIN_AGENT, Message, TextPart
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.render import SectionFigure
 from mimo_ctx.replay import ReplayCompaction, replayable_messages
-from mimo_ctx.store.memory import InMemoryStore
+from mimo_ctx.store.in_memory import InMemoryStore
 from mimo_ctx.tokens import estimate_message_tokens
 from mimo_ctx.view import apply_send_rules
 
 __all__ = [
     "InspectResult",
+    "add_parser",
     "inspect_transcript",
     "print_inspect",
     "resolve_at",
@@ -52,6 +60,7 @@ __all__ = [
 ]
 
 _DIGEST_LINES_SHOWN = 40
+_DEFAULT_WINDOW = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,3 +375,61 @@ def print_inspect(result: InspectResult, transcript: ImportedTranscript, out: Ou
         out.line("no tool results cleared")
     if result.memory_root:
         out.fields([("Memory root", result.memory_root)])
+
+
+def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``mimo-ctx inspect`` on ``subparsers``."""
+    inspect = subparsers.add_parser(
+        "inspect",
+        parents=[common],
+        help="show what a rebuild makes of a transcript",
+        description="Import a transcript, compute the watermark, write a checkpoint with the "
+        "offline writer and rebuild once; show the watermark, the sections with tokens vs "
+        "caps, the activity digest, the request before/after and the exact payload.",
+    )
+    add_transcript_arguments(inspect)
+    inspect.add_argument(
+        "--window",
+        type=window_tokens,
+        default=_DEFAULT_WINDOW,
+        metavar="N",
+        help="model context window in tokens (200000, 200K, 1M; default 200K)",
+    )
+    inspect.add_argument(
+        "--at",
+        metavar="MESSAGE_ID",
+        help="consider only messages up to this one: #N (0-based position), a message id "
+        "printed by inspect/replay, or the transcript's own id (Claude Code uuid)",
+    )
+    inspect.add_argument(
+        "--format",
+        choices=PROVIDER_FORMATS,
+        default="openai",
+        help="provider payload to produce (default openai)",
+    )
+    inspect.add_argument(
+        "--memory-root", metavar="DIR", help="keep the checkpoint files in this directory"
+    )
+    inspect.add_argument("--json", action="store_true", help="print one JSON document")
+    inspect.set_defaults(run=_run)
+
+
+async def _run(args: argparse.Namespace, streams: Streams) -> int:
+    config = load_cli_config(cast("str | None", args.config))
+    transcript = await anyio.to_thread.run_sync(load_transcript_file, args.file)
+    at_arg = cast("str | None", args.at)
+    at = resolve_at(transcript, at_arg) if at_arg is not None else None
+    memory_arg = cast("str | None", args.memory_root)
+    result = await inspect_transcript(
+        transcript,
+        window=cast(int, args.window),
+        at=at,
+        fmt=cast(ProviderFormat, args.format),
+        config=config,
+        memory_root=Path(memory_arg) if memory_arg else None,
+    )
+    if args.json:
+        dump_json(result.to_json(), streams.out)
+    else:
+        print_inspect(result, transcript, Output(streams.out, plain=args.plain))
+    return 0

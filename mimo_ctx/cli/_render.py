@@ -15,15 +15,23 @@ it stands.
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 
-from mimo_ctx._cli_common import CliError, ProviderRequest, provider_request
-from mimo_ctx._cli_output import Output, fmt_tokens
+from mimo_ctx.cli._common import (
+    PROVIDER_FORMATS,
+    CliError,
+    ProviderRequest,
+    Streams,
+    load_cli_config,
+    provider_request,
+)
+from mimo_ctx.cli._output import Output, dump_json, fmt_tokens
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.digest import format_tool_call
 from mimo_ctx.messages import (
@@ -44,6 +52,7 @@ from mimo_ctx.triggers import ModelLimits
 __all__ = [
     "RenderFormat",
     "RenderResult",
+    "add_parser",
     "default_memory_root",
     "message_text",
     "print_render",
@@ -208,3 +217,50 @@ def print_render(result: RenderResult, out: Output, *, full: bool = False) -> No
             + f" {message.id} ~{fmt_tokens(estimate_message_tokens(message))} tokens"
         )
         out.line(message_text(message, full=full))
+
+
+def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``mimo-ctx render`` on ``subparsers``."""
+    render = subparsers.add_parser(
+        "render",
+        parents=[common],
+        help="print what the next request of a stored session would carry",
+        description="Print the next request of a session stored in an SQLite store, without "
+        "changing the store (no writer starts, nothing is rebuilt).",
+    )
+    render.add_argument("--store", metavar="PATH", required=True, help="the SQLite store file")
+    render.add_argument(
+        "--session", metavar="ID", help="the session (default: the newest session in the store)"
+    )
+    render.add_argument(
+        "--format",
+        choices=("text", *PROVIDER_FORMATS),
+        default="text",
+        help="text (default), or the openai / anthropic payload",
+    )
+    render.add_argument(
+        "--memory-root",
+        metavar="DIR",
+        help="the session's memory root (default: <dir>/<stem>-memory beside the store)",
+    )
+    render.add_argument("--full", action="store_true", help="do not shorten long parts (text)")
+    render.add_argument("--config", metavar="FILE", help="settings file (.toml or .json)")
+    render.add_argument("--json", action="store_true", help="print one JSON document")
+    render.set_defaults(run=_run)
+
+
+async def _run(args: argparse.Namespace, streams: Streams) -> int:
+    config = load_cli_config(cast("str | None", args.config))
+    memory_arg = cast("str | None", args.memory_root)
+    result = await render_session(
+        Path(cast(str, args.store)),
+        cast("str | None", args.session),
+        memory_root=Path(memory_arg) if memory_arg else None,
+        fmt=cast(RenderFormat, args.format),
+        config=config,
+    )
+    if args.json:
+        dump_json(result.to_json(), streams.out)
+    else:
+        print_render(result, Output(streams.out, plain=args.plain), full=args.full)
+    return 0

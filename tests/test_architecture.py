@@ -1,0 +1,43 @@
+"""The shape of the package: where things live and who may import whom."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import mimo_ctx
+
+PACKAGE = Path(mimo_ctx.__file__).resolve().parent
+
+
+def _sources() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_command_line_is_one_package() -> None:
+    """No ``_cli_*.py`` beside the core: the command's modules live in ``mimo_ctx/cli/``."""
+    assert not sorted(p.name for p in PACKAGE.glob("_cli_*.py"))
+    assert not (PACKAGE / "cli.py").exists()
+    assert (PACKAGE / "cli" / "__init__.py").is_file()
+
+
+def test_the_benchmark_runner_is_not_in_the_package() -> None:
+    assert not (PACKAGE / "bench.py").exists()
+    offenders = [
+        p.relative_to(PACKAGE).as_posix()
+        for p in _sources()
+        if re.search(r"^\s*(from|import) benchmarks\b", p.read_text(encoding="utf-8"), re.M)
+    ]
+    assert offenders == []
+
+
+def test_runtime_text_cites_no_issue_numbers() -> None:
+    """Docstrings and messages explain themselves instead of pointing at a tracker."""
+    pattern = re.compile(r"\bissues? [0-9]+", re.IGNORECASE)
+    hits = [
+        f"{p.relative_to(PACKAGE).as_posix()}:{n}"
+        for p in _sources()
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert hits == []
