@@ -16,10 +16,9 @@ from __future__ import annotations
 import re
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from typing import Final, Literal
-
-from mimo_ctx._util import now_ms
 
 __all__ = ["IdPrefix", "ascending", "timestamp_of"]
 
@@ -72,7 +71,7 @@ def ascending(
     """
     with _lock:
         if timestamp_ms is None:
-            now = now_ms()
+            now = time.time_ns() // 1_000_000
             # Strictly greater than every id made before in this process, even if
             # the clock stalls, steps backwards or 4096 ids land in one millisecond.
             value = max(now * _COUNTER_BITS, _last_value[0] + 1)
