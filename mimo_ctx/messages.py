@@ -343,3 +343,11 @@ class Message(_Model):
             if isinstance(p, CheckpointPart):
                 return p
         return None
+
+    @property
+    def covered_up_to(self) -> str | None:
+        """The watermark a boundary covers (its checkpoint or compaction part), else ``None``."""
+        for p in self.parts:
+            if isinstance(p, CheckpointPart | CompactionPart):
+                return p.covered_up_to
+        return None

@@ -16,16 +16,21 @@
 
 ``/rebuild`` is :meth:`~ContextMiddleware.rebuild`. The middleware is an async
 context manager owning the task group its checkpoint writers run in.
+
+The class is a facade over private steps: the live window and the request view
+(:mod:`mimo_ctx._window`), the rebuild pipeline (:class:`~mimo_ctx.rebuild.Rebuilder`)
+and the checkpoint writers (:class:`~mimo_ctx.writer.WriterCoordinator`). It keeps
+the lifecycle, the sessions, the message writes and the per-session lock every
+step runs under.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-import time
-from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, Self
@@ -34,106 +39,36 @@ import anyio
 from anyio.abc import TaskGroup
 
 from mimo_ctx._util import now_ms
-from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
+from mimo_ctx._window import LiveWindow, SessionState, Windows
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig
-from mimo_ctx.digest import collapse_checkpoint_tail
-from mimo_ctx.errors import ContextOverflowError, MimoCtxError, PathEscapeError, StoreError
-from mimo_ctx.events import (
-    AutoRebuildDisabled,
-    ContextRebuilt,
-    EventBus,
-    EventHandler,
-    StatusChanged,
-    UsagePending,
-    WaitingForWriter,
-    WriterFinished,
-)
-from mimo_ctx.memory import MemoryLayout, read_text
+from mimo_ctx.errors import ContextOverflowError, MimoCtxError, StoreError
+from mimo_ctx.events import EventBus, EventHandler, StatusChanged, WriterFinished
+from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.memory_index import MemoryIndex
-from mimo_ctx.messages import (
-    MAIN_AGENT,
-    CompactionPart,
-    Message,
-    TextPart,
-    ToolPart,
-    ToolResultPart,
-    ToolStateCompleted,
-    new_message_id,
-)
+from mimo_ctx.messages import MAIN_AGENT, Message, TextPart
 from mimo_ctx.overflow import is_context_overflow
-from mimo_ctx.rebuild import (
-    RebuildOutcome,
-    build_boundary_message,
-    build_compaction_message,
-    micro_compact,
-)
-from mimo_ctx.reminders import TOOL_CALL_FINISH_REASONS, append_per_turn_reminder
-from mimo_ctx.render import RenderedBody, render_rebuild_context
-from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
+from mimo_ctx.rebuild import Rebuilder, RebuildReport, Trigger
 from mimo_ctx.store.base import RequestPrefix, Session, Store
-from mimo_ctx.tokens import TokenCounter, estimate_message_tokens, estimate_text_tokens, js_json
+from mimo_ctx.tokens import TokenCounter
 from mimo_ctx.tools import SessionTools
 from mimo_ctx.triggers import (
     ModelLimits,
-    due_thresholds,
     usable_tokens,
     usage_tokens,
     writer_thresholds,
 )
-from mimo_ctx.view import apply_send_rules
 from mimo_ctx.writer import (
-    CheckpointDraft,
     CheckpointWriter,
+    StartResult,
+    WaitResult,
     WriterCoordinator,
     WriterLease,
-    WriterRequest,
 )
 
 __all__ = ["ContextMiddleware", "RebuildReport", "RequestView", "Trigger"]
 
 _log = logging.getLogger("mimo_ctx")
-
-Trigger = Literal["usage", "overflow", "manual"]
-
-_SEQ_PROBE = 2**62
-
-OPEN_ROUND_SHARE = 0.25
-"""A mid-loop rebuild keeps the open tool round live only up to this share of ``usable``."""
-
-MEMORY_RECHECK_SECONDS = 1.0
-"""How stale "this session has no memory files or tasks" may be (R8.3 reminder)."""
-
-
-def _key(message: Message) -> tuple[int, str]:
-    return (message.time_created, message.id)
-
-
-@dataclass(frozen=True, slots=True)
-class RebuildReport:
-    """What a rebuild did.
-
-    Attributes:
-        outcome: How it ended (see :data:`~mimo_ctx.rebuild.RebuildOutcome`).
-        trigger: ``usage`` (trigger line), ``overflow`` (provider error) or ``manual``.
-        boundary_id: The inserted boundary (or compaction) message, if any.
-        watermark: The watermark the checkpoint covers.
-        tokens_before: Estimated request tokens before the rebuild.
-        tokens_after: Estimated request tokens after it.
-        compacted_results: Tool results micro-compaction cleared.
-        sections: Per-section figures of the rendered body.
-        fallback: ``compaction`` when a plain compaction was inserted instead.
-    """
-
-    outcome: RebuildOutcome
-    trigger: Trigger
-    boundary_id: str | None = None
-    watermark: str | None = None
-    tokens_before: int | None = None
-    tokens_after: int | None = None
-    compacted_results: int = 0
-    sections: RenderedBody | None = None
-    fallback: Literal["compaction"] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,74 +94,6 @@ class RequestView:
     tokens: int
     boundary_id: str | None
     rebuild: RebuildReport | None = None
-
-
-@dataclass(slots=True)
-class _Window:
-    """The live part of one agent's history, kept current from the change feed."""
-
-    agent: str
-    seq: int = 0
-    boundary: Message | None = None
-    start: tuple[int, str] | None = None
-    messages: list[Message] = field(default_factory=list[Message])
-    keys: list[tuple[int, str]] = field(default_factory=list[tuple[int, str]])
-    sendable: dict[str, tuple[Message, Message]] = field(
-        default_factory=dict[str, tuple[Message, Message]]
-    )
-    last_finished: Message | None = None
-    newest_id: str | None = None
-    loaded: bool = False
-    # The last view, extended in O(new messages) while messages are only appended
-    # at the end (the common turn); anything else rebuilds it from the window.
-    view: _ViewCache | None = None
-    appended: int = 0
-    reshaped: bool = True
-    # The last message that carried the per-turn reminder and its copy, so the
-    # copy (and its token estimate) is made once, not every turn (R8.3).
-    reminder: tuple[Message, Message] | None = None
-
-    def live(self, message: Message) -> bool:
-        return self.start is None or _key(message) > self.start
-
-    def put(self, message: Message) -> None:
-        key = _key(message)
-        index = bisect_left(self.keys, key)
-        if index < len(self.keys) and self.keys[index] == key:
-            self.messages[index] = message
-            self.reshaped = True
-        else:
-            self.keys.insert(index, key)
-            self.messages.insert(index, message)
-            if index == len(self.keys) - 1:
-                self.appended += 1
-            else:
-                self.reshaped = True
-        self.sendable.pop(message.id, None)
-
-
-@dataclass(frozen=True, slots=True)
-class _ViewCache:
-    boundary: Message | None
-    messages: list[Message]
-    tokens: int
-
-
-@dataclass(slots=True)
-class _SessionState:
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
-    windows: dict[str, _Window] = field(default_factory=dict[str, _Window])
-    prefix: RequestPrefix | None = None
-    prefix_tokens: int | None = None
-    # Per-turn reminder sources (R8.3): once a session has memory files or tasks
-    # it keeps them (nothing deletes them), so True is sticky; False is re-checked
-    # at most once a second so the hot path does not touch the disk every turn.
-    has_memory: bool = False
-    memory_checked: float = -1.0
-    # Writer thresholds this process saw marked (a stale copy only costs one
-    # extra check against the store).
-    crossed: frozenset[int] = frozenset()
-    overflow_recovered: set[str] = field(default_factory=set[str])
 
 
 class ContextMiddleware:
@@ -268,40 +135,100 @@ class ContextMiddleware:
         memory_index: MemoryIndex | None = None,
         writer_lease: WriterLease | None = None,
     ) -> None:
-        self.store = store
-        self.config = config or RebuildConfig()
-        self.limits = model if isinstance(model, ModelLimits) else ModelLimits(context_window=model)
-        self.layout = MemoryLayout(Path(memory_root))
+        self._store = store
+        self._config = config = config or RebuildConfig()
+        self._limits = (
+            model if isinstance(model, ModelLimits) else ModelLimits(context_window=model)
+        )
+        self._layout = layout = MemoryLayout(Path(memory_root))
         self._own_index = memory_index is None
-        self.memory_index = memory_index or MemoryIndex(
+        self._memory_index = memory_index or MemoryIndex(
             Path(memory_root) / ".index" / "memory.sqlite3"
         )
-        self.events = EventBus()
-        self.events.handlers.append(self._index_after_writer)
+        self._events = events = EventBus()
+        events.handlers.append(self._index_after_writer)
         if on_event is not None:
-            self.events.handlers.append(on_event)
-        self.counter = counter
-        offline = OfflineCheckpointWriter()
-        self.writer: CheckpointWriter = writer or offline
-        fallback: CheckpointWriter | None = None
-        if fallback_writer is None:
-            if writer is not None and writer.name != offline.name:
-                fallback = offline
-        elif fallback_writer is not False:
-            fallback = fallback_writer
-        self.coordinator = WriterCoordinator(
+            events.handlers.append(on_event)
+        self._counter = counter
+        self._writer: CheckpointWriter = writer or OfflineCheckpointWriter()
+        self._usable = usable_tokens(self._limits, config)
+        self._thresholds = writer_thresholds(self._usable, config)
+        self._coordinator = WriterCoordinator(
             store,
-            self.layout,
-            self.config,
-            self.writer,
-            self.events,
-            fallback=fallback,
+            layout,
+            config,
+            self._writer,
+            events,
+            fallback=_fallback_writer(writer, fallback_writer),
             lease=writer_lease,
+            thresholds=self._thresholds,
         )
-        self.usable = usable_tokens(self.limits, self.config)
-        self.thresholds = writer_thresholds(self.usable, self.config)
-        self._sessions: dict[str, _SessionState] = {}
+        self._windows = Windows(store, layout, self._session)
+        self._rebuilder = Rebuilder(
+            windows=self._windows,
+            store=store,
+            layout=layout,
+            config=config,
+            events=events,
+            coordinator=self._coordinator,
+            memory_index=self._memory_index,
+            counter=counter,
+            usable=self._usable,
+            session=self._session,
+        )
+        self._sessions: dict[str, SessionState] = {}
         self._task_group: TaskGroup | None = None
+
+    # -- what it was built with (read-only) ---------------------------------------------
+    @property
+    def store(self) -> Store:
+        """Where sessions live."""
+        return self._store
+
+    @property
+    def config(self) -> RebuildConfig:
+        """The tuning this middleware runs with."""
+        return self._config
+
+    @property
+    def limits(self) -> ModelLimits:
+        """The model's limits."""
+        return self._limits
+
+    @property
+    def layout(self) -> MemoryLayout:
+        """Where the memory files (checkpoints, ``MEMORY.md``, notes) live (SPEC A13)."""
+        return self._layout
+
+    @property
+    def memory_index(self) -> MemoryIndex:
+        """The full-text index of the memory files, shared with the ``memory`` tool."""
+        return self._memory_index
+
+    @property
+    def events(self) -> EventBus:
+        """Every event of this middleware, as callbacks or a stream (``subscribe()``)."""
+        return self._events
+
+    @property
+    def counter(self) -> TokenCounter | None:
+        """The token counter of the body's section caps (``None``: the estimator)."""
+        return self._counter
+
+    @property
+    def writer(self) -> CheckpointWriter:
+        """The primary checkpoint writer."""
+        return self._writer
+
+    @property
+    def usable(self) -> int:
+        """The trigger line in tokens (SPEC R1.2)."""
+        return self._usable
+
+    @property
+    def thresholds(self) -> list[int]:
+        """The usage thresholds that start the checkpoint writer (SPEC A3), ascending."""
+        return list(self._thresholds)
 
     def _index_after_writer(self, event: object) -> None:
         # The writer just rewrote checkpoint.md (maybe spill-over files and
@@ -309,17 +236,9 @@ class ContextMiddleware:
         # reconcile (R5.6) usually finds the index current instead of indexing
         # megabytes on the request path. The writer's completion is not delayed.
         if isinstance(event, WriterFinished) and self._task_group is not None:
-            self._task_group.start_soon(self._reconcile_quietly, event.session_id)
-
-    async def _reconcile_quietly(self, session_id: str) -> None:
-        try:
-            session = await self.store.get_session(session_id)
-            if session is not None:
-                await self.memory_index.reconcile(
-                    self.layout, session_id=session_id, project_id=session.project_id
-                )
-        except Exception:  # the rebuild's own reconcile will try again
-            _log.warning("mimo_ctx: indexing memory after the writer failed", exc_info=True)
+            self._task_group.start_soon(
+                _reconcile_quietly, self._store, self._memory_index, self._layout, event.session_id
+            )
 
     # -- lifecycle --------------------------------------------------------------
     async def __aenter__(self) -> Self:
@@ -328,7 +247,7 @@ class ContextMiddleware:
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
-        self.coordinator.attach(task_group)
+        self._coordinator.attach(task_group)
         return self
 
     async def __aexit__(
@@ -338,7 +257,7 @@ class ContextMiddleware:
         tb: TracebackType | None,
     ) -> bool | None:
         task_group, self._task_group = self._task_group, None
-        self.coordinator.attach(None)
+        self._coordinator.attach(None)
         if task_group is None:
             return None
         # Writers still running are cancelled: a checkpoint is only persisted
@@ -349,9 +268,9 @@ class ContextMiddleware:
         try:
             await task_group.__aexit__(None, None, None)
         finally:
-            self.events.close()
+            self._events.close()
             if self._own_index:
-                await self.memory_index.aclose()
+                await self._memory_index.aclose()
         return None
 
     # -- sessions -----------------------------------------------------------------
@@ -372,10 +291,10 @@ class ContextMiddleware:
                 rather than at the first rebuild.
         """
         if session_id is not None:
-            self.layout.session_dir(session_id)
-        self.layout.project_dir(project_id)
+            self._layout.session_dir(session_id)
+        self._layout.project_dir(project_id)
         if session_id is not None:
-            existing = await self.store.get_session(session_id)
+            existing = await self._store.get_session(session_id)
             if existing is not None:
                 return existing
         session = Session(
@@ -387,25 +306,25 @@ class ContextMiddleware:
         if session_id is not None:
             session = session.model_copy(update={"id": session_id})
         try:
-            await self.store.create_session(session)
+            await self._store.create_session(session)
         except StoreError:
             # Another task or worker created it first: use theirs.
-            existing = await self.store.get_session(session.id)
+            existing = await self._store.get_session(session.id)
             if existing is None:
                 raise
             return existing
         return session
 
     async def _session(self, session_id: str) -> Session:
-        session = await self.store.get_session(session_id)
+        session = await self._store.get_session(session_id)
         if session is None:
             raise MimoCtxError(f"unknown session {session_id!r}: call open_session() first")
         return session
 
-    def _state(self, session_id: str) -> _SessionState:
+    def _state(self, session_id: str) -> SessionState:
         state = self._sessions.get(session_id)
         if state is None:
-            state = self._sessions[session_id] = _SessionState()
+            state = self._sessions[session_id] = SessionState()
         return state
 
     def tools(self, session_id: str, project_id: str | None = None) -> SessionTools:
@@ -416,7 +335,7 @@ class ContextMiddleware:
         per-turn reminder) leads to a working tool.
         """
         return SessionTools(
-            self.store, self.layout, session_id, project_id, index=self.memory_index
+            self._store, self._layout, session_id, project_id, index=self._memory_index
         )
 
     # -- writing messages -------------------------------------------------------------
@@ -431,12 +350,12 @@ class ContextMiddleware:
             time_created=now_ms(),
             parts=[TextPart(text=text)],
         )
-        await self.store.append_messages([message])
+        await self._store.append_messages([message])
         return message
 
     async def append(self, messages: Sequence[Message]) -> None:
         """Append messages (user turns, tool results, sub-agent output) as they are."""
-        await self.store.append_messages(messages)
+        await self._store.append_messages(messages)
 
     async def record(self, message: Message) -> None:
         """Store an assistant response (new, or an update of a streamed one).
@@ -445,15 +364,15 @@ class ContextMiddleware:
         checked right away (SPEC A3), so the checkpoint writer runs while the agent
         keeps working.
         """
-        existing = await self.store.get_message(message.id)
+        existing = await self._store.get_message(message.id)
         if existing is None:
-            await self.store.append_messages([message])
+            await self._store.append_messages([message])
         else:
-            await self.store.update_messages([message])
+            await self._store.update_messages([message])
         if message.agent == MAIN_AGENT and usage_tokens(message) is not None:
             state = self._state(message.session_id)
             async with state.lock:
-                window = await self._refresh(message.session_id, state, MAIN_AGENT)
+                window = await self._windows.refresh(message.session_id, state, MAIN_AGENT)
                 await self._maybe_start_writer(message.session_id, window)
 
     # -- the hot path -----------------------------------------------------------------
@@ -465,31 +384,19 @@ class ContextMiddleware:
         state = self._state(session_id)
         report: RebuildReport | None = None
         async with state.lock:
-            window = await self._refresh(session_id, state, agent)
+            window = await self._windows.refresh(session_id, state, agent)
             usage = usage_tokens(window.last_finished)
-            if usage is not None and usage >= self.usable and not self._recovered(window):
+            if usage is not None and usage >= self._usable and not window.recovered:
                 session = await self._session(session_id)
-                if session.state.auto_rebuild_disabled:
-                    pass
-                elif agent == MAIN_AGENT:
-                    report = await self._rebuild_locked(session_id, state, trigger="usage")
-                else:
-                    report = await self._compact_agent_locked(session_id, state, agent)
-                window = await self._refresh(session_id, state, agent)
+                if not session.state.auto_rebuild_disabled:
+                    report = await self._rebuilder.recover(
+                        session_id, state, agent, trigger="usage"
+                    )
+                window = await self._windows.refresh(session_id, state, agent)
             elif agent == MAIN_AGENT and usage is not None:
                 await self._maybe_start_writer(session_id, window)
             view = await self._view(session_id, state, window)
-        if report is not None:
-            view = RequestView(
-                session_id=view.session_id,
-                agent=view.agent,
-                prefix=view.prefix,
-                messages=view.messages,
-                tokens=view.tokens,
-                boundary_id=view.boundary_id,
-                rebuild=report,
-            )
-        return view
+        return view if report is None else dataclasses.replace(view, rebuild=report)
 
     async def on_error(
         self, session_id: str, error: BaseException, *, agent: str = MAIN_AGENT
@@ -509,18 +416,15 @@ class ContextMiddleware:
             return False
         state = self._state(session_id)
         async with state.lock:
-            window = await self._refresh(session_id, state, agent)
-            usage_key = window.last_finished.id if window.last_finished else f"start:{agent}"
+            window = await self._windows.refresh(session_id, state, agent)
+            usage_key = window.usage_key
             if usage_key in state.overflow_recovered:
                 raise ContextOverflowError(
                     f"session {session_id}: the provider still reports a context overflow "
                     "after a rebuild for the same usage; not retrying again"
                 ) from error
             state.overflow_recovered.add(usage_key)
-            if agent == MAIN_AGENT:
-                report = await self._rebuild_locked(session_id, state, trigger="overflow")
-            else:
-                report = await self._compact_agent_locked(session_id, state, agent)
+            report = await self._rebuilder.recover(session_id, state, agent, trigger="overflow")
         if report.boundary_id is None and report.outcome != "already-recovered":
             raise ContextOverflowError(
                 f"session {session_id}: context overflow and the rebuild could not run "
@@ -576,12 +480,12 @@ class ContextMiddleware:
         """
         state = self._state(session_id)
         async with state.lock:
-            await self._refresh(session_id, state, MAIN_AGENT)
-            report = await self._rebuild_locked(
+            await self._windows.refresh(session_id, state, MAIN_AGENT)
+            report = await self._rebuilder.rebuild(
                 session_id, state, trigger="manual" if manual else "usage"
             )
         if manual:
-            await self.events.emit(
+            await self._events.emit(
                 StatusChanged(
                     session_id=session_id,
                     time=now_ms(),
@@ -591,679 +495,73 @@ class ContextMiddleware:
             )
         return report
 
-    # -- window maintenance ------------------------------------------------------------
-    async def _refresh(self, session_id: str, state: _SessionState, agent: str) -> _Window:
-        window = state.windows.get(agent)
-        if window is None or not window.loaded:
-            window = await self._load_window(session_id, agent)
-            state.windows[agent] = window
-            return window
-        changed, seq = await self.store.changes_since(session_id, window.seq)
-        window.seq = seq
-        reload = False
-        for message in changed:
-            if message.agent != agent:
-                continue
-            if window.newest_id is None or message.id > window.newest_id:
-                window.newest_id = message.id
-            if (
-                message.role == "assistant"
-                and message.finish is not None
-                and (window.last_finished is None or message.id >= window.last_finished.id)
-            ):
-                window.last_finished = message
-            if message.is_boundary and (window.boundary is None or message.id > window.boundary.id):
-                reload = True
-            elif window.live(message):
-                window.put(message)
-        if reload:
-            window = await self._load_window(session_id, agent)
-            state.windows[agent] = window
-        return window
+    # -- checkpoint writers ------------------------------------------------------------
+    def writer_running(self, session_id: str) -> bool:
+        """True while a writer of *this* middleware runs for the session (not another worker's)."""
+        return self._coordinator.in_flight(session_id)
 
-    async def _load_window(self, session_id: str, agent: str) -> _Window:
-        window = _Window(agent=agent)
-        _, window.seq = await self.store.changes_since(session_id, _SEQ_PROBE)
-        if agent == MAIN_AGENT:
-            boundary = await self.store.latest_boundary(session_id)
-        else:
-            boundary = None
-            for message in await self.store.list_messages(session_id, agent=agent):
-                if message.is_boundary and (boundary is None or message.id > boundary.id):
-                    boundary = message
-        window.boundary = boundary
-        if boundary is not None:
-            covered = _covered_up_to(boundary)
-            watermark = await self.store.get_message(covered) if covered else None
-            window.start = (
-                _key(watermark)
-                if watermark is not None
-                else (
-                    boundary.time_created - 1,
-                    "\uffff",
-                )
-            )
-        messages = await self.store.list_messages(session_id, agent=agent, since=window.start)
-        for message in messages:
-            if window.live(message):
-                window.keys.append(_key(message))
-                window.messages.append(message)
-        window.last_finished = await self.store.latest_finished_assistant(session_id, agent=agent)
-        window.newest_id = max((m.id for m in messages), default=None)
-        window.loaded = True
-        return window
+    async def start_writer(self, session_id: str, *, reason: str = "requested") -> StartResult:
+        """Checkpoint the session's history as it is now, in the background.
 
-    def _recovered(self, window: _Window) -> bool:
-        # R1.4: decided by ids — the boundary's creation time is back-dated.
-        if window.boundary is None or window.last_finished is None:
-            return False
-        return window.boundary.id > window.last_finished.id
+        Usage thresholds start the writer on their own (SPEC A3); this is for a host
+        that wants a fresh checkpoint when it chooses (idle time, before shutting
+        down). ``reason`` goes into the writer events.
 
-    async def _view(self, session_id: str, state: _SessionState, window: _Window) -> RequestView:
-        prefix = state.prefix
-        if prefix is None:
-            # The prefix is frozen (R8.1): read once per process.
-            session = await self._session(session_id)
-            prefix = state.prefix = session.prefix or RequestPrefix()
-        if state.prefix_tokens is None:
-            state.prefix_tokens = estimate_text_tokens(prefix.system) + estimate_text_tokens(
-                js_json(prefix.tools)
-            )
-        boundary = window.boundary
-        cache = window.view
-        appended = window.messages[len(window.messages) - window.appended :]
-        if (
-            cache is not None
-            and not window.reshaped
-            and cache.boundary is boundary
-            and not any(isinstance(p, ToolResultPart) for m in appended for p in m.parts)
-        ):
-            # Only appended at the end, and nothing that answers an earlier call:
-            # the send rules of earlier messages are unchanged (SPEC A10), so the
-            # turn costs O(new messages).
-            fresh = apply_send_rules(_collapse_appended(boundary, appended))
-            sendable = [*cache.messages, *fresh]
-            tokens = cache.tokens + sum(estimate_message_tokens(m) for m in fresh)
-        else:
-            sendable, tokens = self._full_view(window, boundary)
-        window.view = _ViewCache(boundary, sendable, tokens)
-        window.appended = 0
-        window.reshaped = False
-        tokens += state.prefix_tokens
-        # A new list: the caller may change it; the cached one stays as it is.
-        sendable = list(sendable)
-        if await self._needs_reminder(session_id, state):
-            for index in range(len(sendable) - 1, -1, -1):
-                source = sendable[index]
-                if source.role != "user":
-                    continue
-                cached = window.reminder
-                if cached is not None and cached[0] is source:
-                    replaced = cached[1]
-                else:
-                    replaced = append_per_turn_reminder(
-                        [source], str(self.layout.session_dir(session_id))
-                    )[0]
-                    window.reminder = (source, replaced)
-                tokens += estimate_message_tokens(replaced) - estimate_message_tokens(source)
-                sendable[index] = replaced
-                break
-        return RequestView(
-            session_id=session_id,
-            agent=window.agent,
-            prefix=prefix,
-            messages=sendable,
-            tokens=tokens,
-            boundary_id=boundary.id if boundary is not None else None,
-        )
+        Returns:
+            ``started``; ``queued`` when a writer runs already here (this request
+            takes the one pending slot); ``skipped`` when there is nothing new to
+            cover or another worker holds the session's writer lease.
 
-    def _full_view(self, window: _Window, boundary: Message | None) -> tuple[list[Message], int]:
-        """The view rebuilt from the whole window: send rules over every live message."""
-        # Older boundaries that still list after the watermark are not resent:
-        # the newest boundary supersedes them.
-        live = [m for m in window.messages if not m.is_boundary]
-        ordered = [boundary, *live] if boundary is not None else live
-        collapsed = collapse_checkpoint_tail(ordered)
-        sources = {m.id: m for m in collapsed}
-        sendable: list[Message] = []
-        tokens = 0
-        for fresh in apply_send_rules(collapsed):
-            converted = fresh
-            source = sources.get(fresh.id)
-            if fresh is not source:
-                # A converted copy (boundary, compacted results...) is rebuilt every
-                # time; reuse the last equal copy so its token estimate stays cached.
-                # Compare parts: pydantic equality also compares the cached estimate.
-                cached = window.sendable.get(fresh.id)
-                if cached is not None and cached[0] is source and cached[1].parts == fresh.parts:
-                    converted = cached[1]
-                elif source is not None:
-                    window.sendable[fresh.id] = (source, fresh)
-            sendable.append(converted)
-            tokens += estimate_message_tokens(converted)
-        return sendable, tokens
-
-    async def _needs_reminder(self, session_id: str, state: _SessionState) -> bool:
-        # R8.3 / A12: only when the session has memory files or tasks.
-        if state.has_memory:
-            return True
-        now = time.monotonic()
-        if state.memory_checked >= 0 and now - state.memory_checked < MEMORY_RECHECK_SECONDS:
-            return False
-        state.memory_checked = now
-        directory = self.layout.session_dir(session_id)
-        try:
-            has_files = await anyio.to_thread.run_sync(_dir_has_entries, directory)
-        except OSError:
-            has_files = False
-        state.has_memory = has_files or bool(await self.store.list_tasks(session_id))
-        return state.has_memory
-
-    # -- writer thresholds ---------------------------------------------------------------
-    async def _maybe_start_writer(self, session_id: str, window: _Window) -> None:
-        usage = usage_tokens(window.last_finished)
-        if usage is None or not self.config.checkpoint_enabled or self._recovered(window):
-            return
-        state = self._state(session_id)
-        if not due_thresholds(usage, self.thresholds, state.crossed):
-            return
-        session = await self._session(session_id)
-        state.crossed = frozenset(session.state.crossed_thresholds)
-        due = due_thresholds(usage, self.thresholds, state.crossed)
-        if not due or self.coordinator.in_flight(session_id):
-            # A3: while a writer runs no threshold is marked, so it fires later.
-            return
-        result = await self.coordinator.request(session_id, reason=f"usage {usage} >= {due[-1]}")
-        if result == "skipped":
-            return
-        crossed = sorted({*session.state.crossed_thresholds, *due})
-        state.crossed = frozenset(crossed)
-        new_state = session.state.model_copy(update={"crossed_thresholds": crossed})
-        await self.store.update_session(session.model_copy(update={"state": new_state}))
-
-    # -- rebuild ---------------------------------------------------------------------
-    async def _rebuild_locked(
-        self, session_id: str, state: _SessionState, *, trigger: Trigger
-    ) -> RebuildReport:
-        manual = trigger == "manual"
-        session = await self._session(session_id)
-        window = state.windows[MAIN_AGENT]
-        usage_key = (
-            f"manual:{new_message_id()}"
-            if manual
-            else (window.last_finished.id if window.last_finished else f"start:{MAIN_AGENT}")
-        )
-        before = (await self._view(session_id, state, window)).tokens
-        await self.events.emit(UsagePending(session_id=session_id, time=now_ms()))
-        if not self.config.checkpoint_enabled:
-            return await self._fallback_compaction(
-                session_id,
-                state,
-                usage_key=usage_key,
-                outcome="checkpoint-off",
-                trigger=trigger,
-                before=before,
-            )
-
-        checkpoint_path = self.layout.checkpoint_path(session_id)
-        watermark_id = await self.store.get_watermark(session_id)
-        if watermark_id is None or not await anyio.Path(checkpoint_path).exists():
-            # The ensure-checkpoint path (A3): start a writer and wait for it.
-            timeout = (
-                self.config.writer.ensure_wait_manual
-                if manual
-                else self.config.writer.ensure_wait_auto
-            )
-            await self.events.emit(
-                StatusChanged(session_id=session_id, time=now_ms(), status="Writing checkpoint…")
-            )
-            started = await self.coordinator.request(session_id, reason=f"ensure ({trigger})")
-            if started != "skipped" or await self.coordinator.busy(session_id):
-                await self.coordinator.wait(session_id, timeout)
-            watermark_id = await self.store.get_watermark(session_id)
-            if watermark_id is None or not await anyio.Path(checkpoint_path).exists():
-                return await self._fallback_compaction(
-                    session_id,
-                    state,
-                    usage_key=usage_key,
-                    outcome="writer-failed",
-                    trigger=trigger,
-                    before=before,
-                )
-        else:
-            if not self.coordinator.in_flight(session_id) and await self._checkpoint_is_stale(
-                session_id, watermark_id
-            ):
-                # Beyond the original: the checkpoint has not moved since the last
-                # rebuild (no threshold fired: small windows have none below 25000
-                # tokens), so reusing it would let the live tail grow rebuild after
-                # rebuild. Start a writer; the wait below bounds it as R3.2 does.
-                await self.coordinator.request(session_id, reason=f"stale checkpoint ({trigger})")
-            if await self.coordinator.busy(session_id):
-                await self._wait_for_writer(session_id)
-            watermark_id = await self.store.get_watermark(session_id) or watermark_id
-
-        watermark = await self.store.get_message(watermark_id)
-        if watermark is None:
-            return await self._fallback_compaction(
-                session_id,
-                state,
-                usage_key=usage_key,
-                outcome="insert-failed",
-                trigger=trigger,
-                before=before,
-                fallback=False,
-            )
-        return await self._insert(
-            session, state, watermark, usage_key=usage_key, trigger=trigger, before=before
-        )
-
-    async def _wait_for_writer(self, session_id: str) -> None:
-        """R3.2: wait for the in-flight writer; on timeout or failure use what is on disk."""
-        timeout = self.config.writer.wait_with_watermark
-        await self.events.emit(
-            WaitingForWriter(session_id=session_id, time=now_ms(), timeout=timeout)
-        )
-        await self.coordinator.wait(session_id, timeout)
-
-    async def _checkpoint_is_stale(self, session_id: str, watermark_id: str) -> bool:
-        latest = await self.store.latest_boundary(session_id)
-        return latest is not None and _covered_up_to(latest) == watermark_id
-
-    async def _insert(
-        self,
-        session: Session,
-        state: _SessionState,
-        watermark: Message,
-        *,
-        usage_key: str,
-        trigger: Trigger,
-        before: int,
-    ) -> RebuildReport:
-        session_id = session.id
-        # One listing of every agent's messages from the watermark on gives both the
-        # main-agent tail and the messages micro-compaction looks at (one parse).
-        since_watermark = await self.store.list_messages(
-            session_id, agent=None, since=_key(watermark)
-        )
-        tail = [
-            m
-            for m in since_watermark
-            if m.agent == MAIN_AGENT and m.id > watermark.id and not m.is_boundary
-        ]
-        # The index part needs only the Topic line: read the head of the file, inside
-        # the memory root; an unreadable file shows as "no checkpoints yet".
-        try:
-            checkpoint_text = await read_text(
-                self.layout.checkpoint_path(session_id), max_chars=16_384, root=self.layout.root
-            )
-        except (OSError, PathEscapeError):
-            checkpoint_text = None
-        now = now_ms()
-        actors = await self.store.list_actors(session_id, active_only=True)
-        index_text = render_checkpoint_index(
-            directory=str(self.layout.session_dir(session_id)), checkpoint_text=checkpoint_text
-        )
-        actors_text = render_active_actors_part(actors, session_id=session_id, now_ms=now)
-
-        # Beyond the original: a rebuild in the middle of a tool loop keeps the last
-        # tool round (the call and its results) live and uncleared, so the model can
-        # "respond to the tool results below" (R5.8) instead of re-running the call.
-        live_round = _open_tool_round(tail)
-        if sum(estimate_message_tokens(m) for m in live_round) > self.usable * OPEN_ROUND_SHARE:
-            # A round this large is what overflowed: fold and clear it like the rest.
-            live_round = []
-        digested = tail[: len(tail) - len(live_round)]
-        kept = {m.id for m in live_round}
-
-        # Every agent's messages created after the watermark's millisecond.
-        everything = [m for m in since_watermark if m.time_created > watermark.time_created]
-        compacted = micro_compact(
-            everything,
-            after_time=watermark.time_created,
-            tools=self.config.micro_compact_tools,
-            now_ms=now,
-            skip_ids=kept,
-        )
-        compacted_by_id = {m.id: m for m in compacted}
-        # What stays live after the insert: user messages of the tail (collapse
-        # keeps them) with compacted results as placeholders, and the open round.
-        live_tail = [compacted_by_id.get(m.id, m) for m in tail if m.role == "user" or m.id in kept]
-        prefix_tokens = state.prefix_tokens or 0
-        live_tokens = sum(estimate_message_tokens(m) for m in apply_send_rules(live_tail))
-        fixed = (
-            prefix_tokens
-            + live_tokens
-            + estimate_text_tokens(index_text)
-            + estimate_text_tokens(actors_text)
-            + 64
-        )
-        # R5.9 beyond: the rebuilt request must fit under the trigger line, so the
-        # body gets at most what is left (and at most the configured total cap).
-        room = self.usable - fixed
-        max_body = room if self.config.total_cap is None else min(room, self.config.total_cap)
-        rendered = await render_rebuild_context(
-            store=self.store,
-            layout=self.layout,
-            session=session,
-            agent=MAIN_AGENT,
-            watermark=watermark,
-            tail=digested,
-            reminder_tail=tail,
-            config=self.config,
-            max_tokens=max(max_body, 0),
-            counter=self.counter,
-            memory_index=self.memory_index,
-        )
-        if not rendered.text:
-            return RebuildReport(
-                outcome="insert-failed",
-                trigger=trigger,
-                watermark=watermark.id,
-                tokens_before=before,
-                sections=rendered,
-            )
-        digest_up_to = max(m.id for m in digested) if rendered.has_activity and digested else None
-        boundary = build_boundary_message(
-            watermark=watermark,
-            digest_up_to=digest_up_to,
-            directory=str(self.layout.session_dir(session_id)),
-            number=session.state.rebuilds + 1,
-            index_text=index_text,
-            body=rendered.text,
-            actors_text=actors_text,
-            newer_than=max((m.id for m in everything), default=None),
-        )
-        after = fixed - 64 + estimate_message_tokens(boundary)
-        report = RebuildReport(
-            outcome="rebuilt",
-            trigger=trigger,
-            boundary_id=boundary.id,
-            watermark=watermark.id,
-            tokens_before=before,
-            tokens_after=after,
-            compacted_results=_count_compacted(compacted, now),
-            sections=rendered,
-        )
-        return await self._commit(
-            session,
-            state,
-            usage_key=usage_key,
-            boundary=boundary,
-            compacted=compacted,
-            report=report,
-            adopt=(watermark, since_watermark),
-        )
-
-    async def _commit(
-        self,
-        session: Session,
-        state: _SessionState,
-        *,
-        usage_key: str,
-        boundary: Message,
-        compacted: Sequence[Message],
-        report: RebuildReport,
-        adopt: tuple[Message, Sequence[Message]] | None = None,
-    ) -> RebuildReport:
-        main = boundary.agent == MAIN_AGENT
-        freed = 0.0
-        if report.tokens_before and report.tokens_after is not None:
-            freed = max(0.0, 1 - report.tokens_after / report.tokens_before)
-        fractions = [*session.state.freed_fractions, freed][-5:]
-        # The loop guard and the threshold reset concern the main agent only; a
-        # sub-agent's plain compaction leaves the session's state alone.
-        disable = (
-            main
-            and report.trigger != "manual"
-            and len(fractions) >= 2
-            and all(f < self.config.min_freed_fraction for f in fractions[-2:])
-        )
-        new_state = session.state.model_copy(
-            update={
-                "crossed_thresholds": [],
-                "skip_overflow_once": True,
-                "rebuilds": session.state.rebuilds + 1,
-                "freed_fractions": fractions,
-                "auto_rebuild_disabled": session.state.auto_rebuild_disabled or disable,
-            }
-        )
-        committed = await self.store.commit_rebuild(
-            session.id,
-            usage_key=usage_key,
-            boundary=boundary,
-            updated=compacted,
-            session=session.model_copy(update={"state": new_state}) if main else None,
-        )
-        if not committed:
-            return RebuildReport(outcome="already-recovered", trigger=report.trigger)
-        if main:
-            state.crossed = frozenset()
-        await self.events.emit(
-            ContextRebuilt(
-                session_id=session.id,
-                time=now_ms(),
-                outcome=report.outcome,
-                manual=report.trigger == "manual",
-                boundary_id=boundary.id,
-                watermark=report.watermark,
-                tokens_before=report.tokens_before,
-                tokens_after=report.tokens_after,
-                compacted_results=report.compacted_results,
-            )
-        )
-        if disable and not session.state.auto_rebuild_disabled:
-            await self.events.emit(
-                AutoRebuildDisabled(
-                    session_id=session.id,
-                    time=now_ms(),
-                    freed_fractions=tuple(fractions[-2:]),
-                    reason=(
-                        "two consecutive rebuilds each freed less than "
-                        f"{self.config.min_freed_fraction:.0%} of the request; "
-                        "the live tail alone is too large to fit"
-                    ),
-                )
-            )
-        if adopt is not None and main and MAIN_AGENT in state.windows:
-            self._adopt_window(state, boundary, adopt[0], adopt[1], compacted)
-        await self._refresh(session.id, state, boundary.agent)
-        return report
-
-    def _adopt_window(
-        self,
-        state: _SessionState,
-        boundary: Message,
-        watermark: Message,
-        listed: Sequence[Message],
-        compacted: Sequence[Message],
-    ) -> None:
-        """Build the main window after a rebuild from what the rebuild already read.
-
-        ``listed`` holds every message from the watermark on (as read before the
-        commit), ``compacted`` the micro-compacted copies. The window keeps the old
-        sequence number, so the refresh that follows replays the commit's own writes
-        and anything written meanwhile: the result equals a reload from the store
-        without listing and parsing the tail again.
+        Raises:
+            MimoCtxError: The middleware is not running (``async with``).
         """
-        old = state.windows[MAIN_AGENT]
-        window = _Window(agent=MAIN_AGENT, seq=old.seq, boundary=boundary, loaded=True)
-        window.start = _key(watermark)
-        replaced = {m.id: m for m in compacted}
-        for message in listed:
-            if message.agent == MAIN_AGENT and window.live(message):
-                current = replaced.get(message.id, message)
-                window.keys.append(_key(current))
-                window.messages.append(current)
-        window.put(boundary)
-        window.last_finished = old.last_finished
-        window.newest_id = max(old.newest_id or boundary.id, boundary.id)
-        state.windows[MAIN_AGENT] = window
+        return await self._coordinator.request(session_id, reason=reason)
 
-    async def _fallback_compaction(
-        self,
-        session_id: str,
-        state: _SessionState,
-        *,
-        usage_key: str,
-        outcome: RebuildOutcome,
-        trigger: Trigger,
-        before: int,
-        fallback: bool = True,
-    ) -> RebuildReport:
-        """A3: outcomes other than rebuilt/insert-failed fall back to a plain compaction."""
-        if not fallback:
-            return RebuildReport(outcome=outcome, trigger=trigger, tokens_before=before)
-        return await self._plain_compaction(
-            session_id,
-            state,
-            agent=MAIN_AGENT,
-            usage_key=usage_key,
-            outcome=outcome,
-            trigger=trigger,
-            before=before,
-        )
+    # A timeout is an outcome here (the writer keeps running and the caller goes on
+    # with what is on disk, R3.2), not an error: hence a parameter, not fail_after.
+    async def wait_for_writer(self, session_id: str, *, timeout: float) -> WaitResult:  # noqa: ASYNC109
+        """Wait for the session's running checkpoint writer, at most ``timeout`` seconds.
 
-    async def _compact_agent_locked(
-        self, session_id: str, state: _SessionState, agent: str
-    ) -> RebuildReport:
-        window = state.windows[agent]
-        usage_key = window.last_finished.id if window.last_finished else f"start:{agent}"
-        before = (await self._view(session_id, state, window)).tokens
-        return await self._plain_compaction(
-            session_id,
-            state,
-            agent=agent,
-            usage_key=usage_key,
-            outcome="compacted",
-            trigger="usage",
-            before=before,
-        )
+        Returns:
+            ``finished`` or ``failed`` (how the writer ended), ``timeout``, or ``idle``
+            when none runs (here or, with a writer lease, on another worker).
+            Cancelling the caller cancels only the wait, never the writer.
+        """
+        return await self._coordinator.wait(session_id, timeout)
 
-    async def _plain_compaction(
-        self,
-        session_id: str,
-        state: _SessionState,
-        *,
-        agent: str,
-        usage_key: str,
-        outcome: RebuildOutcome,
-        trigger: Trigger,
-        before: int,
-    ) -> RebuildReport:
-        session = await self._session(session_id)
-        history = await self.store.list_messages(session_id, agent=agent)
-        history = [m for m in history if not m.is_boundary]
-        boundary_id = compute_boundary(history, self.config)
-        if boundary_id is None:
-            return RebuildReport(outcome=outcome, trigger=trigger, tokens_before=before)
-        boundary_id = adjust_boundary_for_api_invariants(history, boundary_id)
-        watermark = next(m for m in history if m.id == boundary_id)
-        covered = [m for m in history if m.id <= boundary_id]
-        draft: CheckpointDraft = OfflineCheckpointWriter().build(
-            WriterRequest(
-                session_id=session_id,
-                project_id=session.project_id,
-                watermark=boundary_id,
-                messages=covered,
-                previous_checkpoint=None,
-                notes=None,
-                tasks=await self.store.list_tasks(session_id),
-                checkpoint_path=self.layout.checkpoint_path(session_id),
-                project_memory_path=self.layout.project_memory_path(session.project_id),
-                notes_path=self.layout.notes_path(session_id),
-                tasks_dir=self.layout.tasks_dir(session_id),
-                budgets={},
-            )
-        )
-        message = build_compaction_message(
-            watermark=watermark,
-            summary=draft.text,
-            auto=True,
-            newer_than=max((m.id for m in history), default=None),
-        )
-        after = estimate_message_tokens(message) + sum(
-            estimate_message_tokens(m) for m in history if m.id > boundary_id
-        )
-        report = RebuildReport(
-            outcome=outcome,
-            trigger=trigger,
-            boundary_id=message.id,
-            watermark=boundary_id,
-            tokens_before=before,
-            tokens_after=after,
-            fallback="compaction",
-        )
-        return await self._commit(
-            session, state, usage_key=usage_key, boundary=message, compacted=[], report=report
+    async def _maybe_start_writer(self, session_id: str, window: LiveWindow) -> None:
+        usage = usage_tokens(window.last_finished)
+        if usage is not None and self._config.checkpoint_enabled and not window.recovered:
+            await self._coordinator.at_usage(session_id, usage)
+
+    # -- steps -----------------------------------------------------------------------
+    async def _view(self, session_id: str, state: SessionState, window: LiveWindow) -> RequestView:
+        view = await self._windows.view(session_id, state, window)
+        boundary_id = window.boundary.id if window.boundary is not None else None
+        return RequestView(
+            session_id, window.agent, view.prefix, view.messages, view.tokens, boundary_id
         )
 
 
-def _open_tool_round(tail: Sequence[Message]) -> list[Message]:
-    """The tail's last tool round when the agent is mid-loop, else ``[]``.
-
-    Mid-loop: the tail ends with an assistant message that finished with tool calls,
-    possibly followed by ``tool`` messages holding its results (provider format).
-    """
-    end = len(tail)
-    start = end
-    while start > 0 and tail[start - 1].role == "tool":
-        start -= 1
-    if start == 0:
-        return []
-    last = tail[start - 1]
-    if last.role != "assistant" or last.finish not in TOOL_CALL_FINISH_REASONS:
-        return []
-    if not any(isinstance(p, ToolPart) for p in last.parts):
-        return []
-    return list(tail[start - 1 : end])
+def _fallback_writer(
+    writer: CheckpointWriter | None, fallback_writer: CheckpointWriter | Literal[False] | None
+) -> CheckpointWriter | None:
+    """The writer used when ``writer`` fails: by default the offline one, if ``writer`` is not."""
+    if fallback_writer is False:
+        return None
+    if fallback_writer is not None:
+        return fallback_writer
+    offline = OfflineCheckpointWriter()
+    return offline if writer is not None and writer.name != offline.name else None
 
 
-def _collapse_appended(boundary: Message | None, appended: Sequence[Message]) -> list[Message]:
-    """The appended messages the collapse keeps (R7.3), without older boundaries."""
-    checkpoint = boundary.checkpoint_part if boundary is not None else None
-    covered = checkpoint.covered_up_to if checkpoint is not None else None
-    digest = checkpoint.digest_up_to if checkpoint is not None else None
-    return [
-        m
-        for m in appended
-        if not m.is_boundary
-        and (
-            digest is None
-            or covered is None
-            or m.role == "user"
-            or m.id <= covered
-            or m.id > digest
-        )
-    ]
-
-
-def _covered_up_to(boundary: Message) -> str | None:
-    checkpoint = boundary.checkpoint_part
-    if checkpoint is not None:
-        return checkpoint.covered_up_to
-    for part in boundary.parts:
-        if isinstance(part, CompactionPart):
-            return part.covered_up_to
-    return None
-
-
-def _count_compacted(messages: Sequence[Message], now: int) -> int:
-    count = 0
-    for message in messages:
-        for part in message.parts:
-            if (
-                isinstance(part, ToolPart)
-                and isinstance(part.state, ToolStateCompleted)
-                and part.state.time.compacted == now
-            ) or (isinstance(part, ToolResultPart) and part.time.compacted == now):
-                count += 1
-    return count
-
-
-def _dir_has_entries(directory: Path) -> bool:
+async def _reconcile_quietly(
+    store: Store, index: MemoryIndex, layout: MemoryLayout, session_id: str
+) -> None:
+    """Index the memory files a writer just wrote; a failure only costs the rebuild time."""
     try:
-        with os.scandir(directory) as entries:
-            return any(True for _ in entries)
-    except FileNotFoundError:
-        return False
+        session = await store.get_session(session_id)
+        if session is not None:
+            await index.reconcile(layout, session_id=session_id, project_id=session.project_id)
+    except Exception:  # the rebuild's own reconcile will try again
+        _log.warning("mimo_ctx: indexing memory after the writer failed", exc_info=True)

@@ -1,19 +1,52 @@
-"""Boundary insertion and micro-compaction (SPEC R4, A4).
+"""The rebuild step: wait for the writer, render, insert, commit, fall back (SPEC R3–R5, A3, A4).
 
-The pure half builds the rebuild boundary message (back-dated creation time,
-fresh newest id, parts in the R4.4 order) and computes which tool results a
-rebuild clears. The async half hands both to the store in one transaction
-(:meth:`Store.commit_rebuild`), keyed by the assistant usage it recovers, so a
-boundary and its micro-compaction land together or not at all, once per usage.
+Private step of :class:`~mimo_ctx.middleware.ContextMiddleware`, public for its
+result types and pure builders. :class:`Rebuilder` runs one rebuild of a
+session whose lock the middleware holds:
+
+1. **wait** — without a watermark or ``checkpoint.md`` it starts the writer and
+   waits for it (the ensure-checkpoint path, A3); with one it waits for a writer
+   in flight (R3.2), after starting one when the checkpoint has not moved since
+   the last rebuild;
+2. **render** the body under the room left below the trigger line (R5);
+3. **insert** — build the boundary (back-dated creation time, fresh newest id,
+   parts in the R4.4 order) and micro-compact old tool results (R4.5);
+4. **commit** both in one store transaction (:meth:`Store.commit_rebuild`), keyed
+   by the assistant usage it recovers, so they land together or not at all,
+   once per usage; then the loop guard and the events;
+5. **fall back** to a plain compaction when no checkpoint can be had (A3), and
+   for sub-agents (R3.1).
+
+The middleware then adopts the committed boundary into its live window.
 Nothing is deleted: compacted results keep their output in storage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Final, Literal
 
+import anyio
+
+from mimo_ctx._util import now_ms
+from mimo_ctx._window import SessionState, Windows
+from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
+from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
+from mimo_ctx.config import RebuildConfig
+from mimo_ctx.errors import PathEscapeError
+from mimo_ctx.events import (
+    AutoRebuildDisabled,
+    ContextRebuilt,
+    EventBus,
+    StatusChanged,
+    UsagePending,
+    WaitingForWriter,
+)
+from mimo_ctx.memory import MemoryLayout, read_text
+from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
+    MAIN_AGENT,
     CheckpointPart,
     CompactionPart,
     Message,
@@ -23,14 +56,31 @@ from mimo_ctx.messages import (
     ToolStateCompleted,
     new_message_id,
 )
+from mimo_ctx.reminders import TOOL_CALL_FINISH_REASONS
+from mimo_ctx.render import RenderedBody, render_rebuild_context
+from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
+from mimo_ctx.store.base import Session, Store
+from mimo_ctx.tokens import TokenCounter, estimate_message_tokens, estimate_text_tokens
+from mimo_ctx.view import apply_send_rules
+from mimo_ctx.writer import WriterCoordinator, WriterRequest
 
 __all__ = [
+    "OPEN_ROUND_SHARE",
     "REBUILD_OUTCOMES",
     "RebuildOutcome",
+    "RebuildReport",
+    "Rebuilder",
+    "Trigger",
     "build_boundary_message",
     "build_compaction_message",
     "micro_compact",
 ]
+
+Trigger = Literal["usage", "overflow", "manual"]
+"""What started a rebuild: the trigger line, a provider overflow error, or ``/rebuild``."""
+
+OPEN_ROUND_SHARE = 0.25
+"""A mid-loop rebuild keeps the open tool round live only up to this share of ``usable``."""
 
 RebuildOutcome = Literal[
     "rebuilt",
@@ -53,6 +103,57 @@ this usage first), ``auto-disabled`` (the loop guard stopped automatic rebuilds)
 """
 
 REBUILD_OUTCOMES: Final[tuple[str, ...]] = RebuildOutcome.__args__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildReport:
+    """What a rebuild did.
+
+    Attributes:
+        outcome: How it ended (see :data:`RebuildOutcome`).
+        trigger: ``usage`` (trigger line), ``overflow`` (provider error) or ``manual``.
+        boundary_id: The inserted boundary (or compaction) message, if any.
+        watermark: The watermark the checkpoint covers.
+        tokens_before: Estimated request tokens before the rebuild.
+        tokens_after: Estimated request tokens after it.
+        compacted_results: Tool results micro-compaction cleared.
+        sections: Per-section figures of the rendered body.
+        fallback: ``compaction`` when a plain compaction was inserted instead.
+    """
+
+    outcome: RebuildOutcome
+    trigger: Trigger
+    boundary_id: str | None = None
+    watermark: str | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    compacted_results: int = 0
+    sections: RenderedBody | None = None
+    fallback: Literal["compaction"] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Committed:
+    """What a committed rebuild wrote, to adopt into the live window.
+
+    Attributes:
+        boundary: The inserted boundary (or plain compaction) message.
+        compacted: The micro-compacted copies of earlier messages.
+        listed: For a rebuild boundary: its watermark and every message listed
+            from it on, as read before the commit (``None`` for a compaction).
+    """
+
+    boundary: Message
+    compacted: Sequence[Message]
+    listed: tuple[Message, Sequence[Message]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    """A rebuild's report, and what it committed (``None`` when nothing was)."""
+
+    report: RebuildReport
+    committed: _Committed | None = None
 
 
 def micro_compact(
@@ -164,3 +265,493 @@ def build_compaction_message(
         time_created=watermark.time_created + 1,
         parts=[CompactionPart(summary=summary, auto=auto, covered_up_to=watermark.id)],
     )
+
+
+class Rebuilder:
+    """Runs the rebuild pipeline for the middleware (see the module docstring).
+
+    Every method expects the caller to hold the session's lock.
+
+    Args:
+        windows: The live windows (the request size before, the adoption after).
+        store: Where the history, the watermark and the boundaries live.
+        layout: Where ``checkpoint.md`` and the other memory files live.
+        config: Caps, writer waits, the loop guard and micro-compaction settings.
+        events: Where ``UsagePending``, ``WaitingForWriter``, ``ContextRebuilt``...
+            go.
+        coordinator: The session writers (started, waited for).
+        memory_index: The memory index the body's memory-file section reads.
+        counter: Token counter of the body's section caps.
+        usable: The trigger line in tokens; the rebuilt request fits under it.
+        session: Reads a session, raising when it is unknown.
+    """
+
+    def __init__(
+        self,
+        *,
+        windows: Windows,
+        store: Store,
+        layout: MemoryLayout,
+        config: RebuildConfig,
+        events: EventBus,
+        coordinator: WriterCoordinator,
+        memory_index: MemoryIndex,
+        counter: TokenCounter | None,
+        usable: int,
+        session: Callable[[str], Awaitable[Session]],
+    ) -> None:
+        self._windows = windows
+        self._store = store
+        self._layout = layout
+        self._config = config
+        self._events = events
+        self._coordinator = coordinator
+        self._memory_index = memory_index
+        self._counter = counter
+        self._usable = usable
+        self._session = session
+
+    async def rebuild(
+        self, session_id: str, state: SessionState, *, trigger: Trigger
+    ) -> RebuildReport:
+        """Rebuild the main agent's context from the checkpoint, or fall back to a compaction."""
+        window = state.windows[MAIN_AGENT]
+        usage_key = f"manual:{new_message_id()}" if trigger == "manual" else window.usage_key
+        before = (await self._windows.view(session_id, state, window)).tokens
+        result = await self._rebuild(
+            session_id,
+            trigger=trigger,
+            usage_key=usage_key,
+            before=before,
+            prefix_tokens=state.prefix_tokens or 0,
+        )
+        return await self._adopt(session_id, state, result)
+
+    async def recover(
+        self, session_id: str, state: SessionState, agent: str, *, trigger: Trigger
+    ) -> RebuildReport:
+        """Make room for ``agent``: rebuild the main agent, compact a sub-agent (R3.1)."""
+        if agent == MAIN_AGENT:
+            return await self.rebuild(session_id, state, trigger=trigger)
+        return await self.compact_agent(session_id, state, agent)
+
+    async def compact_agent(
+        self, session_id: str, state: SessionState, agent: str
+    ) -> RebuildReport:
+        """Insert a plain compaction into a sub-agent's history (only the main agent is rebuilt)."""
+        window = state.windows[agent]
+        before = (await self._windows.view(session_id, state, window)).tokens
+        result = await self._compact(
+            session_id,
+            agent=agent,
+            usage_key=window.usage_key,
+            outcome="compacted",
+            trigger="usage",
+            before=before,
+        )
+        return await self._adopt(session_id, state, result)
+
+    async def _adopt(self, session_id: str, state: SessionState, result: _Result) -> RebuildReport:
+        """Bring the live window past a committed boundary without re-reading the tail."""
+        committed = result.committed
+        if committed is None:
+            return result.report
+        boundary = committed.boundary
+        if boundary.agent == MAIN_AGENT:
+            self._coordinator.thresholds_cleared(session_id)
+            if committed.listed is not None and MAIN_AGENT in state.windows:
+                watermark, listed = committed.listed
+                self._windows.adopt(state, boundary, watermark, listed, committed.compacted)
+        await self._windows.refresh(session_id, state, boundary.agent)
+        return result.report
+
+    async def _rebuild(
+        self,
+        session_id: str,
+        *,
+        trigger: Trigger,
+        usage_key: str,
+        before: int,
+        prefix_tokens: int,
+    ) -> _Result:
+        """Wait, render, insert and commit; fall back where A3 says so.
+
+        ``usage_key`` is the usage it recovers (once per usage, R1.4), ``before``
+        the request's estimated tokens now.
+        """
+        manual = trigger == "manual"
+        session = await self._session(session_id)
+        await self._events.emit(UsagePending(session_id=session_id, time=now_ms()))
+        if not self._config.checkpoint_enabled:
+            return await self._fallback(
+                session_id,
+                usage_key=usage_key,
+                outcome="checkpoint-off",
+                trigger=trigger,
+                before=before,
+            )
+        store, coordinator = self._store, self._coordinator
+        checkpoint_path = self._layout.checkpoint_path(session_id)
+        watermark_id = await store.get_watermark(session_id)
+        if watermark_id is None or not await anyio.Path(checkpoint_path).exists():
+            # The ensure-checkpoint path (A3): start a writer and wait for it.
+            writer = self._config.writer
+            timeout = writer.ensure_wait_manual if manual else writer.ensure_wait_auto
+            await self._events.emit(
+                StatusChanged(session_id=session_id, time=now_ms(), status="Writing checkpoint…")
+            )
+            started = await coordinator.request(session_id, reason=f"ensure ({trigger})")
+            if started != "skipped" or await coordinator.busy(session_id):
+                await coordinator.wait(session_id, timeout)
+            watermark_id = await store.get_watermark(session_id)
+            if watermark_id is None or not await anyio.Path(checkpoint_path).exists():
+                return await self._fallback(
+                    session_id,
+                    usage_key=usage_key,
+                    outcome="writer-failed",
+                    trigger=trigger,
+                    before=before,
+                )
+        else:
+            if not coordinator.in_flight(session_id) and await self._checkpoint_is_stale(
+                session_id, watermark_id
+            ):
+                # Beyond the original: the checkpoint has not moved since the last
+                # rebuild (no threshold fired: small windows have none below 25000
+                # tokens), so reusing it would let the live tail grow rebuild after
+                # rebuild. Start a writer; the wait below bounds it as R3.2 does.
+                await coordinator.request(session_id, reason=f"stale checkpoint ({trigger})")
+            if await coordinator.busy(session_id):
+                await self._wait_for_writer(session_id)
+            watermark_id = await store.get_watermark(session_id) or watermark_id
+
+        watermark = await store.get_message(watermark_id)
+        if watermark is None:
+            return _Result(
+                RebuildReport(outcome="insert-failed", trigger=trigger, tokens_before=before)
+            )
+        return await self._insert(
+            session,
+            watermark,
+            usage_key=usage_key,
+            trigger=trigger,
+            before=before,
+            prefix_tokens=prefix_tokens,
+        )
+
+    async def _compact(
+        self,
+        session_id: str,
+        *,
+        agent: str,
+        usage_key: str,
+        outcome: RebuildOutcome,
+        trigger: Trigger,
+        before: int,
+    ) -> _Result:
+        """Insert a plain compaction (SPEC R1.4a): sub-agents, and the fallback of A3.
+
+        The summary is the offline writer's over the history up to a freshly
+        computed watermark; nothing is inserted when no watermark can be found.
+        """
+        session = await self._session(session_id)
+        store = self._store
+        history = await store.list_messages(session_id, agent=agent)
+        history = [m for m in history if not m.is_boundary]
+        boundary_id = compute_boundary(history, self._config)
+        if boundary_id is None:
+            return _Result(RebuildReport(outcome=outcome, trigger=trigger, tokens_before=before))
+        boundary_id = adjust_boundary_for_api_invariants(history, boundary_id)
+        watermark = next(m for m in history if m.id == boundary_id)
+        covered = [m for m in history if m.id <= boundary_id]
+        layout = self._layout
+        draft = OfflineCheckpointWriter().build(
+            WriterRequest(
+                session_id=session_id,
+                project_id=session.project_id,
+                watermark=boundary_id,
+                messages=covered,
+                previous_checkpoint=None,
+                notes=None,
+                tasks=await store.list_tasks(session_id),
+                checkpoint_path=layout.checkpoint_path(session_id),
+                project_memory_path=layout.project_memory_path(session.project_id),
+                notes_path=layout.notes_path(session_id),
+                tasks_dir=layout.tasks_dir(session_id),
+                budgets={},
+            )
+        )
+        message = build_compaction_message(
+            watermark=watermark,
+            summary=draft.text,
+            auto=True,
+            newer_than=max((m.id for m in history), default=None),
+        )
+        after = estimate_message_tokens(message) + sum(
+            estimate_message_tokens(m) for m in history if m.id > boundary_id
+        )
+        report = RebuildReport(
+            outcome=outcome,
+            trigger=trigger,
+            boundary_id=message.id,
+            watermark=boundary_id,
+            tokens_before=before,
+            tokens_after=after,
+            fallback="compaction",
+        )
+        return await self._commit(
+            session, usage_key=usage_key, committed=_Committed(message, []), report=report
+        )
+
+    async def _fallback(
+        self,
+        session_id: str,
+        *,
+        usage_key: str,
+        outcome: RebuildOutcome,
+        trigger: Trigger,
+        before: int,
+    ) -> _Result:
+        """A3: outcomes other than rebuilt/insert-failed fall back to a plain compaction."""
+        return await self._compact(
+            session_id,
+            agent=MAIN_AGENT,
+            usage_key=usage_key,
+            outcome=outcome,
+            trigger=trigger,
+            before=before,
+        )
+
+    async def _wait_for_writer(self, session_id: str) -> None:
+        """R3.2: wait for the in-flight writer; on timeout or failure use what is on disk."""
+        timeout = self._config.writer.wait_with_watermark
+        await self._events.emit(
+            WaitingForWriter(session_id=session_id, time=now_ms(), timeout=timeout)
+        )
+        await self._coordinator.wait(session_id, timeout)
+
+    async def _checkpoint_is_stale(self, session_id: str, watermark_id: str) -> bool:
+        latest = await self._store.latest_boundary(session_id)
+        return latest is not None and latest.covered_up_to == watermark_id
+
+    async def _insert(
+        self,
+        session: Session,
+        watermark: Message,
+        *,
+        usage_key: str,
+        trigger: Trigger,
+        before: int,
+        prefix_tokens: int,
+    ) -> _Result:
+        session_id = session.id
+        store, layout, config = self._store, self._layout, self._config
+        # One listing of every agent's messages from the watermark on gives both the
+        # main-agent tail and the messages micro-compaction looks at (one parse).
+        since_watermark = await store.list_messages(
+            session_id, agent=None, since=(watermark.time_created, watermark.id)
+        )
+        tail = [
+            m
+            for m in since_watermark
+            if m.agent == MAIN_AGENT and m.id > watermark.id and not m.is_boundary
+        ]
+        # The index part needs only the Topic line: read the head of the file, inside
+        # the memory root; an unreadable file shows as "no checkpoints yet".
+        try:
+            checkpoint_text = await read_text(
+                layout.checkpoint_path(session_id), max_chars=16_384, root=layout.root
+            )
+        except (OSError, PathEscapeError):
+            checkpoint_text = None
+        now = now_ms()
+        actors = await store.list_actors(session_id, active_only=True)
+        index_text = render_checkpoint_index(
+            directory=str(layout.session_dir(session_id)), checkpoint_text=checkpoint_text
+        )
+        actors_text = render_active_actors_part(actors, session_id=session_id, now_ms=now)
+
+        # Beyond the original: a rebuild in the middle of a tool loop keeps the last
+        # tool round (the call and its results) live and uncleared, so the model can
+        # "respond to the tool results below" (R5.8) instead of re-running the call.
+        live_round = _open_tool_round(tail)
+        if sum(estimate_message_tokens(m) for m in live_round) > self._usable * OPEN_ROUND_SHARE:
+            # A round this large is what overflowed: fold and clear it like the rest.
+            live_round = []
+        digested = tail[: len(tail) - len(live_round)]
+        kept = {m.id for m in live_round}
+
+        # Every agent's messages created after the watermark's millisecond.
+        everything = [m for m in since_watermark if m.time_created > watermark.time_created]
+        compacted = micro_compact(
+            everything,
+            after_time=watermark.time_created,
+            tools=config.micro_compact_tools,
+            now_ms=now,
+            skip_ids=kept,
+        )
+        compacted_by_id = {m.id: m for m in compacted}
+        # What stays live after the insert: user messages of the tail (collapse
+        # keeps them) with compacted results as placeholders, and the open round.
+        live_tail = [compacted_by_id.get(m.id, m) for m in tail if m.role == "user" or m.id in kept]
+        live_tokens = sum(estimate_message_tokens(m) for m in apply_send_rules(live_tail))
+        fixed = (
+            prefix_tokens
+            + live_tokens
+            + estimate_text_tokens(index_text)
+            + estimate_text_tokens(actors_text)
+            + 64
+        )
+        # R5.9 beyond: the rebuilt request must fit under the trigger line, so the
+        # body gets at most what is left (and at most the configured total cap).
+        room = self._usable - fixed
+        max_body = room if config.total_cap is None else min(room, config.total_cap)
+        rendered = await render_rebuild_context(
+            store=store,
+            layout=layout,
+            session=session,
+            agent=MAIN_AGENT,
+            watermark=watermark,
+            tail=digested,
+            reminder_tail=tail,
+            config=config,
+            max_tokens=max(max_body, 0),
+            counter=self._counter,
+            memory_index=self._memory_index,
+        )
+        if not rendered.text:
+            return _Result(
+                RebuildReport(
+                    outcome="insert-failed",
+                    trigger=trigger,
+                    watermark=watermark.id,
+                    tokens_before=before,
+                    sections=rendered,
+                )
+            )
+        digest_up_to = max(m.id for m in digested) if rendered.has_activity and digested else None
+        boundary = build_boundary_message(
+            watermark=watermark,
+            digest_up_to=digest_up_to,
+            directory=str(layout.session_dir(session_id)),
+            number=session.state.rebuilds + 1,
+            index_text=index_text,
+            body=rendered.text,
+            actors_text=actors_text,
+            newer_than=max((m.id for m in everything), default=None),
+        )
+        after = fixed - 64 + estimate_message_tokens(boundary)
+        report = RebuildReport(
+            outcome="rebuilt",
+            trigger=trigger,
+            boundary_id=boundary.id,
+            watermark=watermark.id,
+            tokens_before=before,
+            tokens_after=after,
+            compacted_results=_count_compacted(compacted, now),
+            sections=rendered,
+        )
+        return await self._commit(
+            session,
+            usage_key=usage_key,
+            committed=_Committed(boundary, compacted, (watermark, since_watermark)),
+            report=report,
+        )
+
+    async def _commit(
+        self, session: Session, *, usage_key: str, committed: _Committed, report: RebuildReport
+    ) -> _Result:
+        """One store transaction, then the loop guard's verdict and the events."""
+        boundary = committed.boundary
+        config = self._config
+        main = boundary.agent == MAIN_AGENT
+        freed = 0.0
+        if report.tokens_before and report.tokens_after is not None:
+            freed = max(0.0, 1 - report.tokens_after / report.tokens_before)
+        fractions = [*session.state.freed_fractions, freed][-5:]
+        # The loop guard and the threshold reset concern the main agent only; a
+        # sub-agent's plain compaction leaves the session's state alone.
+        disable = (
+            main
+            and report.trigger != "manual"
+            and len(fractions) >= 2
+            and all(f < config.min_freed_fraction for f in fractions[-2:])
+        )
+        new_state = session.state.model_copy(
+            update={
+                "crossed_thresholds": [],
+                "skip_overflow_once": True,
+                "rebuilds": session.state.rebuilds + 1,
+                "freed_fractions": fractions,
+                "auto_rebuild_disabled": session.state.auto_rebuild_disabled or disable,
+            }
+        )
+        stored = await self._store.commit_rebuild(
+            session.id,
+            usage_key=usage_key,
+            boundary=boundary,
+            updated=committed.compacted,
+            session=session.model_copy(update={"state": new_state}) if main else None,
+        )
+        if not stored:
+            return _Result(RebuildReport(outcome="already-recovered", trigger=report.trigger))
+        await self._events.emit(
+            ContextRebuilt(
+                session_id=session.id,
+                time=now_ms(),
+                outcome=report.outcome,
+                manual=report.trigger == "manual",
+                boundary_id=boundary.id,
+                watermark=report.watermark,
+                tokens_before=report.tokens_before,
+                tokens_after=report.tokens_after,
+                compacted_results=report.compacted_results,
+            )
+        )
+        if disable and not session.state.auto_rebuild_disabled:
+            await self._events.emit(
+                AutoRebuildDisabled(
+                    session_id=session.id,
+                    time=now_ms(),
+                    freed_fractions=tuple(fractions[-2:]),
+                    reason=(
+                        "two consecutive rebuilds each freed less than "
+                        f"{config.min_freed_fraction:.0%} of the request; "
+                        "the live tail alone is too large to fit"
+                    ),
+                )
+            )
+        return _Result(report, committed)
+
+
+def _open_tool_round(tail: Sequence[Message]) -> list[Message]:
+    """The tail's last tool round when the agent is mid-loop, else ``[]``.
+
+    Mid-loop: the tail ends with an assistant message that finished with tool calls,
+    possibly followed by ``tool`` messages holding its results (provider format).
+    """
+    end = len(tail)
+    start = end
+    while start > 0 and tail[start - 1].role == "tool":
+        start -= 1
+    if start == 0:
+        return []
+    last = tail[start - 1]
+    if last.role != "assistant" or last.finish not in TOOL_CALL_FINISH_REASONS:
+        return []
+    if not any(isinstance(p, ToolPart) for p in last.parts):
+        return []
+    return list(tail[start - 1 : end])
+
+
+def _count_compacted(messages: Sequence[Message], now: int) -> int:
+    count = 0
+    for message in messages:
+        for part in message.parts:
+            if (
+                isinstance(part, ToolPart)
+                and isinstance(part.state, ToolStateCompleted)
+                and part.state.time.compacted == now
+            ) or (isinstance(part, ToolResultPart) and part.time.compacted == now):
+                count += 1
+    return count

@@ -508,8 +508,8 @@ class _Recorder:
 async def _settle(middleware: ContextMiddleware, session_id: str) -> None:
     """Wait until the session's checkpoint writer (if any) is idle."""
     await anyio.lowlevel.checkpoint()
-    while middleware.coordinator.in_flight(session_id):
-        await middleware.coordinator.wait(session_id, _WRITER_SETTLE_SECONDS)
+    while middleware.writer_running(session_id):
+        await middleware.wait_for_writer(session_id, timeout=_WRITER_SETTLE_SECONDS)
         await anyio.lowlevel.checkpoint()
 
 

@@ -65,6 +65,7 @@ from mimo_ctx.memory import MemoryLayout, read_text, write_text_atomic
 from mimo_ctx.messages import MAIN_AGENT, Message
 from mimo_ctx.store.base import Store, Task
 from mimo_ctx.tokens import estimate_text_tokens
+from mimo_ctx.triggers import due_thresholds
 
 __all__ = [
     "CheckpointDraft",
@@ -373,6 +374,9 @@ class _Job:
 class _Slot:
     running: _Job | None = None
     pending: _Job | None = None
+    # Writer thresholds this process saw marked (a stale copy only costs one
+    # extra check against the store).
+    crossed: frozenset[int] = frozenset()
 
 
 class WriterCoordinator:
@@ -388,6 +392,7 @@ class WriterCoordinator:
             fresh checkpoint (the event names which writer produced it).
         lease: Keeps "one writer per session" across workers sharing the store
             (see the module docstring); ``None`` keeps it in this process only.
+        thresholds: The usage thresholds of :meth:`at_usage` (SPEC A3), ascending.
     """
 
     def __init__(
@@ -400,8 +405,10 @@ class WriterCoordinator:
         *,
         fallback: CheckpointWriter | None = None,
         lease: WriterLease | None = None,
+        thresholds: Sequence[int] = (),
     ) -> None:
         self._store = store
+        self._thresholds = tuple(thresholds)
         self._layout = layout
         self._config = config
         self._writer = writer
@@ -469,6 +476,36 @@ class WriterCoordinator:
         slot.running = job
         self._task_group.start_soon(self._run, session_id, job, claim)
         return "started"
+
+    async def at_usage(self, session_id: str, usage: int) -> None:
+        """Start a writer when ``usage`` crossed thresholds not marked yet (SPEC A3).
+
+        The due thresholds are marked in the session's state once a writer started
+        or queued. While a writer runs here, or another worker holds the lease,
+        none is marked, so they fire again later.
+        """
+        slot = self._slots.setdefault(session_id, _Slot())
+        if not due_thresholds(usage, self._thresholds, slot.crossed):
+            return
+        session = await self._store.get_session(session_id)
+        if session is None:
+            return
+        slot.crossed = frozenset(session.state.crossed_thresholds)
+        due = due_thresholds(usage, self._thresholds, slot.crossed)
+        if not due or self.in_flight(session_id):
+            return
+        if await self.request(session_id, reason=f"usage {usage} >= {due[-1]}") == "skipped":
+            return
+        crossed = sorted({*session.state.crossed_thresholds, *due})
+        slot.crossed = frozenset(crossed)
+        new_state = session.state.model_copy(update={"crossed_thresholds": crossed})
+        await self._store.update_session(session.model_copy(update={"state": new_state}))
+
+    def thresholds_cleared(self, session_id: str) -> None:
+        """A rebuild cleared the session's marked thresholds: they may fire again."""
+        slot = self._slots.get(session_id)
+        if slot is not None:
+            slot.crossed = frozenset()
 
     async def wait(self, session_id: str, within: float) -> WaitResult:
         """Wait for the session's running writer, at most ``within`` seconds.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -41,3 +42,32 @@ def test_runtime_text_cites_no_issue_numbers() -> None:
         if pattern.search(line)
     ]
     assert hits == []
+
+
+def _class_lines(path: Path, name: str) -> int:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    assert node.end_lineno is not None
+    return node.end_lineno - node.lineno + 1
+
+
+def test_the_middleware_is_a_facade_over_private_steps() -> None:
+    """``ContextMiddleware`` keeps lifecycle, sessions and the public methods; the live
+    window (``_window``) and the rebuild pipeline (``rebuild``) live in their own modules."""
+    assert _class_lines(PACKAGE / "middleware.py", "ContextMiddleware") < 450
+
+
+def test_only_the_middleware_and_its_steps_touch_the_writer_coordinator() -> None:
+    """Callers use ``writer_running`` / ``start_writer`` / ``wait_for_writer`` instead."""
+    allowed = {"middleware.py", "rebuild.py", "writer.py"}
+    roots = [PACKAGE, PACKAGE.parent / "benchmarks", PACKAGE.parent / "examples"]
+    pattern = re.compile(r"[.]_?coordinator\b|\bWriterCoordinator\b")
+    offenders = [
+        f"{p.relative_to(PACKAGE.parent).as_posix()}:{n}"
+        for root in roots
+        for p in sorted(root.rglob("*.py"))
+        if p.relative_to(PACKAGE.parent).as_posix().removeprefix("mimo_ctx/") not in allowed
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if pattern.search(line.split("#", 1)[0])
+    ]
+    assert offenders == []

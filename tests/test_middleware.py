@@ -82,7 +82,7 @@ async def settle(mw: ContextMiddleware, session_id: str) -> None:
     """Let a background writer finish (bounded: a deliberately slow one stays)."""
     await anyio.lowlevel.checkpoint()
     for _ in range(3):  # a finished writer may start the pending one
-        await mw.coordinator.wait(session_id, 0.05)
+        await mw.wait_for_writer(session_id, timeout=0.05)
         await anyio.lowlevel.checkpoint()
 
 
@@ -460,7 +460,7 @@ async def test_r3_3_cancelled_wait_leaves_no_task_or_lock(store: Store, tmp_path
             assert last.usage is not None
             if last.usage.context_tokens >= 90_000:
                 break
-        assert mw.coordinator.in_flight(session.id)
+        assert mw.writer_running(session.id)
         tasks_before = len(asyncio.all_tasks())
         count_before = await store.count_messages(session.id)
         with anyio.move_on_after(0.2) as scope:
@@ -545,7 +545,7 @@ async def test_r1_4a_sub_agent_gets_a_plain_compaction(store: Store, tmp_path: P
 async def test_r8_3_per_turn_reminder_in_memory_only(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("mimo_ctx.middleware.MEMORY_RECHECK_SECONDS", 0.0)
+    monkeypatch.setattr("mimo_ctx._window.MEMORY_RECHECK_SECONDS", 0.0)
     async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS) as mw:
         session = await mw.open_session(system=SYSTEM)
         await mw.add_user_message(session.id, "Hello.")
@@ -581,7 +581,7 @@ async def test_middleware_requires_running_context(store: Store, tmp_path: Path)
     session = await mw.open_session(system=SYSTEM)
     await mw.add_user_message(session.id, "Hi.")
     with pytest.raises(MimoCtxError, match="async with"):
-        await mw.coordinator.request(session.id, reason="test")
+        await mw.start_writer(session.id, reason="test")
     with pytest.raises(MimoCtxError, match="unknown session"):
         await mw.prepare("ses_missing")
 

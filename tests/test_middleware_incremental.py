@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from mimo_ctx._window import Windows
 from mimo_ctx.messages import (
     Message,
     MessageError,
@@ -114,7 +115,7 @@ async def _scenario(seed: int, store: Store, root: Path) -> None:
             view = await mw.prepare(sid)
             state_ = mw._sessions[sid]  # pyright: ignore[reportPrivateUsage]
             window = state_.windows["main"]
-            full, tokens = mw._full_view(window, window.boundary)  # pyright: ignore[reportPrivateUsage]
+            full, tokens = Windows.full_view(window, window.boundary)
             assert [m.model_dump() for m in view.messages] == [m.model_dump() for m in full], (
                 seed,
                 step,
@@ -149,12 +150,12 @@ async def test_r8_window_adopted_after_a_rebuild_equals_a_reload(kind: str, tmp_
         await mw.add_user_message(session.id, "Go.")
         for _ in range(30):
             await mw.turn(session.id, model.complete)
-            await mw.coordinator.wait(session.id, 1.0)
+            await mw.wait_for_writer(session.id, timeout=1.0)
             if model.requests[-1].rebuild is not None:
                 break
         assert model.requests[-1].rebuild is not None
         adopted = mw._sessions[session.id].windows["main"]  # pyright: ignore[reportPrivateUsage]
-        fresh = await mw._load_window(session.id, "main")  # pyright: ignore[reportPrivateUsage]
+        fresh = await mw._windows.load(session.id, "main")  # pyright: ignore[reportPrivateUsage]
         assert adopted.boundary is not None
         assert fresh.boundary is not None
         assert adopted.boundary.id == fresh.boundary.id

@@ -1,4 +1,4 @@
-"""The checkpoint-writer coordinator under a cross-worker lease (SPEC A3, R1.4, R3; issue 11).
+"""The checkpoint writers under a cross-worker lease (SPEC A3, R1.4, R3).
 
 Several "workers" are several :class:`ContextMiddleware` instances in one event
 loop, sharing one store, one memory root and one :class:`InMemoryWriterLease`:
@@ -231,27 +231,27 @@ def test_a3_lease_ttl_is_configurable_and_validated() -> None:
 async def test_a3_request_is_skipped_while_another_worker_writes(
     store: Store, tmp_path: Path
 ) -> None:
-    """Another worker holds the lease: no writer starts here, busy() sees it and
-    in_flight() (this worker only) does not; once it is free, a writer starts."""
+    """Another worker holds the lease: no writer starts here; writer_running() (this
+    worker only) does not see the other writer, a wait does; once it is free, a writer
+    starts."""
     lease = InMemoryWriterLease(store)
     session = await new_session(store)
     async with ContextMiddleware(
         store, tmp_path / "mem", model=LIMITS, config=_config(), writer_lease=lease
     ) as mw:
         assert await lease.acquire(session.id, "other-worker", 600)
-        assert await mw.coordinator.request(session.id, reason="test") == "skipped"
-        assert not mw.coordinator.in_flight(session.id)
-        assert await mw.coordinator.busy(session.id)
+        assert await mw.start_writer(session.id, reason="test") == "skipped"
+        assert not mw.writer_running(session.id)
+        assert await mw.wait_for_writer(session.id, timeout=0.05) == "timeout"
         assert await lease.release(session.id, "other-worker")
-        assert not await mw.coordinator.busy(session.id)
-        assert await mw.coordinator.request(session.id, reason="test") == "started"
-        assert await mw.coordinator.busy(session.id)
-        assert await mw.coordinator.wait(session.id, 60) == "finished"
+        assert await mw.start_writer(session.id, reason="test") == "started"
+        assert mw.writer_running(session.id)
+        assert await mw.wait_for_writer(session.id, timeout=60) == "finished"
         assert await store.get_watermark(session.id) is not None
         # The run released its lease.
         assert await lease.holder(session.id) is None
         # Nothing new to cover: skipped, and the lease is not kept.
-        assert await mw.coordinator.request(session.id, reason="again") == "skipped"
+        assert await mw.start_writer(session.id, reason="again") == "skipped"
         assert await lease.holder(session.id) is None
 
 
@@ -270,14 +270,14 @@ async def test_a3_threshold_is_not_marked_while_another_worker_writes(
     ) as mw:
         assert await lease.acquire(session.id, "other-worker", 600)
         await mw.record(messages[-1])  # usage 40000 crosses the 18000 and 36000 thresholds
-        assert not mw.coordinator.in_flight(session.id)
+        assert not mw.writer_running(session.id)
         stored = await store.get_session(session.id)
         assert stored is not None
         assert stored.state.crossed_thresholds == []
         assert await lease.release(session.id, "other-worker")
         await mw.record(messages[-1])  # the same usage again: now it fires
-        assert mw.coordinator.in_flight(session.id)
-        assert await mw.coordinator.wait(session.id, 60) == "finished"
+        assert mw.writer_running(session.id)
+        assert await mw.wait_for_writer(session.id, timeout=60) == "finished"
         stored = await store.get_session(session.id)
         assert stored is not None
         assert stored.state.crossed_thresholds == [18_000, 36_000]
@@ -289,13 +289,13 @@ async def test_r3_2_wait_follows_a_writer_on_another_worker(store: Store, tmp_pa
     async with ContextMiddleware(
         store, tmp_path / "mem", model=LIMITS, config=_config(), writer_lease=lease
     ) as mw:
-        assert await mw.coordinator.wait(session.id, 5) == "idle"
+        assert await mw.wait_for_writer(session.id, timeout=5) == "idle"
         assert await lease.acquire(session.id, "other-worker", 600)
-        assert await mw.coordinator.wait(session.id, 0.05) == "timeout"
+        assert await mw.wait_for_writer(session.id, timeout=0.05) == "timeout"
         results: list[str] = []
 
         async def waiter() -> None:
-            results.append(await mw.coordinator.wait(session.id, 3600))
+            results.append(await mw.wait_for_writer(session.id, timeout=3600))
 
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
@@ -419,8 +419,8 @@ async def test_a3_writer_that_lost_its_lease_persists_nothing(store: Store, tmp_
         on_event=on_event,
         writer_lease=lease,
     ) as mw:
-        assert await mw.coordinator.request(session.id, reason="test") == "started"
-        assert await mw.coordinator.wait(session.id, 60) == "failed"
+        assert await mw.start_writer(session.id, reason="test") == "started"
+        assert await mw.wait_for_writer(session.id, timeout=60) == "failed"
     assert len(stolen) == 1
     assert not mw.layout.checkpoint_path(session.id).exists()
     assert await store.get_watermark(session.id) is None
@@ -447,11 +447,11 @@ async def test_a3_lost_renewal_cancels_the_running_writer(store: Store, tmp_path
         fallback_writer=False,
         writer_lease=lease,
     ) as mw:
-        assert await mw.coordinator.request(session.id, reason="test") == "started"
+        assert await mw.start_writer(session.id, reason="test") == "started"
         with anyio.fail_after(30):
             await writer.started.wait()
             await steal(lease, session.id)
-            assert await mw.coordinator.wait(session.id, 3600) == "failed"
+            assert await mw.wait_for_writer(session.id, timeout=3600) == "failed"
     assert writer.cancelled
     assert not mw.layout.checkpoint_path(session.id).exists()
     assert await store.get_watermark(session.id) is None
@@ -471,14 +471,14 @@ async def test_a3_lease_is_renewed_while_a_slow_writer_runs(store: Store, tmp_pa
         fallback_writer=False,
         writer_lease=lease,
     ) as mw:
-        assert await mw.coordinator.request(session.id, reason="test") == "started"
+        assert await mw.start_writer(session.id, reason="test") == "started"
         with anyio.fail_after(30):
             await writer.started.wait()
             first = await lease.holder(session.id)
             await anyio.sleep(1.5)  # more than two ttls
             still = await lease.holder(session.id)
             writer.gate.set()
-            assert await mw.coordinator.wait(session.id, 3600) == "finished"
+            assert await mw.wait_for_writer(session.id, timeout=3600) == "finished"
     assert first is not None
     assert still is not None
     assert (still.owner, still.generation) == (first.owner, first.generation)
@@ -502,25 +502,26 @@ async def test_r3_3_closing_the_middleware_releases_the_lease(store: Store, tmp_
         fallback_writer=False,
         writer_lease=lease,
     ) as mw:
-        assert await mw.coordinator.request(session.id, reason="test") == "started"
+        assert await mw.start_writer(session.id, reason="test") == "started"
         await writer.started.wait()
         assert await lease.holder(session.id) is not None
     assert writer.cancelled
     assert await lease.holder(session.id) is None
 
 
-async def test_a3_without_a_lease_busy_is_in_flight(store: Store, tmp_path: Path) -> None:
+async def test_a3_without_a_lease_only_this_workers_writer_counts(
+    store: Store, tmp_path: Path
+) -> None:
     session = await new_session(store)
     writer = GatedWriter()
     async with ContextMiddleware(
         store, tmp_path / "mem", model=LIMITS, config=_config(), writer=writer
     ) as mw:
-        assert mw.coordinator.lease is None
-        assert not await mw.coordinator.busy(session.id)
-        assert await mw.coordinator.request(session.id, reason="test") == "started"
-        assert await mw.coordinator.busy(session.id)
-        assert mw.coordinator.in_flight(session.id)
+        assert not mw.writer_running(session.id)
+        assert await mw.wait_for_writer(session.id, timeout=60) == "idle"
+        assert await mw.start_writer(session.id, reason="test") == "started"
+        assert mw.writer_running(session.id)
         writer.gate.set()
-        assert await mw.coordinator.wait(session.id, 60) == "finished"
-        assert not await mw.coordinator.busy(session.id)
-        assert await mw.coordinator.wait(session.id, 60) == "idle"
+        assert await mw.wait_for_writer(session.id, timeout=60) == "finished"
+        assert not mw.writer_running(session.id)
+        assert await mw.wait_for_writer(session.id, timeout=60) == "idle"

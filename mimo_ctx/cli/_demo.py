@@ -509,8 +509,8 @@ def _describe(event: Event) -> tuple[str, str] | None:
 
 async def _settle(middleware: ContextMiddleware, session_id: str) -> None:
     await anyio.lowlevel.checkpoint()
-    while middleware.coordinator.in_flight(session_id):
-        await middleware.coordinator.wait(session_id, 60)
+    while middleware.writer_running(session_id):
+        await middleware.wait_for_writer(session_id, timeout=60)
         await anyio.lowlevel.checkpoint()
 
 

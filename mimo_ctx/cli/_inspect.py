@@ -211,8 +211,8 @@ async def _inspect(
     async with ContextMiddleware(store, root, model=window, config=config) as middleware:
         report = await middleware.rebuild(session_id, manual=False)
         view = await middleware.prepare(session_id)
-        while middleware.coordinator.in_flight(session_id):
-            await middleware.coordinator.wait(session_id, 600)
+        while middleware.writer_running(session_id):
+            await middleware.wait_for_writer(session_id, timeout=600)
         trigger = middleware.usable
     boundary = await store.get_message(report.boundary_id) if report.boundary_id else None
     everything = await store.list_messages(session_id, agent=None)

@@ -152,7 +152,7 @@ async def soak(turns: int, directory: Path) -> dict[str, Any]:
                 )
             await mw.turn(sid, main_call)
             # Let a finished writer's follow-up run, without waiting on a slow one.
-            await mw.coordinator.wait(sid, 5)
+            await mw.wait_for_writer(sid, timeout=5)
             count = await store.count_messages(sid, agent=None)
             if count < previous:
                 raise AssertionError(
@@ -173,7 +173,7 @@ async def soak(turns: int, directory: Path) -> dict[str, Any]:
             tasks_after=len(asyncio.all_tasks()),
             threads_before=baseline_threads,
             threads_after=threading.active_count(),
-            writer_in_flight=mw.coordinator.in_flight(sid),
+            writer_in_flight=mw.writer_running(sid),
             samples=samples,
         )
     tasks_closed = len(asyncio.all_tasks())  # the middleware's task group has ended

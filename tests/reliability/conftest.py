@@ -142,7 +142,7 @@ async def settle(mw: ContextMiddleware, session_id: str) -> None:
     """Let a background writer finish (bounded: a deliberately hung one stays)."""
     await anyio.lowlevel.checkpoint()
     for _ in range(3):
-        await mw.coordinator.wait(session_id, 0.05)
+        await mw.wait_for_writer(session_id, timeout=0.05)
         await anyio.lowlevel.checkpoint()
 
 

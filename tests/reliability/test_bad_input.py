@@ -221,8 +221,8 @@ async def test_writer_reads_huge_notes_with_bounded_memory(tmp_path: Path) -> No
         _write_big(notes, 24 * MiB)
         tracemalloc.start()
         try:
-            assert await mw.coordinator.request(session.id, reason="big notes") == "started"
-            assert await mw.coordinator.wait(session.id, 120) == "finished"
+            assert await mw.start_writer(session.id, reason="big notes") == "started"
+            assert await mw.wait_for_writer(session.id, timeout=120) == "finished"
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()

@@ -75,7 +75,7 @@ async def test_r1_4_twenty_sessions_rebuild_in_parallel(store: Store, tmp_path: 
             assert boundary.session_id == session.id
             assert f"Task of {session.id}." in boundary.parts[2].model_dump_json()
             assert await store.count_messages(session.id) == counts[session.id] + 1
-            assert not mw.coordinator.in_flight(session.id)
+            assert not mw.writer_running(session.id)
             assert not mw._sessions[session.id].lock.locked()  # pyright: ignore[reportPrivateUsage]
 
 

@@ -91,7 +91,7 @@ class FaultyWriter:
 async def prime_checkpoint(mw: ContextMiddleware, session_id: str) -> tuple[bytes, str]:
     """A session below the line with a checkpoint and watermark on disk."""
     await fill_to_trigger(mw, session_id, final_usage=80_000)
-    assert await mw.coordinator.request(session_id, reason="test") == "started"
+    assert await mw.start_writer(session_id, reason="test") == "started"
     await settle(mw, session_id)
     watermark = await mw.store.get_watermark(session_id)
     assert watermark is not None
@@ -157,7 +157,7 @@ async def test_r3_3_writer_raises_rebuild_uses_checkpoint_on_disk(
         session = await mw.open_session(system=SYSTEM)
         old, watermark = await prime_checkpoint(mw, session.id)
         writer.mode = "raise"
-        assert await mw.coordinator.request(session.id, reason="again") in ("started", "skipped")
+        assert await mw.start_writer(session.id, reason="again") in ("started", "skipped")
         await cross_line(mw, session.id)
         view = await mw.prepare(session.id)
         assert view.rebuild is not None
@@ -182,7 +182,7 @@ async def test_r3_2_writer_hangs_past_the_ensure_bound(store: Store, tmp_path: P
             view = await mw.prepare(session.id)
         assert view.rebuild is not None
         assert (view.rebuild.outcome, view.rebuild.fallback) == ("writer-failed", "compaction")
-        assert mw.coordinator.in_flight(session.id)
+        assert mw.writer_running(session.id)
     assert writer.cancelled
     assert not mw.layout.checkpoint_path(session.id).exists()
     assert await store.get_watermark(session.id) is None
@@ -201,7 +201,7 @@ async def test_r3_2_writer_hangs_past_the_wait_bound_with_checkpoint(
         old, watermark = await prime_checkpoint(mw, session.id)
         writer.mode = "hang"
         await cross_line(mw, session.id, usage=85_000)
-        assert await mw.coordinator.request(session.id, reason="hang") == "started"
+        assert await mw.start_writer(session.id, reason="hang") == "started"
         await cross_line(mw, session.id)
         with anyio.fail_after(10):
             view = await mw.prepare(session.id)
@@ -229,7 +229,7 @@ async def test_r3_3_writer_cancelled_by_shutdown_writes_nothing(
             seen["mw"], seen["session"] = mw, session
             writer.mode = "hang"
             await cross_line(mw, session.id, usage=85_000)
-            assert await mw.coordinator.request(session.id, reason="hang") == "started"
+            assert await mw.start_writer(session.id, reason="hang") == "started"
             await anyio.sleep(0.05)
             raise KeyError("host failure")
 
@@ -275,8 +275,8 @@ async def test_r3_3_store_error_while_scheduling_a_writer_does_not_cancel_the_ho
         ) as mw:
             session = await mw.open_session(system=SYSTEM)
             await fill_to_trigger(mw, session.id, final_usage=50_000)
-            assert await mw.coordinator.request(session.id, reason="first") == "started"
-            assert await mw.coordinator.request(session.id, reason="second") == "queued"
+            assert await mw.start_writer(session.id, reason="first") == "started"
+            assert await mw.start_writer(session.id, reason="second") == "queued"
 
             async def disk_error(*args: Any, **kwargs: Any) -> Any:
                 raise StoreError("SQLite store s.db: disk I/O error")
@@ -322,7 +322,7 @@ async def test_notes_added_while_the_writer_runs_are_not_lost(tmp_path: Path) ->
         notes = mw.layout.notes_path(session.id)
         notes.parent.mkdir(parents=True)
         notes.write_text("- first note\n")
-        assert await mw.coordinator.request(session.id, reason="notes") == "started"
+        assert await mw.start_writer(session.id, reason="notes") == "started"
         with anyio.fail_after(10):
             await writer.entered.wait()
         # The agent writes a note (memory tool, bash...) while the writer runs.
@@ -569,7 +569,7 @@ async def test_disk_full_on_checkpoint_write_keeps_old_checkpoint(
         real_fdopen = os.fdopen
         monkeypatch.setattr(os, "fdopen", lambda fd, mode: _FullDisk(real_fdopen(fd, mode)))
         await cross_line(mw, session.id, usage=85_000)
-        assert await mw.coordinator.request(session.id, reason="full disk") == "started"
+        assert await mw.start_writer(session.id, reason="full disk") == "started"
         await settle(mw, session.id)
         failed = [e for e in events if isinstance(e, WriterFailed)]
         assert failed

@@ -403,7 +403,7 @@ async def test_a6_file_content_cannot_forge_sections(store: Store, tmp_path: Pat
     async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS) as mw:
         session = await mw.open_session(system=SYSTEM)
         await fill_to_trigger(mw, session.id, request=f"Please do this.\n{FORGED}")
-        await mw.coordinator.request(session.id, reason="test")
+        await mw.start_writer(session.id, reason="test")
         await settle(mw, session.id)
         checkpoint = mw.layout.checkpoint_path(session.id)
         checkpoint.write_text(checkpoint.read_text() + "\n## 11. Open notes\n" + FORGED)

@@ -1,0 +1,383 @@
+"""The live window of a session and the request view built from it (SPEC R8.1, R2.2).
+
+Private step of :class:`~mimo_ctx.middleware.ContextMiddleware`. A *live window*
+holds one agent's messages from the newest boundary's watermark on, kept
+current from the store's change feed, so a turn costs O(new messages) instead
+of O(history). The *view* is what of that window is sent: the newest boundary,
+the collapsed tail (R7.3), the send rules (A10) and the per-turn reminder on the
+last user message (R8.3, in memory only). The last view is extended in place
+while messages are only appended at the end (the common turn).
+
+:class:`SessionState` is the per-session, per-process state the middleware
+keeps (one lock, the windows of each agent, the frozen prefix); :class:`Windows`
+loads, refreshes and adopts windows and builds views over one store.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from bisect import bisect_left
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+
+from mimo_ctx.digest import collapse_checkpoint_tail
+from mimo_ctx.memory import MemoryLayout
+from mimo_ctx.messages import MAIN_AGENT, Message, ToolResultPart
+from mimo_ctx.reminders import append_per_turn_reminder
+from mimo_ctx.store.base import RequestPrefix, Session, Store
+from mimo_ctx.tokens import estimate_message_tokens, estimate_text_tokens, js_json
+from mimo_ctx.view import apply_send_rules
+
+__all__ = [
+    "MEMORY_RECHECK_SECONDS",
+    "LiveWindow",
+    "SessionState",
+    "WindowView",
+    "Windows",
+    "message_key",
+]
+
+MEMORY_RECHECK_SECONDS = 1.0
+"""How stale "this session has no memory files or tasks" may be (R8.3 reminder)."""
+
+_SEQ_PROBE = 2**62
+"""A change-feed position past any real one: ``changes_since`` then returns only the head."""
+
+
+def message_key(message: Message) -> tuple[int, str]:
+    """The store's listing order of a message: ``(time_created, id)`` (SPEC A1)."""
+    return (message.time_created, message.id)
+
+
+@dataclass(frozen=True, slots=True)
+class _ViewCache:
+    boundary: Message | None
+    messages: list[Message]
+    tokens: int
+
+
+@dataclass(slots=True)
+class LiveWindow:
+    """The live part of one agent's history, kept current from the change feed."""
+
+    agent: str
+    seq: int = 0
+    boundary: Message | None = None
+    start: tuple[int, str] | None = None
+    messages: list[Message] = field(default_factory=list[Message])
+    keys: list[tuple[int, str]] = field(default_factory=list[tuple[int, str]])
+    sendable: dict[str, tuple[Message, Message]] = field(
+        default_factory=dict[str, tuple[Message, Message]]
+    )
+    last_finished: Message | None = None
+    newest_id: str | None = None
+    loaded: bool = False
+    # The last view, extended in O(new messages) while messages are only appended
+    # at the end (the common turn); anything else rebuilds it from the window.
+    view: _ViewCache | None = None
+    appended: int = 0
+    reshaped: bool = True
+    # The last message that carried the per-turn reminder and its copy, so the
+    # copy (and its token estimate) is made once, not every turn (R8.3).
+    reminder: tuple[Message, Message] | None = None
+
+    @property
+    def usage_key(self) -> str:
+        """The key of the usage a rebuild of this window recovers (once per usage, R1.4)."""
+        return self.last_finished.id if self.last_finished else f"start:{self.agent}"
+
+    @property
+    def recovered(self) -> bool:
+        """True when the newest boundary already recovered the last usage.
+
+        R1.4: decided by ids, since the boundary's creation time is back-dated.
+        """
+        if self.boundary is None or self.last_finished is None:
+            return False
+        return self.boundary.id > self.last_finished.id
+
+    def live(self, message: Message) -> bool:
+        """True when ``message`` lists after the watermark (it belongs to the window)."""
+        return self.start is None or message_key(message) > self.start
+
+    def put(self, message: Message) -> None:
+        """Insert or replace ``message`` in listing order."""
+        key = message_key(message)
+        index = bisect_left(self.keys, key)
+        if index < len(self.keys) and self.keys[index] == key:
+            self.messages[index] = message
+            self.reshaped = True
+        else:
+            self.keys.insert(index, key)
+            self.messages.insert(index, message)
+            if index == len(self.keys) - 1:
+                self.appended += 1
+            else:
+                self.reshaped = True
+        self.sendable.pop(message.id, None)
+
+
+@dataclass(slots=True)
+class SessionState:
+    """What one process keeps per session: the lock every step runs under, windows, prefix."""
+
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    windows: dict[str, LiveWindow] = field(default_factory=dict[str, LiveWindow])
+    prefix: RequestPrefix | None = None
+    prefix_tokens: int | None = None
+    # Per-turn reminder sources (R8.3): once a session has memory files or tasks
+    # it keeps them (nothing deletes them), so True is sticky; False is re-checked
+    # at most once a second so the hot path does not touch the disk every turn.
+    has_memory: bool = False
+    memory_checked: float = -1.0
+    overflow_recovered: set[str] = field(default_factory=set[str])
+
+
+@dataclass(frozen=True, slots=True)
+class WindowView:
+    """What to send for a window: the frozen prefix, the messages, their estimated tokens.
+
+    ``tokens`` counts the prefix too.
+    """
+
+    prefix: RequestPrefix
+    messages: list[Message]
+    tokens: int
+
+
+class Windows:
+    """Loads, refreshes and adopts live windows, and builds request views, over one store.
+
+    Args:
+        store: Where the history lives.
+        layout: The memory layout (the per-turn reminder names the session's directory).
+        session: Reads a session (for its frozen prefix), raising when it is unknown.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        layout: MemoryLayout,
+        session: Callable[[str], Awaitable[Session]],
+    ) -> None:
+        self._store = store
+        self._layout = layout
+        self._session = session
+
+    async def refresh(self, session_id: str, state: SessionState, agent: str) -> LiveWindow:
+        """The agent's window, brought up to date with what was written since the last call."""
+        window = state.windows.get(agent)
+        if window is None or not window.loaded:
+            window = await self.load(session_id, agent)
+            state.windows[agent] = window
+            return window
+        changed, seq = await self._store.changes_since(session_id, window.seq)
+        window.seq = seq
+        reload = False
+        for message in changed:
+            if message.agent != agent:
+                continue
+            if window.newest_id is None or message.id > window.newest_id:
+                window.newest_id = message.id
+            if (
+                message.role == "assistant"
+                and message.finish is not None
+                and (window.last_finished is None or message.id >= window.last_finished.id)
+            ):
+                window.last_finished = message
+            if message.is_boundary and (window.boundary is None or message.id > window.boundary.id):
+                reload = True
+            elif window.live(message):
+                window.put(message)
+        if reload:
+            window = await self.load(session_id, agent)
+            state.windows[agent] = window
+        return window
+
+    async def load(self, session_id: str, agent: str) -> LiveWindow:
+        """The agent's window read from the store: the newest boundary and what follows it."""
+        store = self._store
+        window = LiveWindow(agent=agent)
+        _, window.seq = await store.changes_since(session_id, _SEQ_PROBE)
+        if agent == MAIN_AGENT:
+            boundary = await store.latest_boundary(session_id)
+        else:
+            boundary = None
+            for message in await store.list_messages(session_id, agent=agent):
+                if message.is_boundary and (boundary is None or message.id > boundary.id):
+                    boundary = message
+        window.boundary = boundary
+        if boundary is not None:
+            covered = boundary.covered_up_to
+            watermark = await store.get_message(covered) if covered else None
+            window.start = (
+                message_key(watermark)
+                if watermark is not None
+                else (boundary.time_created - 1, "\uffff")
+            )
+        messages = await store.list_messages(session_id, agent=agent, since=window.start)
+        for message in messages:
+            if window.live(message):
+                window.keys.append(message_key(message))
+                window.messages.append(message)
+        window.last_finished = await store.latest_finished_assistant(session_id, agent=agent)
+        window.newest_id = max((m.id for m in messages), default=None)
+        window.loaded = True
+        return window
+
+    @staticmethod
+    def adopt(
+        state: SessionState,
+        boundary: Message,
+        watermark: Message,
+        listed: Sequence[Message],
+        compacted: Sequence[Message],
+    ) -> None:
+        """Build the main window after a rebuild from what the rebuild already read.
+
+        ``listed`` holds every message from the watermark on (as read before the
+        commit), ``compacted`` the micro-compacted copies. The window keeps the old
+        sequence number, so the refresh that follows replays the commit's own writes
+        and anything written meanwhile: the result equals a reload from the store
+        without listing and parsing the tail again.
+        """
+        old = state.windows[MAIN_AGENT]
+        window = LiveWindow(agent=MAIN_AGENT, seq=old.seq, boundary=boundary, loaded=True)
+        window.start = message_key(watermark)
+        replaced = {m.id: m for m in compacted}
+        for message in listed:
+            if message.agent == MAIN_AGENT and window.live(message):
+                current = replaced.get(message.id, message)
+                window.keys.append(message_key(current))
+                window.messages.append(current)
+        window.put(boundary)
+        window.last_finished = old.last_finished
+        window.newest_id = max(old.newest_id or boundary.id, boundary.id)
+        state.windows[MAIN_AGENT] = window
+
+    async def view(self, session_id: str, state: SessionState, window: LiveWindow) -> WindowView:
+        """What to send for ``window``: send rules applied and the per-turn reminder added."""
+        prefix = state.prefix
+        if prefix is None:
+            # The prefix is frozen (R8.1): read once per process.
+            session = await self._session(session_id)
+            prefix = state.prefix = session.prefix or RequestPrefix()
+        if state.prefix_tokens is None:
+            state.prefix_tokens = estimate_text_tokens(prefix.system) + estimate_text_tokens(
+                js_json(prefix.tools)
+            )
+        boundary = window.boundary
+        cache = window.view
+        appended = window.messages[len(window.messages) - window.appended :]
+        if (
+            cache is not None
+            and not window.reshaped
+            and cache.boundary is boundary
+            and not any(isinstance(p, ToolResultPart) for m in appended for p in m.parts)
+        ):
+            # Only appended at the end, and nothing that answers an earlier call:
+            # the send rules of earlier messages are unchanged (SPEC A10), so the
+            # turn costs O(new messages).
+            fresh = apply_send_rules(_collapse_appended(boundary, appended))
+            sendable = [*cache.messages, *fresh]
+            tokens = cache.tokens + sum(estimate_message_tokens(m) for m in fresh)
+        else:
+            sendable, tokens = self.full_view(window, boundary)
+        window.view = _ViewCache(boundary, sendable, tokens)
+        window.appended = 0
+        window.reshaped = False
+        tokens += state.prefix_tokens
+        # A new list: the caller may change it; the cached one stays as it is.
+        sendable = list(sendable)
+        if await self._needs_reminder(session_id, state):
+            for index in range(len(sendable) - 1, -1, -1):
+                source = sendable[index]
+                if source.role != "user":
+                    continue
+                cached = window.reminder
+                if cached is not None and cached[0] is source:
+                    replaced = cached[1]
+                else:
+                    replaced = append_per_turn_reminder(
+                        [source], str(self._layout.session_dir(session_id))
+                    )[0]
+                    window.reminder = (source, replaced)
+                tokens += estimate_message_tokens(replaced) - estimate_message_tokens(source)
+                sendable[index] = replaced
+                break
+        return WindowView(prefix, sendable, tokens)
+
+    @staticmethod
+    def full_view(window: LiveWindow, boundary: Message | None) -> tuple[list[Message], int]:
+        """The view rebuilt from the whole window: send rules over every live message."""
+        # Older boundaries that still list after the watermark are not resent:
+        # the newest boundary supersedes them.
+        live = [m for m in window.messages if not m.is_boundary]
+        ordered = [boundary, *live] if boundary is not None else live
+        collapsed = collapse_checkpoint_tail(ordered)
+        sources = {m.id: m for m in collapsed}
+        sendable: list[Message] = []
+        tokens = 0
+        for fresh in apply_send_rules(collapsed):
+            converted = fresh
+            source = sources.get(fresh.id)
+            if fresh is not source:
+                # A converted copy (boundary, compacted results...) is rebuilt every
+                # time; reuse the last equal copy so its token estimate stays cached.
+                # Compare parts: pydantic equality also compares the cached estimate.
+                cached = window.sendable.get(fresh.id)
+                if cached is not None and cached[0] is source and cached[1].parts == fresh.parts:
+                    converted = cached[1]
+                elif source is not None:
+                    window.sendable[fresh.id] = (source, fresh)
+            sendable.append(converted)
+            tokens += estimate_message_tokens(converted)
+        return sendable, tokens
+
+    async def _needs_reminder(self, session_id: str, state: SessionState) -> bool:
+        # R8.3 / A12: only when the session has memory files or tasks.
+        if state.has_memory:
+            return True
+        now = time.monotonic()
+        if state.memory_checked >= 0 and now - state.memory_checked < MEMORY_RECHECK_SECONDS:
+            return False
+        state.memory_checked = now
+        directory = self._layout.session_dir(session_id)
+        try:
+            has_files = await anyio.to_thread.run_sync(_dir_has_entries, directory)
+        except OSError:
+            has_files = False
+        state.has_memory = has_files or bool(await self._store.list_tasks(session_id))
+        return state.has_memory
+
+
+def _collapse_appended(boundary: Message | None, appended: Sequence[Message]) -> list[Message]:
+    """The appended messages the collapse keeps (R7.3), without older boundaries."""
+    checkpoint = boundary.checkpoint_part if boundary is not None else None
+    covered = checkpoint.covered_up_to if checkpoint is not None else None
+    digest = checkpoint.digest_up_to if checkpoint is not None else None
+    return [
+        m
+        for m in appended
+        if not m.is_boundary
+        and (
+            digest is None
+            or covered is None
+            or m.role == "user"
+            or m.id <= covered
+            or m.id > digest
+        )
+    ]
+
+
+def _dir_has_entries(directory: Path) -> bool:
+    try:
+        with os.scandir(directory) as entries:
+            return any(True for _ in entries)
+    except FileNotFoundError:
+        return False
