@@ -21,7 +21,8 @@ estimate of each payload entry's JSON (the same rule for all strategies),
 tool pairing is checked with :func:`~mimo_ctx.providers.validate.validate_request`,
 and after each compaction the share of the user's last 16k tokens of typed
 words present verbatim is measured with
-:func:`mimo_ctx.replay.user_words_retained`. *Uncached* tokens are what a
+:func:`mimo_ctx.replay.user_words_retained`, the typed words read from the raw
+file by :mod:`mimo_ctx.typed_input` (not through the importer). *Uncached* tokens are what a
 provider prompt cache could not reuse: the tokens after the first entry that
 differs from the previous request.
 
@@ -59,17 +60,26 @@ from mimo_ctx.messages import (
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.providers.openai import to_openai_chat
 from mimo_ctx.providers.validate import validate_request
-from mimo_ctx.replay import replayable_messages, user_words_retained
+from mimo_ctx.replay import replayable_messages, typed_before, user_words_retained
 from mimo_ctx.store.base import Session
 from mimo_ctx.store.in_memory import InMemoryStore
 from mimo_ctx.tokens import estimate_message_tokens, estimate_text_tokens, js_json
 from mimo_ctx.triggers import ModelLimits, usable_tokens
+from mimo_ctx.typed_input import TypedInput, typed_inputs
 from mimo_ctx.view import COMPACTED_PLACEHOLDER, COMPACTION_SUMMARY_HEADER
 from mimo_ctx.writer import WriterRequest
 
 from ._common import Target, result, table, transcripts_dir
 
-__all__ = ["NAME", "STRATEGIES", "TITLE", "WINDOWS", "run", "synthetic_transcript"]
+__all__ = [
+    "NAME",
+    "STRATEGIES",
+    "TITLE",
+    "WINDOWS",
+    "run",
+    "synthetic_transcript",
+    "synthetic_typed",
+]
 
 NAME = "replay"
 TITLE = "Replay quality on real transcripts: mimo_ctx vs baselines"
@@ -300,6 +310,7 @@ async def _replay(
     transcript: ImportedTranscript,
     window: int,
     config: RebuildConfig,
+    typed: Sequence[TypedInput],
     *,
     baselines: bool = True,
     manual_at: frozenset[int] = frozenset(),
@@ -330,6 +341,7 @@ async def _replay(
                     if message.agent == MAIN_AGENT:
                         history.add(message)
                     continue
+                typed_now = typed_before(typed, imported, turn)
                 turn += 1
                 if manual_at and index > min(manual_at):
                     # The transcript's own agent compacted just before this turn.
@@ -362,7 +374,7 @@ async def _replay(
                             tokens_after=view.tokens,
                             payload_after=size,
                             retention=user_words_retained(
-                                history.messages, [_as_message(payload, session_id)]
+                                typed_now, [_as_message(payload, session_id)]
                             ),
                             outcome=rebuilt.outcome,
                             compacted_results=rebuilt.compacted_results,
@@ -379,6 +391,7 @@ async def _replay(
                         window,
                         usable,
                         turn,
+                        typed_now,
                     )
                 # Usage (as mimo_ctx.replay does it): the transcript's own figure
                 # describes its own context, valid until either side compacts.
@@ -433,6 +446,7 @@ def _baselines(
     window: int,
     usable: int,
     turn: int,
+    typed: Sequence[str],
 ) -> None:
     tallies["(a) none"].add(
         [*system_entries, *history.entries], [*system_tokens, *history.tokens], window
@@ -452,7 +466,7 @@ def _baselines(
                 tokens_before=before,
                 tokens_after=size,
                 payload_after=size,
-                retention=user_words_retained(history.messages, [_as_message(payload, session.id)]),
+                retention=user_words_retained(typed, [_as_message(payload, session.id)]),
             )
         )
         return
@@ -512,21 +526,46 @@ def synthetic_transcript(turns: int = 40, *, tokens_per_result: int = 2500) -> I
     )
 
 
-def _transcripts(quick: bool) -> tuple[list[tuple[str, ImportedTranscript]], str | None]:
-    """(name, transcript) pairs to replay, and a note when the real ones are absent."""
+def synthetic_typed(transcript: ImportedTranscript) -> list[TypedInput]:
+    """What the user typed in a :func:`synthetic_transcript` (it has no file to read)."""
+    typed: list[TypedInput] = []
+    turns = 0
+    for message in transcript.messages:
+        if message.role == "assistant":
+            turns += 1
+        elif message.role == "user":
+            text = "\n".join(p.text for p in message.parts if isinstance(p, TextPart))
+            typed.append(TypedInput(text, None, turns))
+    return typed
+
+
+_Input = tuple[str, ImportedTranscript, list[TypedInput]]
+
+
+def _transcripts(quick: bool) -> tuple[list[_Input], str | None]:
+    """(name, transcript, typed) to replay, and a note when the real ones are absent.
+
+    ``typed`` is read from each file by :func:`mimo_ctx.typed_input.typed_inputs`,
+    not through the importer (issue 14).
+    """
     folder = transcripts_dir()
     if folder is None:
         note = (
             "The real transcripts were not found (set MIMO_CTX_TRANSCRIPTS, default "
             "../shared/data/transcripts): only a synthetic session was replayed."
         )
-        return [("synthetic", synthetic_transcript(24 if quick else 60))], note
+        synthetic = synthetic_transcript(24 if quick else 60)
+        return [("synthetic", synthetic, synthetic_typed(synthetic))], note
     paths = sorted(p for p in folder.rglob("*") if p.is_file() and "_subagents_" not in p.name)
     if quick:
         paths = [p for p in paths if p.stat().st_size < 40_000][:2]
-    loaded = [(p.name, load_transcript(p)) for p in paths]
+    loaded: list[_Input] = []
+    for p in paths:
+        transcript = load_transcript(p)
+        loaded.append((p.name, transcript, typed_inputs(p.read_bytes(), transcript.format)))
     if quick:
-        loaded.append(("synthetic", synthetic_transcript(24)))
+        synthetic = synthetic_transcript(24)
+        loaded.append(("synthetic", synthetic, synthetic_typed(synthetic)))
     return loaded, None
 
 
@@ -551,15 +590,15 @@ async def _run(quick: bool) -> dict[str, Any]:
     config = RebuildConfig()
     transcripts, missing = _transcripts(quick)
     runs: list[dict[str, Any]] = []
-    for name, transcript in transcripts:
+    for name, transcript, typed in transcripts:
         for window in WINDOWS:
-            replay = await _replay(transcript, window, config)
+            replay = await _replay(transcript, window, config, typed)
             replay["name"] = name
             replay["format"] = transcript.format
             replay["messages"] = len(transcript.messages)
             runs.append(replay)
     side_by_side: list[dict[str, Any]] = []
-    for name, transcript in transcripts:
+    for name, transcript, typed in transcripts:
         for compaction in transcript.compactions:
             if compaction.agent != MAIN_AGENT:
                 continue
@@ -567,6 +606,7 @@ async def _run(quick: bool) -> dict[str, Any]:
                 transcript,
                 WINDOWS[0],
                 config,
+                typed,
                 baselines=False,
                 manual_at=frozenset({compaction.index}),
             )

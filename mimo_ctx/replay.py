@@ -51,7 +51,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import anyio
 import anyio.lowlevel
@@ -78,28 +78,26 @@ from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.store.in_memory import InMemoryStore
 from mimo_ctx.tokens import TokenCounter, estimate_message_tokens, js_json
 from mimo_ctx.triggers import ModelLimits
+from mimo_ctx.typed_input import TypedInput, newest_words, run_share, typed_inputs
 
 __all__ = [
     "USER_WORDS_BUDGET",
     "ReplayCompaction",
+    "ReplayPoint",
     "ReplayRebuild",
     "ReplayReport",
     "ReplayWriterRun",
+    "read_typed_inputs",
     "replay_transcript",
     "replayable_messages",
     "request_text",
     "stable_ids",
-    "typed_user_text",
+    "typed_before",
     "user_words_retained",
 ]
 
 USER_WORDS_BUDGET: Final = 16000
 """Tokens of the user's newest typed text that ``user_words_retained`` looks at."""
-
-_SHINGLE: Final = 5
-# A user word counts as retained when it lies in a run of at least this many
-# consecutive words found verbatim in the request: single common words ("the")
-# are present in any request and would say nothing.
 
 _WRITER_SETTLE_SECONDS: Final = 600.0
 
@@ -212,6 +210,37 @@ class ReplayCompaction:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplayPoint:
+    """The manual rebuild a replay ran where it was asked to stop (``rebuild_at``).
+
+    Attributes:
+        at: Index of the first transcript message *not* replayed.
+        outcome: The rebuild's outcome (``rebuilt``, ``compacted``...).
+        boundary: The boundary message as stored, when one was inserted.
+        request: The request prepared right after the rebuild, as it would be
+            sent (:attr:`~mimo_ctx.view.RequestView.messages`).
+        request_tokens: Its estimated tokens.
+    """
+
+    at: int
+    outcome: str
+    boundary: Message | None
+    request: tuple[Message, ...]
+    request_tokens: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The point as a JSON-ready mapping (sizes, not the messages)."""
+        return {
+            "at": self.at,
+            "outcome": self.outcome,
+            "boundary_tokens": (
+                estimate_message_tokens(self.boundary) if self.boundary is not None else None
+            ),
+            "request_tokens": self.request_tokens,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayReport:
     """What a replay saw.
 
@@ -228,6 +257,7 @@ class ReplayReport:
         transcript_usage_turns: Turns recorded with the transcript's own usage.
         estimated_usage_turns: Turns recorded with an estimated usage.
         format: The transcript's format.
+        point: The manual rebuild at ``rebuild_at``, when one was asked for.
     """
 
     window: int
@@ -242,6 +272,7 @@ class ReplayReport:
     transcript_usage_turns: int = 0
     estimated_usage_turns: int = 0
     format: str = ""
+    point: ReplayPoint | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report as the JSON document ``mimo-ctx replay --json`` prints.
@@ -264,6 +295,7 @@ class ReplayReport:
                 "transcript_turns": self.transcript_usage_turns,
                 "estimated_turns": self.estimated_usage_turns,
             },
+            **({"point": self.point.to_json()} if self.point is not None else {}),
         }
 
 
@@ -338,28 +370,47 @@ def stable_ids(transcript: ImportedTranscript) -> ImportedTranscript:
     )
 
 
-def _is_typed_user_message(message: Message) -> bool:
-    return (
-        message.role == "user"
-        and message.agent == MAIN_AGENT
-        and not message.is_boundary
-        and not any(isinstance(p, ToolResultPart | ToolPart) for p in message.parts)
-    )
+async def read_typed_inputs(transcript: ImportedTranscript) -> list[TypedInput] | None:
+    """What the user typed, read from the transcript's own file (:mod:`mimo_ctx.typed_input`).
 
-
-def typed_user_text(message: Message) -> str:
-    """The text a person typed in ``message``: non-synthetic, non-ignored text parts.
-
-    ``""`` for anything that is not a main-agent user message of its own (tool
-    results, boundaries, synthetic notices).
+    The importer's messages are not used: a message the importer lost must count
+    as lost (issue 14). ``None`` when the file cannot be read or its format has
+    no typed-text rules (a transcript built in memory).
     """
-    if not _is_typed_user_message(message):
-        return ""
-    return "\n".join(
-        p.text
-        for p in message.parts
-        if isinstance(p, TextPart) and not p.synthetic and not p.ignored
-    )
+    path = transcript.source
+    try:
+        data = await anyio.Path(path).read_bytes()
+    except OSError:
+        return None
+    try:
+        return typed_inputs(data, transcript.format)
+    except ValueError:
+        return None
+
+
+def _source_line(message: Message) -> int | None:
+    for value in message.metadata.values():
+        if isinstance(value, dict):
+            line = cast("dict[str, object]", value).get("line")
+            if isinstance(line, int):
+                return line
+    return None
+
+
+def typed_before(typed: Sequence[TypedInput], message: Message, turns: int) -> list[str]:
+    """The texts of ``typed`` the user had typed before ``message``, oldest first.
+
+    Placed by the source line when both sides know theirs (an imported Claude
+    Code message records the line it came from), else by the count of assistant
+    turns before: ``turns`` main-agent assistant messages were replayed before
+    ``message``.
+    """
+    line = _source_line(message)
+    return [
+        t.text
+        for t in typed
+        if (t.line < line if line is not None and t.line is not None else t.turns_before <= turns)
+    ]
 
 
 def _part_texts(message: Message) -> Iterable[str]:
@@ -386,85 +437,30 @@ def request_text(messages: Sequence[Message]) -> str:
     return "\n".join(text for m in messages for text in _part_texts(m))
 
 
-def _newest_user_words(history: Sequence[Message], budget_tokens: int) -> list[list[str]]:
-    """Words of the newest typed user messages, up to ``budget_tokens`` of text.
-
-    Returns one word list per message, newest message first; the oldest one
-    taken may be cut to its newest words.
-    """
-    budget_chars = budget_tokens * 4
-    taken: list[list[str]] = []
-    for message in reversed(history):
-        if budget_chars <= 0:
-            break
-        words = typed_user_text(message).split()
-        if not words:
-            continue
-        size = sum(len(w) + 1 for w in words)
-        if size > budget_chars:
-            kept: list[str] = []
-            for word in reversed(words):
-                budget_chars -= len(word) + 1
-                if budget_chars < 0:
-                    break
-                kept.append(word)
-            words = kept[::-1]
-            budget_chars = 0
-        else:
-            budget_chars -= size
-        if words:
-            taken.append(words)
-    return taken
-
-
 def user_words_retained(
-    history: Sequence[Message],
+    typed: Sequence[str],
     request: Sequence[Message],
     *,
     budget_tokens: int = USER_WORDS_BUDGET,
 ) -> float | None:
     """Share of the user's newest typed words present verbatim in a request.
 
-    The words are those of the typed user messages of ``history`` (non-synthetic
-    text of main-agent user messages), newest first, up to ``budget_tokens`` of
-    text (4 characters a token) — whatever lies between those messages does not
-    count. A word is present when it lies in a run of at least five consecutive
-    words of its message that appears, word for word, in the request's text (a
-    message shorter than five words must appear whole). Whitespace is not
-    significant.
+    The words are those of ``typed`` (what the user typed, oldest first, as
+    :func:`read_typed_inputs` reads it from the transcript file), newest first,
+    up to ``budget_tokens`` of text (4 characters a token). The share is that of
+    their 8-word runs found word for word in the request's text
+    (:func:`mimo_ctx.typed_input.run_share`: a text shorter than 8 words must
+    appear whole; whitespace and surrounding quotes are not significant).
 
     Args:
-        history: The session's messages up to the request, oldest first.
+        typed: The user's typed texts up to the request, oldest first.
         request: The messages of the request (what would be sent).
         budget_tokens: How much of the newest user text to look at.
 
     Returns:
         A fraction in ``[0, 1]``, or ``None`` when the user typed nothing.
     """
-    messages = _newest_user_words(history, budget_tokens)
-    total = sum(len(words) for words in messages)
-    if total == 0:
-        return None
-    request_words = request_text(request).split()
-    shingles = {
-        tuple(request_words[i : i + _SHINGLE]) for i in range(len(request_words) - _SHINGLE + 1)
-    }
-    joined: str | None = None
-    present = 0
-    for words in messages:
-        if len(words) < _SHINGLE:
-            if joined is None:
-                joined = f" {' '.join(request_words)} "
-            if f" {' '.join(words)} " in joined:
-                present += len(words)
-            continue
-        covered = [False] * len(words)
-        for start in range(len(words) - _SHINGLE + 1):
-            if tuple(words[start : start + _SHINGLE]) in shingles:
-                for i in range(start, start + _SHINGLE):
-                    covered[i] = True
-        present += sum(covered)
-    return present / total
+    return run_share(newest_words(typed, budget_tokens), request_text(request))
 
 
 # --------------------------------------------------------------------------- #
@@ -521,6 +517,8 @@ async def replay_transcript(
     memory_root: str | os.PathLike[str] | None = None,
     counter: TokenCounter | None = None,
     use_transcript_usage: bool = True,
+    typed: Sequence[TypedInput] | None = None,
+    rebuild_at: int | None = None,
 ) -> ReplayReport:
     """Drive a whole transcript through the middleware, turn by turn.
 
@@ -538,43 +536,46 @@ async def replay_transcript(
         use_transcript_usage: Record the transcript's own usage where it has one
             (until the first compaction on either side); ``False`` always
             estimates.
+        typed: What the user typed, for ``user_words_retained``; read from the
+            transcript's file (:func:`read_typed_inputs`) when ``None``.
+        rebuild_at: Stop before the message at this index (it and later ones
+            are not replayed), run a manual rebuild there (the ``/rebuild``
+            command) and prepare the next request: the report's ``point``.
 
     Returns:
         The replay report.
     """
     limits = window if isinstance(window, ModelLimits) else ModelLimits(context_window=window)
+    if typed is None:
+        typed = await read_typed_inputs(transcript)
+    options = _Options(
+        limits=limits,
+        config=config,
+        counter=counter,
+        use_transcript_usage=use_transcript_usage,
+        typed=typed,
+        rebuild_at=rebuild_at,
+    )
     if memory_root is None:
         root = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "mimo-ctx-replay-"))
         try:
-            return await _replay(
-                transcript,
-                limits=limits,
-                config=config,
-                root=root,
-                counter=counter,
-                use_transcript_usage=use_transcript_usage,
-            )
+            return await _replay(transcript, options, root)
         finally:
             await anyio.to_thread.run_sync(shutil.rmtree, root, True)
-    return await _replay(
-        transcript,
-        limits=limits,
-        config=config,
-        root=Path(memory_root),
-        counter=counter,
-        use_transcript_usage=use_transcript_usage,
-    )
+    return await _replay(transcript, options, Path(memory_root))
 
 
-async def _replay(
-    transcript: ImportedTranscript,
-    *,
-    limits: ModelLimits,
-    config: RebuildConfig | None,
-    root: Path,
-    counter: TokenCounter | None,
-    use_transcript_usage: bool,
-) -> ReplayReport:
+@dataclass(frozen=True, slots=True)
+class _Options:
+    limits: ModelLimits
+    config: RebuildConfig | None
+    counter: TokenCounter | None
+    use_transcript_usage: bool
+    typed: Sequence[TypedInput] | None
+    rebuild_at: int | None
+
+
+async def _replay(transcript: ImportedTranscript, options: _Options, root: Path) -> ReplayReport:
     session = transcript.session
     session_id = session.id
     store = InMemoryStore()
@@ -596,28 +597,37 @@ async def _replay(
     turns = peak = total = 0
     transcript_turns = estimated_turns = 0
     rebuilds: list[ReplayRebuild] = []
-    history: list[Message] = []
+    point: ReplayPoint | None = None
     async with ContextMiddleware(
-        store, root, model=limits, config=config, counter=counter, on_event=recorder
+        store,
+        root,
+        model=options.limits,
+        config=options.config,
+        counter=options.counter,
+        on_event=recorder,
     ) as middleware:
         for index, imported in replayable_messages(transcript):
+            if options.rebuild_at is not None and index >= options.rebuild_at:
+                break
             recorder.at = index
             message = imported.model_copy(update={"id": new_message_id()})
             live_to_imported[message.id] = imported.id
             is_turn = message.role == "assistant" and message.agent == MAIN_AGENT
             if not is_turn:
                 await middleware.append([message])
-                if message.agent == MAIN_AGENT:
-                    history.append(message)
                 continue
 
             view = await middleware.prepare(session_id)
             await _settle(middleware, session_id)
-            turns += 1
             peak = max(peak, view.tokens)
             total += view.tokens
             report = view.rebuild
             if report is not None:
+                retained = (
+                    user_words_retained(typed_before(options.typed, imported, turns), view.messages)
+                    if options.typed is not None
+                    else None
+                )
                 rebuilds.append(
                     ReplayRebuild(
                         at=index,
@@ -632,12 +642,13 @@ async def _replay(
                         tokens_before=report.tokens_before,
                         tokens_after=view.tokens,
                         compacted_results=report.compacted_results,
-                        user_words_retained=user_words_retained(history, view.messages),
+                        user_words_retained=retained,
                     )
                 )
+            turns += 1
 
             own_usage_valid = (
-                use_transcript_usage
+                options.use_transcript_usage
                 and message.usage is not None
                 and not rebuilds
                 and (first_own_compaction is None or index < first_own_compaction)
@@ -650,11 +661,24 @@ async def _replay(
                     usage = TokenUsage(input=view.tokens, output=estimate_message_tokens(message))
                     message = message.model_copy(update={"usage": usage})
             await middleware.record(message)
-            history.append(message)
             await _settle(middleware, session_id)
 
+        if options.rebuild_at is not None:
+            report = await middleware.rebuild(session_id, manual=True)
+            await _settle(middleware, session_id)
+            view = await middleware.prepare(session_id)
+            await _settle(middleware, session_id)
+            boundary = await store.get_message(report.boundary_id) if report.boundary_id else None
+            point = ReplayPoint(
+                at=options.rebuild_at,
+                outcome=report.outcome,
+                boundary=boundary,
+                request=tuple(view.messages),
+                request_tokens=view.tokens,
+            )
+
     return ReplayReport(
-        window=limits.context_window,
+        window=options.limits.context_window,
         trigger_tokens=middleware.usable,
         turns=turns,
         messages=len(transcript.messages),
@@ -666,4 +690,5 @@ async def _replay(
         transcript_usage_turns=transcript_turns,
         estimated_usage_turns=estimated_turns,
         format=transcript.format,
+        point=point,
     )

@@ -1,9 +1,11 @@
 """Import Claude Code session transcripts (``~/.claude/projects/*/<session>.jsonl``).
 
 Each line of a Claude Code transcript is one JSON object. Lines of type ``user``
-and ``assistant`` are the conversation; ``system``, ``progress``,
-``file-history-snapshot``, ``summary``, ``queue-operation`` and any other type
-are bookkeeping and are not imported (they still link the chain, see below).
+and ``assistant`` are the conversation, and queued messages (``queue-operation``
+enqueue lines, ``queued_command`` attachments) are what the user typed while the
+agent worked (see below); ``system``, ``progress``, ``file-history-snapshot``,
+``summary`` and any other type are bookkeeping and are not imported (they still
+link the chain, see below).
 
 Decisions (our choices, documented here because the format is not):
 
@@ -58,11 +60,28 @@ Decisions (our choices, documented here because the format is not):
   whose only content is a ``CompactionPart`` with the summary; it is listed in
   ``compactions`` with the pre-compaction token count from the boundary line's
   ``compactMetadata.preTokens`` when present.
-* **Synthetic text.** User text the CLI wrote rather than the person -- lines
-  with ``isMeta``, slash-command wrappers (``<command-name>``...), local command
-  output, ``<system-reminder>``, ``<task-notification>`` and the
-  ``[Request interrupted by user...]`` notes -- is kept as text with
-  ``synthetic=True``, so "recent user input" (SPEC R5.5/A7) skips it.
+* **The user's words** (issue 14). What the person typed is a plain text part;
+  what the CLI wrote into user lines is not (:mod:`._machine_text`). A slash
+  command (``<command-name>/x</command-name>`` with ``<command-args>``) becomes
+  the command as typed, ``/x args``; a bash-mode input
+  (``<bash-input>cmd</bash-input>``) becomes ``!cmd``; the wrapper itself is kept
+  as an ``ignored`` part (stored, never sent). Local command output
+  (``<local-command-stdout>``...), caveats, ``<system-reminder>``, hook output
+  (``<user-prompt-submit-hook>``), ``<task-notification>`` (to the end of the
+  text: the CLI appends a "Read the output file" line) and the
+  ``[Request interrupted by user...]`` notes are split out of the text into a
+  ``synthetic`` part (sent, but never quoted as the user's words), terminal
+  colour codes removed; the original text is then kept as an ``ignored`` part.
+  Lines with ``isMeta`` (skill bodies, caveats) are synthetic as a whole.
+* **Queued messages.** A message the user typed while the agent was busy is a
+  ``queue-operation`` line (``operation: "enqueue"``, the text in ``content``),
+  or in newer versions an ``attachment`` line of type ``queued_command``.
+  Claude Code delivers it either as a user line of its own (then that line is
+  the message and the queued record is not imported again) or inside the running
+  turn, with no user line at all. Each queued text that no later main-chain user
+  line repeats becomes a main-agent user message at the time it was queued
+  (metadata ``{"claude_code": {"queued": true, "line": n}}``), split like any
+  user text.
 * ``thinking`` -> ``ReasoningPart`` (signature kept); ``redacted_thinking`` ->
   ``ReasoningPart(redacted=True)`` with the encrypted ``data`` kept as
   ``signature`` (it must be sent back unchanged); images and base64/URL
@@ -75,6 +94,7 @@ from __future__ import annotations
 import glob
 import heapq
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +118,7 @@ from mimo_ctx.importers._common import (
     first_line,
     infer_finish,
     is_array,
+    is_object,
     iter_jsonl_objects,
     new_session,
     opt_bool,
@@ -109,6 +130,7 @@ from mimo_ctx.importers._common import (
     req_str,
     tool_input,
 )
+from mimo_ctx.importers._machine_text import split_machine_text, strip_ansi, user_text_parts
 from mimo_ctx.messages import (
     MAIN_AGENT,
     CompactionPart,
@@ -133,20 +155,20 @@ _STOP_REASONS: Final = {
     "refusal": "content-filter",
 }
 
-# Text the Claude Code CLI writes into user lines on the user's behalf.
-_SYNTHETIC_PREFIXES: Final = (
-    "<command-name>",
-    "<command-message>",
-    "<command-args>",
-    "<local-command-stdout>",
-    "<local-command-stderr>",
-    "<local-command-caveat>",
-    "<system-reminder>",
-    "<task-notification>",
-    "<bash-stdout>",
-    "<bash-stderr>",
-    "[Request interrupted by user",
+# Blocks the Claude Code CLI writes into user lines on the user's behalf.
+_MACHINE_TAGS: Final = (
+    "bash-stderr",
+    "bash-stdout",
+    "command-message",
+    "local-command-caveat",
+    "local-command-stderr",
+    "local-command-stdout",
+    "system-reminder",
+    "user-prompt-submit-hook",
 )
+# A task notification runs to the end of its text (a "Read the output file" line follows).
+_MACHINE_TO_END: Final = ("task-notification",)
+_MACHINE_LINES: Final = (r"\[Request interrupted by user[^\]\n]*\]",)
 
 _OFF_BRANCH_REASON: Final = "not on the active branch (abandoned fork)"
 
@@ -198,6 +220,8 @@ class _Line:
     # summary lines.
     summary: str | None = None
     leaf_uuid: str | None = None
+    # Queued messages (queue-operation enqueue, queued_command attachment).
+    queued: object = None
     # Session facts (first conversation line that has them).
     session_id: str | None = None
     cwd: str | None = None
@@ -337,6 +361,8 @@ def _parse_line(obj: dict[str, Any], path: Path, number: int) -> _Line:
         line.summary = opt_str(obj, "summary", what)
         line.leaf_uuid = opt_str(obj, "leafUuid", what)
         return line
+    if line.type in ("queue-operation", "attachment"):
+        return _parse_queued(obj, line)
     if not line.is_conversation:
         return line
     if line.uuid is None:
@@ -367,6 +393,29 @@ def _parse_line(obj: dict[str, Any], path: Path, number: int) -> _Line:
     line.cwd = opt_str(obj, "cwd", what)
     line.git_branch = opt_str(obj, "gitBranch", what)
     line.version = opt_str(obj, "version", what)
+    return line
+
+
+def _parse_queued(obj: dict[str, Any], line: _Line) -> _Line:
+    """A queued message: its content in ``line.queued`` (``None`` for other operations)."""
+    if line.type == "queue-operation":
+        if opt_str(obj, "operation", "the line") != "enqueue":
+            return line
+        content = obj.get("content")
+    else:
+        attachment = obj.get("attachment")
+        if not is_object(attachment) or attachment.get("type") != "queued_command":
+            return line
+        content = attachment.get("prompt")
+    if content is None or content == "":
+        return line
+    if not (isinstance(content, str) or is_array(content)):
+        raise BadRecord(f"the queued message of a {line.type} line must be a string or an array")
+    if "timestamp" not in obj:
+        raise BadRecord(f"a queued message ({line.type} line) has no 'timestamp'")
+    line.ts = parse_timestamp(obj["timestamp"], "timestamp")
+    line.blocks = _blocks(content, "user")
+    line.queued = content
     return line
 
 
@@ -530,8 +579,83 @@ def _select_branch(agent: str, lines: list[_Line], by_uuid: dict[str, _Line]) ->
 # ---------------------------------------------------------------------------
 
 
-def _is_synthetic_text(text: str) -> bool:
-    return text.lstrip().startswith(_SYNTHETIC_PREFIXES)
+def _tag_body(text: str, tag: str) -> str | None:
+    match = re.search(rf"<{tag}>(.*?)</{tag}>", text, re.DOTALL)
+    return match.group(1) if match is not None else None
+
+
+def _user_parts(part: TextPart, is_meta: bool) -> list[TextPart]:
+    """One user text block as typed, synthetic and ignored parts (see the module docs)."""
+    raw = part.text
+    if is_meta:
+        clean = strip_ansi(raw)
+        if clean == raw:
+            return [part.model_copy(update={"synthetic": True})]
+        return [TextPart(text=clean, synthetic=True), TextPart(text=raw, ignored=True)]
+    name = _tag_body(raw, "command-name")
+    if name is not None:
+        name = strip_ansi(name).strip()
+        if name and not name.startswith("/"):
+            name = "/" + name
+        args = strip_ansi(_tag_body(raw, "command-args") or "").strip()
+        typed = f"{name} {args}".strip()
+        return user_text_parts(raw, typed, [] if typed else [raw])
+    bash = _tag_body(raw, "bash-input")
+    if bash is not None and strip_ansi(bash).strip():
+        return user_text_parts(raw, f"!{strip_ansi(bash).strip()}", [])
+    typed, machine = split_machine_text(
+        raw, _MACHINE_TAGS, to_end=_MACHINE_TO_END, lines=_MACHINE_LINES
+    )
+    if not machine and typed == raw.strip():
+        return [part]
+    return user_text_parts(raw, typed, machine)
+
+
+def _typed_text(draft: MessageDraft) -> str:
+    return "\n".join(
+        p.text for p in draft.parts if isinstance(p, TextPart) and not p.synthetic and not p.ignored
+    )
+
+
+def _queued_drafts(lines: list[_Line], delivered: list[MessageDraft]) -> list[MessageDraft]:
+    """User messages for queued texts that no later user line delivered (see the module docs)."""
+    out: list[MessageDraft] = []
+    for line in lines:
+        if line.queued is None or line.sidechain:
+            continue
+        parts: list[Part | ToolDraft] = []
+        for block in line.blocks:
+            if isinstance(block, TextPart):
+                parts.extend(_user_parts(block, False))
+            elif not isinstance(block, _ToolUse | _ToolResult):
+                parts.append(block)
+        draft = MessageDraft(
+            role="user",
+            time=line.ts,
+            parts=parts,
+            metadata={"claude_code": {"line": line.number, "queued": True}},
+        )
+        if line.uuid is not None:
+            draft.metadata["claude_code"]["uuids"] = [line.uuid]
+        text = _typed_text(draft)
+        if not text and not any(not isinstance(p, TextPart) for p in parts):
+            continue
+        seen = [d for d in delivered if d.time >= line.ts] + out
+        if text and any(_typed_text(d) == text for d in seen):
+            continue
+        out.append(draft)
+    return out
+
+
+def _insert_by_time(drafts: list[MessageDraft], extra: list[MessageDraft]) -> list[MessageDraft]:
+    """``drafts`` with each of ``extra`` after the last draft not newer than it."""
+    merged = list(drafts)
+    for item in extra:
+        at = len(merged)
+        while at > 0 and merged[at - 1].time > item.time:
+            at -= 1
+        merged.insert(at, item)
+    return merged
 
 
 @dataclass
@@ -618,8 +742,8 @@ def _build_agent(
                             block.tool_use_id, result, time=line.ts, agent=agent, why=why
                         )
                     )
-            elif isinstance(block, TextPart) and (line.is_meta or _is_synthetic_text(block.text)):
-                parts.append(block.model_copy(update={"synthetic": True}))
+            elif isinstance(block, TextPart):
+                parts.extend(_user_parts(block, line.is_meta))
             elif not isinstance(block, _ToolUse):
                 parts.append(block)
         meta: dict[str, Any] = {"claude_code": source}
@@ -714,9 +838,12 @@ def import_claude_code(
             for line, k in zip(lines, keep, strict=True)
             if not k
         )
+        drafts = _build_agent(agent, kept, by_uuid, boundaries, pending)
         if agent == MAIN_AGENT:
             main_path_uuids = {line.uuid for line in kept if line.uuid is not None}
-        per_agent.append(_build_agent(agent, kept, by_uuid, boundaries, pending))
+            user_drafts = [d for d in drafts if d.role == "user"]
+            drafts = _insert_by_time(drafts, _queued_drafts(main_lines, user_drafts))
+        per_agent.append(drafts)
 
     ordered = _merge_by_time(per_agent)
     first = next((ln for ln in main_lines if ln.is_conversation), None)

@@ -26,6 +26,11 @@ Decisions (our choices):
   messages are paired by name.
 * ``arguments`` that are not valid JSON (models do emit those) are kept as
   ``{"arguments": "<raw>"}`` instead of failing the import.
+* User text is what a person typed, except the blocks agent frameworks put into
+  user turns (``<environment_context>``, ``<user_instructions>``,
+  ``<system-reminder>``) and terminal escape sequences: those are split out into
+  a ``synthetic`` part, with the original kept as an ``ignored`` part
+  (:mod:`._machine_text`, issue 14).
 * ``reasoning_content`` / ``reasoning`` strings on assistant messages become
   ``ReasoningPart``; ``image_url`` content parts become ``FilePart``; content part
   types we do not know become ``OpaquePart(source="openai")``.
@@ -71,6 +76,7 @@ from mimo_ctx.importers._common import (
     parse_arguments,
     req_str,
 )
+from mimo_ctx.importers._machine_text import split_machine_text, user_text_parts
 from mimo_ctx.messages import (
     MAIN_AGENT,
     FilePart,
@@ -150,6 +156,26 @@ def _content_parts(content: object, what: str) -> list[Part]:
     return parts
 
 
+# Blocks agent frameworks write into user turns on the user's behalf (Codex CLI's
+# environment and AGENTS.md blocks, Claude Code's reminders when it speaks the API).
+_MACHINE_TAGS: Final = ("environment_context", "system-reminder", "user_instructions")
+
+
+def _user_parts(parts: list[Part]) -> list[Part]:
+    """User content with machine blocks split out of the typed text (:mod:`._machine_text`)."""
+    out: list[Part] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            typed, machine = split_machine_text(part.text, _MACHINE_TAGS)
+            if not machine and typed == part.text.strip():
+                out.append(part)
+            else:
+                out.extend(user_text_parts(part.text, typed, machine))
+        else:
+            out.append(part)
+    return out
+
+
 def _usage(value: object, what: str) -> TokenUsage | None:
     if value is None:
         return None
@@ -220,7 +246,7 @@ class ChatConverter:
             return ParsedMessage("system", output=_text_of(content, f"{what}.content"), agent=agent)
         if role == "user":
             return ParsedMessage(
-                "user", parts=_content_parts(content, f"{what}.content"), agent=agent
+                "user", parts=_user_parts(_content_parts(content, f"{what}.content")), agent=agent
             )
         if role == "assistant":
             return self._parse_assistant(msg, what, agent)

@@ -22,6 +22,13 @@ Decisions (our choices):
   agent; any other name is kept as the message's ``agent``.
 * ``is_demo`` messages (a demonstration the framework inserts) are user text
   with ``synthetic=True`` and metadata ``{"is_demo": true}``.
+* The main agent's first other user message is the task (the issue text in the
+  instance template): the words the run was given, kept as typed text. SWE-agent
+  runs with no person in the loop, so every later user message of the main
+  agent is the environment speaking (older trajectories send each observation
+  as a user message): its text is ``synthetic`` and its metadata says
+  ``{"observation": true}`` (issue 14: observations were quoted as the user's
+  words).
 * There are no timestamps and no per-message usage: message *k* gets
   ``base + k`` ms; ``info.model_stats`` and ``info.exit_status`` go to the
   session metadata.
@@ -81,6 +88,24 @@ def _parse(conv: ChatConverter, raw: object, what: str) -> ParsedMessage:
     return parsed
 
 
+def _mark_observations(conv: ChatConverter) -> None:
+    """Main-agent user messages after the task are observations (see the module docs)."""
+    task_seen = False
+    for draft in conv.drafts:
+        if draft.role != "user" or draft.agent != MAIN_AGENT or draft.metadata.get("is_demo"):
+            continue
+        if draft.metadata.get("role") == "system":
+            continue
+        if not task_seen:
+            task_seen = True
+            continue
+        draft.parts = [
+            p.model_copy(update={"synthetic": True}) if isinstance(p, TextPart) else p
+            for p in draft.parts
+        ]
+        draft.metadata["observation"] = True
+
+
 def import_sweagent(
     path: Path,
     data: bytes,
@@ -119,6 +144,7 @@ def import_sweagent(
         label="history",
         parse=_parse,
     )
+    _mark_observations(conv)
     metadata: dict[str, Any] = {}
     info = doc.get("info")
     if is_object(info):

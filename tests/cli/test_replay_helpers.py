@@ -20,9 +20,10 @@ from mimo_ctx.messages import MAIN_AGENT, CompactionPart, Message, TextPart
 from mimo_ctx.replay import (
     replayable_messages,
     stable_ids,
-    typed_user_text,
+    typed_before,
     user_words_retained,
 )
+from mimo_ctx.typed_input import TypedInput
 from tests.cli.conftest import transcripts_root, write_chat_transcript
 
 _T = 1_700_000_000_000
@@ -50,68 +51,61 @@ def assistant(text: str) -> Message:
 
 def test_no_typed_words_gives_none() -> None:
     assert user_words_retained([], []) is None
-    history = [user("[Request interrupted by user]", synthetic=True), assistant("hello there")]
-    assert user_words_retained(history, history) is None
+    assert user_words_retained(["   "], [assistant("hello there")]) is None
 
 
 def test_all_words_present_verbatim() -> None:
-    history = [
-        user("please rename frobnicate to tidy everywhere in the repo"),
-        assistant("ok"),
-        user("and keep the alias"),
-    ]
-    assert user_words_retained(history, history) == 1.0
+    typed = ["please rename frobnicate to tidy everywhere in the repo", "and keep the alias"]
+    request = [user(t) for t in typed]
+    assert user_words_retained(typed, request) == 1.0
 
 
 def test_nothing_present() -> None:
-    history = [user("please rename frobnicate to tidy everywhere in the repo")]
-    assert user_words_retained(history, [assistant("something else entirely")]) == 0.0
+    typed = ["please rename frobnicate to tidy everywhere in the repo"]
+    assert user_words_retained(typed, [assistant("something else entirely")]) == 0.0
 
 
-def test_whitespace_is_not_significant_and_runs_of_five_count() -> None:
-    history = [user("alpha beta gamma delta epsilon zeta eta theta iota kappa")]
-    # Only the first six words, re-wrapped, inside other text.
-    request = [assistant("noise\nalpha  beta\ngamma delta epsilon zeta\nmore noise")]
-    assert user_words_retained(history, request) == pytest.approx(6 / 10)
-    # Four consecutive words are not a verbatim run: single common words do not count.
-    assert user_words_retained(history, [assistant("alpha beta gamma delta")]) == 0.0
+def test_whitespace_and_quotes_are_not_significant_and_runs_are_eight_words() -> None:
+    typed = ["alpha beta gamma delta epsilon zeta eta theta iota kappa"]  # 3 runs of 8
+    # The first nine words, re-wrapped and quoted, inside other text: 2 runs.
+    request = [assistant('noise\n"alpha  beta\ngamma delta epsilon zeta eta theta iota" more')]
+    assert user_words_retained(typed, request) == pytest.approx(2 / 3)
+    # Seven consecutive words are not a run: common phrases do not count.
+    assert user_words_retained(typed, [assistant("alpha beta gamma delta epsilon zeta eta")]) == 0.0
 
 
 def test_short_messages_must_appear_whole() -> None:
-    history = [user("keep the alias")]
-    assert user_words_retained(history, [assistant("we keep the alias here")]) == 1.0
-    assert user_words_retained(history, [assistant("keep the aliases")]) == 0.0
+    typed = ["keep the alias"]
+    assert user_words_retained(typed, [assistant("we keep the alias here")]) == 1.0
+    assert user_words_retained(typed, [assistant("keep the aliases")]) == 0.0
 
 
 def test_budget_takes_the_newest_words_first() -> None:
-    old = user("ancient words nobody repeats again in this request ever")
+    old = "ancient words nobody repeats again in this request ever"
     text = " ".join(f"w{i}" for i in range(400))
-    new = user(text)
-    history = [old, assistant("ok"), new]
+    typed = [old, text]
     # A budget that fits the newest message with less than a word to spare:
     # the old one does not count.
     fits = -(-(len(text) + 1) // 4)
-    assert user_words_retained(history, [new], budget_tokens=fits) == 1.0
-    assert user_words_retained(history, [new], budget_tokens=100_000) < 1.0
+    assert user_words_retained(typed, [user(text)], budget_tokens=fits) == 1.0
+    assert user_words_retained(typed, [user(text)], budget_tokens=100_000) < 1.0
     # A cut message keeps its newest words.
     cut = user_words_retained(
-        history, [user(" ".join(f"w{i}" for i in range(300, 400)))], budget_tokens=100
+        typed, [user(" ".join(f"w{i}" for i in range(300, 400)))], budget_tokens=100
     )
     assert cut == 1.0
 
 
-def test_typed_user_text_skips_synthetic_subagents_and_boundaries() -> None:
-    assert typed_user_text(user("hi")) == "hi"
-    assert typed_user_text(user("x", synthetic=True)) == ""
-    assert typed_user_text(user("x", agent="explore")) == ""
-    boundary = Message(
-        session_id="ses_x",
-        role="user",
-        time_created=_T,
-        parts=[CompactionPart(summary="s"), TextPart(text="typed")],
-    )
-    assert typed_user_text(boundary) == ""
-    assert typed_user_text(assistant("hi")) == ""
+def test_typed_before_places_by_source_line_else_by_turns() -> None:
+    typed = [
+        TypedInput("first", 3, 0),
+        TypedInput("queued", 10, 2),
+        TypedInput("later", 20, 4),
+    ]
+    at_line = assistant("x").model_copy(update={"metadata": {"claude_code": {"line": 11}}})
+    assert typed_before(typed, at_line, 0) == ["first", "queued"]
+    unplaced = [TypedInput("a", None, 0), TypedInput("b", None, 1), TypedInput("c", None, 3)]
+    assert typed_before(unplaced, assistant("x"), 1) == ["a", "b"]
 
 
 _word = st.text(alphabet="abcdefghij", min_size=1, max_size=6)
@@ -125,11 +119,11 @@ _word = st.text(alphabet="abcdefghij", min_size=1, max_size=6)
 def test_property_fraction_bounds_and_full_copy(
     messages: list[list[str]], keep: list[bool]
 ) -> None:
-    history = [user(" ".join(words)) for words in messages]
-    full = user_words_retained(history, history)
+    typed = [" ".join(words) for words in messages]
+    full = user_words_retained(typed, [user(t) for t in typed])
     assert full == 1.0
-    subset = [m for m, k in zip(history, keep, strict=False) if k]
-    part = user_words_retained(history, subset)
+    subset = [user(t) for t, k in zip(typed, keep, strict=False) if k]
+    part = user_words_retained(typed, subset)
     assert part is not None
     assert 0.0 <= part <= 1.0
     if not subset:

@@ -310,7 +310,12 @@ def test_api_error_line_sets_error_not_finish(tmp_path: Path) -> None:
     assert message.finish is None
 
 
-def test_meta_and_command_text_is_synthetic(tmp_path: Path) -> None:
+def test_meta_text_is_synthetic_commands_are_typed(tmp_path: Path) -> None:
+    """isMeta lines are the CLI's; a slash command or bash input is what the user typed.
+
+    (Before issue 14 a slash command was synthetic as a whole, losing its arguments;
+    ``tests/importers/test_claude_code_user_words.py`` covers the new rules.)
+    """
     path = write_jsonl(
         tmp_path / "meta.jsonl",
         [
@@ -321,8 +326,18 @@ def test_meta_and_command_text_is_synthetic(tmp_path: Path) -> None:
         ],
     )
     messages = load_transcript(path).messages
-    flags = [p.synthetic for m in messages for p in m.parts if isinstance(p, TextPart)]
-    assert flags == [True, True, False, False]
+    sent = [
+        (p.text, p.synthetic)
+        for m in messages
+        for p in m.parts
+        if isinstance(p, TextPart) and not p.ignored
+    ]
+    assert sent == [
+        ("/init", False),
+        ("Analyse the code", True),
+        ("!ls", False),
+        ("real words", False),
+    ]
     assert messages[1].metadata["claude_code"]["is_meta"] is True
 
 

@@ -210,3 +210,33 @@ def test_one_line_chat_jsonl(tmp_path: Path) -> None:
     result = load_transcript(path)
     assert result.format == "openai-chat"
     assert [m.role for m in result.messages] == ["user"]
+
+
+def test_issue14_framework_blocks_in_user_turns_are_not_typed(tmp_path: Path) -> None:
+    """Codex-style ``<environment_context>`` / ``<user_instructions>`` blocks in user turns
+    are sent, but not as the user's words; the typed text is; the original is kept."""
+    env = "<environment_context>\n  <cwd>/repo</cwd>\n</environment_context>"
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": env}]},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "rename foo to bar\x1b[0m " + env}],
+        },
+    ]
+    messages = load_transcript(_write(tmp_path, items), format="openai-responses").messages
+    first, second = messages
+    assert [(p.text, p.synthetic, p.ignored) for p in first.parts if isinstance(p, TextPart)] == [
+        (env, True, False)
+    ]
+    parts = [(p.text, p.synthetic, p.ignored) for p in second.parts if isinstance(p, TextPart)]
+    assert parts == [
+        ("rename foo to bar", False, False),
+        (env, True, False),
+        ("rename foo to bar\x1b[0m " + env, False, True),
+    ]
+    # A plain chat user message is one typed part, unchanged.
+    chat = load_transcript(_write(tmp_path, [{"role": "user", "content": "hi"}], "c.json"))
+    assert [(p.text, p.synthetic) for p in chat.messages[0].parts if isinstance(p, TextPart)] == [
+        ("hi", False)
+    ]
