@@ -70,14 +70,14 @@ def test_a_resolved_error_is_not_probed(quality: ModuleType, tmp_path: Path) -> 
     path = quality.synthetic_claude_code(tmp_path / "s.jsonl")
     text = path.read_text(encoding="utf-8").splitlines()
     # A later successful run of the same command (same first two words) resolves it.
-    fixed = text[:-1] + [
-        text[-3].replace('"t4"', '"t5"').replace('"m4"', '"m5"'),
+    call = text[-3].replace('"t4"', '"t5"').replace('"m4"', '"m5"')
+    passed = (
         text[-2]
         .replace('"t4"', '"t5"')
         .replace('"is_error": true', '"is_error": false')
-        .replace("Exit code 1", "ok"),
-        text[-1],
-    ]
+        .replace("Exit code 1", "ok")
+    )
+    fixed = [*text[:-1], call, passed, text[-1]]
     path.write_text("\n".join(fixed) + "\n", encoding="utf-8")
     data = path.read_bytes()
     [point] = quality.compaction_points(data)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from mimo_ctx import ids
 from mimo_ctx.cli._output import Output, fmt_tokens
 from mimo_ctx.importers import load_transcript
-from mimo_ctx.messages import MAIN_AGENT, CompactionPart, Message, TextPart
+from mimo_ctx.messages import MAIN_AGENT, Message, TextPart
 from mimo_ctx.replay import (
     replayable_messages,
     stable_ids,
