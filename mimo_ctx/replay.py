@@ -374,7 +374,7 @@ async def read_typed_inputs(transcript: ImportedTranscript) -> list[TypedInput] 
     """What the user typed, read from the transcript's own file (:mod:`mimo_ctx.typed_input`).
 
     The importer's messages are not used: a message the importer lost must count
-    as lost (issue 14). ``None`` when the file cannot be read or its format has
+    as lost. ``None`` when the file cannot be read or its format has
     no typed-text rules (a transcript built in memory).
     """
     path = transcript.source

@@ -1,15 +1,14 @@
-"""The words a person typed, read straight from a raw transcript (issue 14).
+"""The words a person typed, read straight from a raw transcript.
 
 This module answers one question — *what did the user type?* — from a
 transcript file's bytes, for measures that must not trust the importers:
 ``replay``'s ``user_words_retained`` and the quality benchmark's user-word
 probes. It is **independent of** :mod:`mimo_ctx.importers` on purpose: it parses
 the raw records itself and shares none of their code, so a record an importer
-drops or mislabels (issue 14 finding 1: queued messages, slash-command
-arguments) lowers the measured retention instead of being missing from both
-sides. Where the two must agree (which text is the CLI's rather than the
-person's), each keeps its own rules; a disagreement then shows up as a figure
-below 1.
+drops or mislabels (queued messages, slash-command arguments) lowers the
+measured retention instead of being missing from both sides. Where the two
+must agree (which text is the CLI's rather than the person's), each keeps its
+own rules; a disagreement then shows up as a figure below 1.
 
 Rules, per format (``fmt`` is a :data:`~mimo_ctx.importers.FORMATS` name):
 
@@ -80,7 +79,7 @@ __all__ = [
 ]
 
 RUN_WORDS: Final = 8
-"""Words per run in :func:`run_share` (issue 14: "8-word runs")."""
+"""Words per run in :func:`run_share`."""
 
 CLAUDE_CODE_MACHINE_TAGS: Final = (
     "bash-stderr",

@@ -1,4 +1,4 @@
-"""Keeping machine text out of the user's words (issue 14 findings 1 and 7).
+"""Keeping machine text out of the user's words.
 
 Agent front-ends write text into user turns on the user's behalf: command
 output, hook output, system reminders, task notifications, environment blocks,

@@ -60,7 +60,7 @@ Decisions (our choices, documented here because the format is not):
   whose only content is a ``CompactionPart`` with the summary; it is listed in
   ``compactions`` with the pre-compaction token count from the boundary line's
   ``compactMetadata.preTokens`` when present.
-* **The user's words** (issue 14). What the person typed is a plain text part;
+* **The user's words.** What the person typed is a plain text part;
   what the CLI wrote into user lines is not (:mod:`._machine_text`). A slash
   command (``<command-name>/x</command-name>`` with ``<command-args>``) becomes
   the command as typed, ``/x args``; a bash-mode input

@@ -30,7 +30,7 @@ Decisions (our choices):
   user turns (``<environment_context>``, ``<user_instructions>``,
   ``<system-reminder>``) and terminal escape sequences: those are split out into
   a ``synthetic`` part, with the original kept as an ``ignored`` part
-  (:mod:`._machine_text`, issue 14).
+  (:mod:`._machine_text`).
 * ``reasoning_content`` / ``reasoning`` strings on assistant messages become
   ``ReasoningPart``; ``image_url`` content parts become ``FilePart``; content part
   types we do not know become ``OpaquePart(source="openai")``.

@@ -27,8 +27,8 @@ Decisions (our choices):
   runs with no person in the loop, so every later user message of the main
   agent is the environment speaking (older trajectories send each observation
   as a user message): its text is ``synthetic`` and its metadata says
-  ``{"observation": true}`` (issue 14: observations were quoted as the user's
-  words).
+  ``{"observation": true}`` (quoted as the user's words, observations would
+  push the task out of a rebuilt context).
 * There are no timestamps and no per-message usage: message *k* gets
   ``base + k`` ms; ``info.model_stats`` and ``info.exit_status`` go to the
   session metadata.
