@@ -11,7 +11,7 @@ budgeted read always keeps (SPEC A8).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -21,10 +21,11 @@ from mimo_ctx.tokens import estimate_text_tokens
 __all__ = [
     "CHECKPOINT_SECTIONS",
     "CheckpointSection",
+    "fit_items",
+    "is_index_line",
     "parse_checkpoint",
     "render_checkpoint",
     "section_budgets",
-    "spill_over",
     "topic_of",
 ]
 
@@ -151,36 +152,54 @@ def parse_checkpoint(text: str) -> dict[int, list[str]]:
     return result
 
 
-def spill_over(
-    number: int, items: Sequence[str], budget: int
+def fit_items(
+    number: int,
+    items: Sequence[str],
+    budget: int,
+    *,
+    limit: int | None = None,
+    head: Sequence[str] = (),
+    keep: Collection[int] = (),
 ) -> tuple[list[str], tuple[str, str] | None]:
-    """Fit a section's items into ``budget`` tokens, moving the oldest out if needed.
+    """Fit a section's items into ``budget`` tokens and ``limit`` items (SPEC A14).
+
+    ``head`` lines always stay first. Items are taken newest (last) first, those
+    whose index is in ``keep`` before the others; the rest move to the spill-over
+    file ``checkpoint-<section>.md`` and an index line ``- See <file> (N items) -
+    <summary>`` takes their place, so the kept items and that line stay within the
+    budget.
 
     Returns:
-        The lines to keep in ``checkpoint.md`` (newest items, plus an index line
-        first when something moved) and, when something moved, ``(file name,
-        file content)`` of the spill-over file.
+        The section's lines and, when something moved, ``(file name, content)``.
     """
-    total = sum(estimate_text_tokens(i) + 1 for i in items)
-    if total <= budget:
-        return list(items), None
+    cap = len(items) if limit is None else limit
+    cost = sum(estimate_text_tokens(h) + 1 for h in head)
+    if len(items) <= cap and cost + sum(estimate_text_tokens(i) + 1 for i in items) <= budget:
+        return [*head, *items], None
     section = next(s for s in CHECKPOINT_SECTIONS if s.number == number)
-    kept: list[str] = []
-    used = 40  # room for the index line
-    for item in reversed(items):
-        cost = estimate_text_tokens(item) + 1
-        if used + cost > budget:
-            break
-        kept.append(item)
-        used += cost
-    kept.reverse()
-    moved = list(items[: len(items) - len(kept)])
     name = f"checkpoint-{_slug(section.title)}.md"
-    first = moved[0].lstrip("-* ").strip()
-    summary = first[:60] + ("…" if len(first) > 60 else "")
-    index = f"- See {name} ({len(moved)} items) - older {section.title.lower()}: {summary}"
+
+    def index_line(moved: Sequence[str]) -> str:
+        first = " ".join(moved[0].lstrip("-*✓ ").split()) if moved else ""
+        summary = first[:60] + ("…" if len(first) > 60 else "")
+        return f"- See {name} ({len(moved)} items) - older {section.title.lower()}: {summary}"
+
+    # Room for the longest index line this call can write.
+    cost += estimate_text_tokens(index_line(["x" * 61] * len(items))) + 1
+    wanted = set(keep)
+    order = [i for i in reversed(range(len(items))) if i in wanted]
+    order += [i for i in reversed(range(len(items))) if i not in wanted]
+    chosen: set[int] = set()
+    for index in order:
+        price = estimate_text_tokens(items[index]) + 1
+        if len(chosen) < cap and cost + price <= budget:
+            chosen.add(index)
+            cost += price
+    moved = [items[i] for i in range(len(items)) if i not in chosen]
+    kept = [items[i] for i in range(len(items)) if i in chosen]
+    index = index_line(moved)
     content = f"# {section.title} (moved from checkpoint.md)\n\n" + "\n".join(moved) + "\n"
-    return [index, *kept], (name, content)
+    return [*head, index, *kept], (name, content)
 
 
 def render_checkpoint(topic: str, bodies: Mapping[int, Sequence[str]]) -> str:

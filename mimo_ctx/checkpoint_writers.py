@@ -1,9 +1,10 @@
 """The two built-in checkpoint writers (SPEC A3, A14).
 
 :class:`OfflineCheckpointWriter` needs no model: it fills the A14 layout
-deterministically from the history (the user's request verbatim, files touched,
-failed calls, live resources, the last conclusions, the task tree), carrying
-forward what the previous checkpoint knew. It is the default when no model is
+deterministically from evidence in the messages (the user's requests verbatim,
+standing instructions, the host's plan, what was done, files and why, errors with
+their fixes, the assistant's own findings and decisions, the next action), folding
+each run's new messages into the state the previous run left. It is the default when no model is
 configured and the fallback when the model-backed writer fails.
 
 :class:`LLMCheckpointWriter` asks a model, through any async completion callable,
@@ -15,15 +16,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
 
 from mimo_ctx.checkpoint_doc import (
     CHECKPOINT_SECTIONS,
     parse_checkpoint,
     render_checkpoint,
-    spill_over,
-    topic_of,
+)
+from mimo_ctx.checkpoint_sections import render_sections, state_from_checkpoint, task_tree_lines
+from mimo_ctx.checkpoint_state import (
+    CheckpointState,
+    checkpoint_digest,
+    fold_messages,
+    fold_notes,
 )
 from mimo_ctx.errors import MimoCtxError
 from mimo_ctx.messages import (
@@ -36,7 +42,6 @@ from mimo_ctx.messages import (
     ToolStateCompleted,
     ToolStateError,
 )
-from mimo_ctx.store.base import Task
 from mimo_ctx.writer import CheckpointDraft, WriterRequest
 
 __all__ = ["CompletionFn", "LLMCheckpointWriter", "OfflineCheckpointWriter", "task_tree_lines"]
@@ -44,112 +49,19 @@ __all__ = ["CompletionFn", "LLMCheckpointWriter", "OfflineCheckpointWriter", "ta
 CompletionFn = Callable[[str, str], Awaitable[str]]
 """``async (system_prompt, user_prompt) -> text``: any model call."""
 
-TASK_ICONS: Final[Mapping[str, str]] = {
-    "open": "🔵",
-    "in_progress": "🔄",
-    "blocked": "🟡",
-    "done": "✅",
-    "abandoned": "❌",
-    "dispatched": "📤",
-    "human_review": "👀",
-    "failed": "⛔",
-}
-
-_PATH_KEYS: Final = ("file_path", "filePath", "path", "filename", "notebook_path", "file")
-_RESOURCE = re.compile(
-    r"(https?://[^\s\"'<>]+|\b(?:localhost|127\.0\.0\.1|0\.0\.0\.0):\d{2,5}\b|\bport\s+\d{2,5}\b)",
-    re.IGNORECASE,
-)
-_DIRECTIVE = re.compile(
-    r"\b(always|never|don't|do not|must|make sure|please|prefer|avoid|only use)\b", re.IGNORECASE
-)
-
-
-def _fold(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _user_texts(message: Message) -> str:
-    return "\n".join(
-        p.text
-        for p in message.parts
-        if isinstance(p, TextPart) and not p.synthetic and not p.ignored
-    ).strip()
-
-
-def _is_typed_user_message(message: Message) -> bool:
-    return message.role == "user" and not message.is_boundary and bool(_user_texts(message))
-
-
-def task_tree_lines(tasks: Sequence[Task]) -> list[str]:
-    """Task ids with status icons, sub-tasks indented under their parent (A14 §4)."""
-
-    def key(task: Task) -> list[int | str]:
-        return [int(p) if p.isdigit() else p for p in re.split(r"[.T]", task.id) if p]
-
-    children: dict[str | None, list[Task]] = {}
-    known = {t.id for t in tasks}
-    for task in sorted(tasks, key=key):
-        parent = task.parent_id if task.parent_id in known else None
-        children.setdefault(parent, []).append(task)
-    lines: list[str] = []
-
-    def walk(parent: str | None, depth: int) -> None:
-        for task in children.get(parent, []):
-            icon = TASK_ICONS.get(task.status, "")
-            summary = f" — {_fold(task.summary, 120)}" if task.summary else ""
-            lines.append(f"{'  ' * depth}- {icon}{task.id} {task.status}{summary}")
-            walk(task.id, depth + 1)
-
-    walk(None, 0)
-    return lines
-
-
-def _tool_calls(messages: Iterable[Message]) -> Iterable[tuple[str, dict[str, Any], str | None]]:
-    """(tool, input, error) for every tool call; error is set for failed calls."""
-    results: dict[str, ToolResultPart] = {}
-    for message in messages:
-        for part in message.parts:
-            if isinstance(part, ToolResultPart):
-                results[part.call_id] = part
-    for message in messages:
-        for part in message.parts:
-            if isinstance(part, ToolPart):
-                error: str | None = None
-                if isinstance(part.state, ToolStateError):
-                    error = part.state.error
-                elif not isinstance(part.state, ToolStateCompleted):
-                    result = results.get(part.call_id)
-                    if result is not None and result.is_error:
-                        error = result.output
-                yield part.tool, part.state.input, error
-
-
-def _carry(previous: Mapping[int, list[str]], number: int) -> list[str]:
-    return [line for line in previous.get(number, []) if line.strip()]
-
-
-def _dedupe(lines: Iterable[str]) -> list[str]:
-    seen: set[str] = set()
-    out: list[str] = []
-    for line in lines:
-        if line not in seen:
-            seen.add(line)
-            out.append(line)
-    return out
-
 
 class OfflineCheckpointWriter:
     """A deterministic writer that needs no model (the default).
 
-    What goes where (A14): §1 the newest typed user request, quoted verbatim; §2
-    the next step (open task, else the last assistant's unfinished step); §3 user
-    sentences that read as standing instructions; §4 the task tree; §5 the last
-    assistant conclusions; §6 files named in tool inputs; §7 and §10 carried
-    forward from the previous checkpoint; §8 failed tool calls; §9 URLs and ports
-    seen in tool inputs; §11 ``notes.md`` folded in, plus earlier open notes.
-    Sections over budget spill their oldest items to ``checkpoint-<topic>.md``.
+    It keeps a :class:`~mimo_ctx.checkpoint_state.CheckpointState` beside
+    ``checkpoint.md`` (``checkpoint.state.json``), folds into it the messages the
+    request holds after the state's last message (rules:
+    :mod:`mimo_ctx.checkpoint_evidence`, :mod:`mimo_ctx.checkpoint_state`) and
+    renders the eleven sections from it (:mod:`mimo_ctx.checkpoint_sections`).
+    A run therefore needs only the previous state and the new messages. When the
+    state is missing or belongs to another ``checkpoint.md`` (an LLM writer wrote
+    the last one), the previous checkpoint's section lines are carried forward
+    instead and the request's messages are folded after them.
     """
 
     @property
@@ -163,100 +75,37 @@ class OfflineCheckpointWriter:
 
     def build(self, request: WriterRequest) -> CheckpointDraft:
         """Synchronous core of :meth:`write`."""
-        messages = list(request.messages)
-        previous = parse_checkpoint(request.previous_checkpoint or "")
-        users = [m for m in messages if _is_typed_user_message(m)]
-        bodies: dict[int, list[str]] = {}
-
-        if users:
-            quoted = _user_texts(users[-1]).splitlines()
-            bodies[1] = [f"> {line}" if line else ">" for line in quoted]
-        else:
-            bodies[1] = _carry(previous, 1)
-
-        open_tasks = [t for t in request.tasks if t.status in ("in_progress", "open", "blocked")]
-        last_assistant = next((m for m in reversed(messages) if m.role == "assistant"), None)
-        if open_tasks:
-            task = open_tasks[0]
-            bodies[2] = [f"- Continue {task.id} ({task.status}): {_fold(task.summary, 200)}"]
-        elif last_assistant is not None and last_assistant.finish == "tool-calls":
-            calls = [p.tool for p in last_assistant.parts if isinstance(p, ToolPart)]
-            bodies[2] = [f"- Review the results of {', '.join(calls) or 'the last tool calls'}"]
-        else:
-            bodies[2] = ["- Re-read the active intent and continue from the current work"]
-
-        directives: list[str] = _carry(previous, 3)
-        for message in users:
-            for sentence in re.split(r"(?<=[.!?])\s+|\n", _user_texts(message)):
-                if _DIRECTIVE.search(sentence) and len(sentence) <= 300:
-                    directives.append(f"- {sentence.strip()}")
-        bodies[3] = _dedupe(directives)
-
-        bodies[4] = task_tree_lines(request.tasks)
-
-        conclusions: list[str] = []
-        for message in reversed(messages):
-            if message.role != "assistant":
-                continue
-            text = " ".join(
-                p.text for p in message.parts if isinstance(p, TextPart) and not p.ignored
-            ).strip()
-            if text:
-                conclusions.append(f"- {_fold(text, 400)}")
-            subtasks = [p for p in message.parts if isinstance(p, SubtaskPart)]
-            conclusions.extend(
-                f"- Sub-task for {p.agent}: {_fold(p.description, 200)}" for p in subtasks
-            )
-            if len(conclusions) >= 5:
-                break
-        bodies[5] = list(reversed(conclusions))
-
-        files: dict[str, set[str]] = {}
-        resources: list[str] = _carry(previous, 9)
-        errors: list[str] = _carry(previous, 8)
-        for tool, tool_input, error in _tool_calls(messages):
-            for key in _PATH_KEYS:
-                value = tool_input.get(key)
-                if isinstance(value, str) and value and len(value) < 300:
-                    files.setdefault(value, set()).add(tool)
-            rendered = json.dumps(tool_input, ensure_ascii=False, default=str)
-            resources.extend(f"- {match}" for match in _RESOURCE.findall(rendered))
-            if error is not None:
-                errors.append(f"- {tool}({_fold(rendered, 160)}) → {_fold(error, 200)}")
-        carried_files = _carry(previous, 6)
-        bodies[6] = _dedupe(
-            carried_files
-            + [f"- {path} ({', '.join(sorted(tools))})" for path, tools in files.items()]
-        )
-        bodies[7] = _carry(previous, 7)
-        bodies[8] = _dedupe(errors)
-        bodies[9] = _dedupe(resources)
-        bodies[10] = _carry(previous, 10)
-        notes = (request.notes or "").strip()
-        bodies[11] = _carry(previous, 11) + (
-            [
-                f"- {line.strip()}" if not line.startswith("-") else line
-                for line in notes.splitlines()
-                if line.strip()
-            ]
-            if notes
-            else []
-        )
-
-        extra: dict[str, str] = {}
-        for section in CHECKPOINT_SECTIONS:
-            budget = request.budgets.get(section.number, section.budget)
-            kept, moved = spill_over(section.number, bodies.get(section.number, []), budget)
-            bodies[section.number] = kept
-            if moved is not None:
-                extra[moved[0]] = moved[1]
-
-        topic = topic_of(request.previous_checkpoint) or (
-            _fold(_user_texts(users[0]).splitlines()[0], 100) if users else "(unknown)"
-        )
+        previous_text = request.previous_checkpoint or ""
+        state = CheckpointState.from_json(request.previous_state)
+        if state is None or state.checkpoint_sha256 != checkpoint_digest(previous_text):
+            state = state_from_checkpoint(previous_text)
+        state = fold_notes(fold_messages(state, request.messages), request.notes)
+        rendered = render_sections(state, tasks=request.tasks, budgets=request.budgets)
+        topic = _topic(state)
+        text = render_checkpoint(topic, rendered.bodies)
+        saved = state.model_copy(update={"checkpoint_sha256": checkpoint_digest(text)})
         return CheckpointDraft(
-            text=render_checkpoint(topic, bodies), extra_files=extra, notes_folded=bool(notes)
+            text=text,
+            extra_files=rendered.extra_files,
+            notes_folded=bool((request.notes or "").strip()),
+            state=saved.to_json(),
         )
+
+
+def _topic(state: CheckpointState) -> str:
+    """The task-defining request's first line, else the carried topic or the plan's step."""
+    if state.request is not None:
+        first = next((line for line in state.request.text.splitlines() if line.strip()), "")
+        return _fold(first, 100)
+    if state.carried_topic:
+        return state.carried_topic
+    plan = next((i.text for i in state.plan if i.status == "in_progress"), None)
+    return _fold(plan, 100) if plan else "(unknown)"
+
+
+def _fold(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 _SYSTEM_PROMPT: Final = """\

@@ -104,6 +104,10 @@ class MemoryLayout:
         """``<root>/sessions/<session_id>/checkpoint.md``."""
         return self.session_dir(session_id) / "checkpoint.md"
 
+    def checkpoint_state_path(self, session_id: str) -> Path:
+        """``<root>/sessions/<session_id>/checkpoint.state.json`` (the offline writer's state)."""
+        return self.session_dir(session_id) / "checkpoint.state.json"
+
     def notes_path(self, session_id: str) -> Path:
         """``<root>/sessions/<session_id>/notes.md``."""
         return self.session_dir(session_id) / "notes.md"

@@ -81,6 +81,7 @@ __all__ = [
     "render_section",
     "render_tasks_ledger",
     "strip_level1_headings",
+    "user_input_text",
 ]
 
 BODY_INTRO: Final = (
@@ -427,7 +428,7 @@ def render_active_actors_part(actors: Sequence[Actor], *, session_id: str, now_m
 # -- 4. recent user input --------------------------------------------------------------------
 
 
-def _user_text(message: Message) -> str | None:
+def user_input_text(message: Message) -> str | None:
     """The user's own words in ``message``, or ``None`` when it does not qualify (R5.5)."""
     if message.role != "user" or message.agent != MAIN_AGENT:
         return None
@@ -502,7 +503,7 @@ def render_recent_user_input(
     count = _counter_fn(counter)
     chosen: list[str] = []  # newest first
     for message in reversed(messages):
-        text = _user_text(message)
+        text = user_input_text(message)
         if text is None:
             continue
         if count(text) > per_message_cap:

@@ -114,6 +114,8 @@ class WriterRequest:
         notes_path: The session's ``notes.md``.
         tasks_dir: The session's task directory.
         budgets: Token budget per checkpoint section number (A14, R5.10).
+        previous_state: The state the previous writer run saved beside the
+            checkpoint (``checkpoint.state.json``), for writers that extend it.
     """
 
     session_id: str
@@ -128,6 +130,7 @@ class WriterRequest:
     notes_path: Path
     tasks_dir: Path
     budgets: Mapping[int, int]
+    previous_state: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +142,15 @@ class CheckpointDraft:
         extra_files: Spill-over files (``checkpoint-<topic>.md`` -> content) written
             beside it.
         notes_folded: The writer folded ``notes.md`` in; it is emptied after success.
+        state: Machine-readable state to keep beside the checkpoint
+            (``checkpoint.state.json``) and hand to the next run as
+            :attr:`WriterRequest.previous_state`; ``None`` keeps none.
     """
 
     text: str
     extra_files: Mapping[str, str] = field(default_factory=dict[str, str])
     notes_folded: bool = False
+    state: str | None = None
 
 
 @runtime_checkable
@@ -790,6 +797,9 @@ class WriterCoordinator:
             notes_path=layout.notes_path(session_id),
             tasks_dir=layout.tasks_dir(session_id),
             budgets=section_budgets(self._config.push_caps),
+            previous_state=await _read_previous_checkpoint(
+                layout.checkpoint_state_path(session_id), layout.root
+            ),
         )
         writers = [self._writer] + ([self._fallback] if self._fallback is not None else [])
         for writer in writers:
@@ -842,6 +852,11 @@ class WriterCoordinator:
         root = self._layout.root
         for name, content in draft.extra_files.items():
             await write_text_atomic(directory / name, content, root=root)
+        if draft.state is not None:
+            # Before checkpoint.md: a state newer than its checkpoint is recognised
+            # (by the digest it holds) and ignored; the reverse could not be.
+            path = self._layout.checkpoint_state_path(session_id)
+            await write_text_atomic(path, draft.state, root=root)
         # checkpoint.md last: it is what a rebuild reads, so it must never point
         # at a spill-over file that is not on disk yet.
         await self._fence(session_id, owner)
@@ -872,7 +887,7 @@ def _index_of(messages: Sequence[Message], message_id: str) -> int:
 
 
 async def _read_previous_checkpoint(path: Path, root: Path) -> str | None:
-    """The checkpoint to carry forward; unreadable, the writer starts afresh.
+    """The checkpoint (or its state file) to carry forward; unreadable, the writer starts afresh.
 
     It is about to be replaced, so a file that cannot be read (or that leads out of
     the memory root) is logged and ignored. ``notes.md`` gets no such grace: its

@@ -1,0 +1,652 @@
+"""What the offline checkpoint writer reads in one message or one tool call (pure).
+
+Every function here is synchronous, does no I/O and looks at one piece of text or
+one tool call; :mod:`mimo_ctx.checkpoint_state` folds their answers over a
+session's messages. The rules are deliberately plain so that a reader can predict
+what lands in ``checkpoint.md``:
+
+**The user's words.** A typed message is a *continuation* when, once its
+punctuation is dropped, it has at most six words and either all of them are
+acknowledgement words (``yes``, ``ok``, ``continue``, ``go on``, ``check again``,
+``thanks`` …) or its first word (after ``and``/``ok``/``please``/``yes``) is
+``continue``, ``proceed``, ``resume`` or ``keep``. Every other typed message is
+*substantive*: it can define or change the task. A *directive* is a sentence of a
+typed message that starts with ``always``, ``never``, ``don't``, ``do not``,
+``must``, ``avoid``, ``prefer``, ``use``, ``make sure``, ``remember`` or ``only``
+(after an optional ``please``), or that contains ``always``, ``never``, ``from now
+on``, ``make sure``, ``must not``/``mustn't`` or ``you should``/``we should``.
+
+**The assistant's words.** Its text is split into sentences (code blocks, tables
+and headings dropped, Markdown emphasis removed). A sentence is *concrete* when it
+names something: a backticked token, a path or file name, a ``CamelCase``,
+``snake_case`` or upper-case (``SQLite``, ``JSON``) identifier, a capitalised name
+in mid-sentence, or a number. A *stated plan* starts with ``let me``,
+``now``, ``next``, ``then``, ``i'll``, ``i will``, ``i need to``, ``i'm going to``
+or ``first``. A *decision* is a sentence with ``instead``, ``rather than``,
+``decided``, ``chose``, ``going with``, ``switch(ed) to``, ``opt(ed) for``,
+``trade-off``, ``fix it by`` or "let me / I'll / I need to" + ``rewrite``,
+``switch``, ``replace``, ``restructure``, ``refactor``, ``move``; or a concrete
+sentence with ``better to``, ``to avoid``, ``so that``, ``approach``,
+``decision``, ``choose`` or "I/we need to / will / 'll / should" + ``use``,
+``rewrite``, ``switch``, ``replace``, ``go with``, ``stick with``, ``keep``,
+``avoid``, ``move``. *Knowledge* is a concrete sentence that is not a
+plan or a decision and states a fact: ``doesn't``/``does not``, ``isn't``/``is
+not``, ``can't``/``cannot``, ``requires``, ``needs``, ``must``, ``only``,
+``supports``, ``default``, ``is missing``, ``runs in``/``on``, ``uses``,
+``expects``, ``returns``, ``because``, ``turns out``, ``root cause``, ``is defined``, ``lives
+in``, ``is configured``, ``has no``, ``not found``, ``does not exist``.
+
+**Tool calls.** A call names files through its ``file_path``/``path``/
+``filename``/``notebook_path``/``file`` argument or, for ``apply_patch``, the
+``*** Add/Update/Delete File:`` lines of its patch. Write-like tools
+(``write``, ``create``, ``str_replace_based_edit_tool`` with ``create``) *create*
+a file seen for the first time and *edit* it afterwards; edit-like tools
+(``edit``, ``multiedit``, ``str_replace``, ``apply_patch``, ``notebookedit`` …)
+*edit*; read-like tools (``read``, ``view``, ``cat``, ``open``) *read*. A shell
+call is one whose tool is ``bash``/``shell``/``exec_command``/``run_terminal_cmd``
+/``execute_command``/``terminal`` and whose input has a ``command``/``cmd``
+string. A successful shell call is a *commit* when its command runs ``git
+commit`` (the subject is read from ``[branch hash] subject`` in the output, else
+from ``-m``), a *push* when it runs ``git push``, and a *passing test run* when it
+runs a test runner (``pytest``, ``mix test``, ``npm test``, ``cargo test``, ``go
+test`` …) and its output holds a summary line (``87 tests, 0 failures``, ``5
+passed``). A plan tool is Claude Code's ``TodoWrite`` (``todos`` with
+``content``/``status``), Codex's ``update_plan`` (``plan`` with
+``step``/``status``), or any tool named ``todo``/``todos``/``plan``/``todo_write``
+/``update_todos``/``set_plan`` whose input holds a list of items with a text
+field and a status or ``done`` flag.
+
+**Signatures.** Failures are matched with the later success that fixed them by a
+*signature*: for a shell call, the head of its last ``&&``/``;`` command that is
+not a ``cd``/``echo``/``export`` (before any ``|``): ``git push``, ``mix test``,
+``pytest`` — the first word, two for tools with sub-commands; for a file call,
+the action and path; otherwise the tool name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal, cast
+
+__all__ = [
+    "FileAction",
+    "PlanItem",
+    "PlanStatus",
+    "clean_resource",
+    "command_of",
+    "commit_subject",
+    "decision_sentences",
+    "directive_sentences",
+    "error_line",
+    "file_actions",
+    "first_sentence",
+    "is_continuation",
+    "knowledge_sentences",
+    "passing_test_run",
+    "plan_items",
+    "pushed_branch",
+    "resources_in",
+    "sentences",
+    "signature",
+    "stated_plan",
+    "stated_reason",
+    "strings_in",
+]
+
+FileAction = Literal["created", "edited", "read"]
+PlanStatus = Literal["pending", "in_progress", "completed", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanItem:
+    """One item of the host agent's own plan (``TodoWrite``, ``update_plan``…).
+
+    Attributes:
+        text: What the item says.
+        status: ``pending``, ``in_progress``, ``completed`` or ``cancelled``.
+    """
+
+    text: str
+    status: PlanStatus
+
+
+# -- text -------------------------------------------------------------------------------
+
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`*\"'(\[])")
+_EMPHASIS = re.compile(r"(\*\*|__)(.+?)\1")
+_BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
+_WORD = re.compile(r"[\w'’-]+")
+
+
+def _plain(line: str) -> str:
+    line = _BULLET.sub("", line)
+    return _EMPHASIS.sub(r"\2", line).strip()
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text``, in order, one line each.
+
+    Fenced code blocks, table rows and headings are dropped; list markers and
+    Markdown emphasis are removed; a line is split at ``. ``/``! ``/``? `` before
+    an upper-case letter, a backtick or a quote.
+    """
+    out: list[str] = []
+    fenced = False
+    for raw in text.splitlines():
+        if _FENCE.match(raw):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        stripped = raw.strip()
+        if not stripped or stripped.startswith(("|", "#", ">")):
+            continue
+        for piece in _SENTENCE_END.split(_plain(stripped)):
+            flat = " ".join(piece.split())
+            if flat:
+                out.append(flat)
+    return out
+
+
+def first_sentence(text: str, limit: int = 200) -> str:
+    """The first sentence of ``text`` (see :func:`sentences`), cut at a word near ``limit``."""
+    found = sentences(text)
+    return _cut(found[0], limit) if found else ""
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters at a word boundary, with ``…``."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = head.rfind(" ")
+    if space >= limit * 2 // 3:
+        head = head[:space]
+    return head.rstrip(" ,;:") + "…"
+
+
+def _words(text: str) -> list[str]:
+    return [w.lower().strip("'’-") for w in _WORD.findall(text)]
+
+
+# -- the user's words ----------------------------------------------------------------------
+
+_ACK_WORDS: Final = frozenset(
+    {
+        "yes", "yep", "yeah", "y", "ok", "okay", "k", "sure", "please", "pls", "go",
+        "on", "ahead", "continue", "proceed", "resume", "keep", "going", "next", "do",
+        "it", "that", "again", "check", "thanks", "thank", "you", "thx", "great",
+        "good", "fine", "nice", "perfect", "lgtm", "right", "correct", "cool", "and",
+        "now", "then", "so", "sounds", "done", "alright", "carry", "retry", "try",
+    }
+)  # fmt: skip
+_CONTINUE_HEADS: Final = frozenset({"continue", "proceed", "resume", "keep", "carry"})
+_CONTINUE_LEADS: Final = frozenset({"and", "ok", "okay", "please", "yes", "so", "now", "then"})
+_CONTINUATION_MAX_WORDS: Final = 6
+
+
+def is_continuation(text: str) -> bool:
+    """True when a typed message only acknowledges or says "go on" (see the module rules)."""
+    words = _words(text)
+    if not words:
+        return True
+    if len(words) > _CONTINUATION_MAX_WORDS:
+        return False
+    if all(w in _ACK_WORDS for w in words):
+        return True
+    lead = 0
+    while lead < len(words) - 1 and words[lead] in _CONTINUE_LEADS:
+        lead += 1
+    return words[lead] in _CONTINUE_HEADS
+
+
+_DIRECTIVE_START = re.compile(
+    r"^(?:please\s+)?"
+    r"(?:always|never|don'?t|do not|must|avoid|prefer|use|make sure|remember|only)\b",
+    re.IGNORECASE,
+)
+_DIRECTIVE_ANYWHERE = re.compile(
+    r"\b(?:always|never|from now on|make sure|must not|mustn'?t|you should|we should)\b",
+    re.IGNORECASE,
+)
+_DIRECTIVE_MAX_CHARS: Final = 300
+
+
+def directive_sentences(text: str) -> list[str]:
+    """Sentences of a typed message that read as standing instructions (module rules)."""
+    return [
+        s
+        for s in sentences(text)
+        if len(s) <= _DIRECTIVE_MAX_CHARS
+        and (_DIRECTIVE_START.search(s) or _DIRECTIVE_ANYWHERE.search(s))
+    ]
+
+
+# -- the assistant's words ---------------------------------------------------------------------
+
+_CONCRETE = re.compile(
+    r"`[^`]+`"  # a backticked token
+    r"|[\w.-]*/[\w./-]+"  # a path
+    r"|\b\w+\.(?:py|ex|exs|js|ts|tsx|jsx|rs|go|rb|java|kt|md|json|toml|ya?ml|sh|sql|c|h|cpp|css|html)\b"
+    r"|\b[A-Z][a-z]+[A-Z]\w*"  # CamelCase
+    r"|\b[A-Z]\w*[A-Z]\w*"  # SQLite, JSON, OTEL
+    r"|(?<=[a-z,;:] )[A-Z][a-z]{2,}\b"  # a name in mid-sentence (Phoenix, Ecto)
+    r"|\b[a-z]+_[a-z_]+\b"  # snake_case
+    r"|\b\d+\b"
+)
+_PLAN_START = re.compile(
+    r"^(?:let me|let's|now|next|then|i'll|i will|i need to|i'm going to|i am going to|first"
+    r"|starting with|moving on)\b",
+    re.IGNORECASE,
+)
+_DECISION_STRONG = re.compile(
+    r"\b(?:instead|rather than|decided|chose|going with|switch(?:ed)? to|opt(?:ed)? for"
+    r"|trade-?off|fix (?:it|this|that) by|(?:let me|i'll|i will|i need to|we need to)"
+    r" (?:rewrite|switch|replace|restructure|refactor|move))\b",
+    re.IGNORECASE,
+)
+_DECISION = re.compile(
+    r"\b(?:decision|choose|better to|to avoid|so that|approach"
+    r"|(?:i|we) (?:need to|will|'ll|should) (?:use|rewrite|switch|replace|go with|stick with"
+    r"|keep|avoid|move)"
+    r"|(?:i|we)'ll (?:use|rewrite|switch|replace|go with|stick with|keep|avoid|move))\b",
+    re.IGNORECASE,
+)
+_KNOWLEDGE = re.compile(
+    r"\b(?:doesn'?t|does not|isn'?t|is not|aren'?t|are not|can'?t|cannot|won'?t|requires?"
+    r"|needs|must|only|supports|(?:doesn'?t|does not|don'?t|do not) support|default"
+    r"|is missing|are missing|runs in|runs on|uses|expects|returns|because|turns out"
+    r"|root cause|is defined|are defined|lives in|is configured"
+    r"|isn't configured|is set|points to|depends on|has no|have no|there is no|not found"
+    r"|doesn'?t exist|does not exist|the (?:issue|problem|bug|cause) (?:is|was))\b",
+    re.IGNORECASE,
+)
+_PLAN_LEAD = re.compile(
+    r"^(?:(?:now|next|then|first|ok|okay|good|great)[,.]?\s+)*"
+    r"(?:let me|let's|i'll|i will|i need to|i'm going to|i am going to|we need to)?\s*"
+    r"(?:also\s+|now\s+|first\s+)?",
+    re.IGNORECASE,
+)
+_FILLER_START = re.compile(
+    r"^(?:good|great|perfect|ok|okay|done|all|excellent|nice|right|yes|no|hmm|sure|looks)\b[.!,:]?",
+    re.IGNORECASE,
+)
+_MIN_CHARS: Final = 24
+_MAX_CHARS: Final = 260
+
+
+def _concrete(sentence: str) -> bool:
+    return _CONCRETE.search(sentence) is not None
+
+
+def _candidate(sentence: str) -> bool:
+    return _MIN_CHARS <= len(sentence) <= _MAX_CHARS and _concrete(sentence)
+
+
+def stated_plan(text: str) -> str | None:
+    """What ``text`` says the assistant does next: its last plan sentence, if any.
+
+    A plan sentence too vague to act on alone ("Let me add it.") comes with the
+    sentence before it.
+    """
+    found = sentences(text)
+    index = next((i for i in reversed(range(len(found))) if _PLAN_START.search(found[i])), None)
+    if index is None:
+        return None
+    plan = found[index]
+    if not _concrete(plan) and index > 0:
+        plan = f"{found[index - 1]} {plan}"
+    return _cut(plan, 300)
+
+
+def _decision(sentence: str) -> bool:
+    if not _MIN_CHARS <= len(sentence) <= _MAX_CHARS:
+        return False
+    return bool(_DECISION_STRONG.search(sentence)) or (
+        _concrete(sentence) and _DECISION.search(sentence) is not None
+    )
+
+
+def decision_sentences(text: str) -> list[str]:
+    """Sentences of assistant text that state a choice (module rules)."""
+    return [s for s in sentences(text) if _decision(s)]
+
+
+def knowledge_sentences(text: str) -> list[str]:
+    """Concrete sentences of assistant text that state a fact (module rules)."""
+    out: list[str] = []
+    for s in sentences(text):
+        if not _candidate(s) or _decision(s) or _PLAN_START.search(s):
+            continue
+        body = _FILLER_START.sub("", s).strip(" —-:")
+        if len(body) >= _MIN_CHARS and _KNOWLEDGE.search(body):
+            out.append(body if body == s else body[0].upper() + body[1:])
+    return out
+
+
+def stated_reason(text: str) -> str | None:
+    """Why the assistant makes the calls that follow ``text``, in its own words.
+
+    The last stated plan (without its "let me"/"now I'll" lead-in) when there is
+    one, else the first concrete sentence that is not filler; ``None`` otherwise.
+    """
+    found = sentences(text)
+    plans = [s for s in found if _PLAN_START.search(s)]
+    if plans:
+        reason = _PLAN_LEAD.sub("", plans[-1]).strip()
+        if len(reason) >= 12:
+            return _cut(reason[:1].upper() + reason[1:], 200)
+    for sentence in found:
+        body = _FILLER_START.sub("", sentence).strip(" —-:")
+        if len(body) >= _MIN_CHARS and _concrete(body):
+            return _cut(body, 200)
+    return None
+
+
+# -- tool calls --------------------------------------------------------------------------------
+
+_PATH_KEYS: Final = ("file_path", "filePath", "path", "filename", "notebook_path", "file")
+_CREATE_TOOLS: Final = frozenset({"write", "create", "create_file", "write_file", "writefile"})
+_EDIT_TOOLS: Final = frozenset(
+    {
+        "edit", "multiedit", "str_replace", "str_replace_editor", "apply_patch", "patch",
+        "notebookedit", "edit_file", "replace", "insert", "search_replace",
+    }
+)  # fmt: skip
+_READ_TOOLS: Final = frozenset({"read", "view", "cat", "open", "read_file", "view_file"})
+_PATCH_FILE = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+?)\s*$", re.MULTILINE)
+
+
+def _tool_key(tool: str) -> str:
+    return tool.strip().lower().replace("-", "_").rsplit(".", 1)[-1]
+
+
+def file_actions(tool: str, arguments: Mapping[str, Any]) -> list[tuple[str, FileAction]]:
+    """The files a call touches and how (module rules); ``[]`` for other calls."""
+    key = _tool_key(tool)
+    if key in {"apply_patch", "patch"}:
+        patch = next((v for v in arguments.values() if isinstance(v, str) and "***" in v), "")
+        found: list[tuple[str, FileAction]] = []
+        for verb, path in _PATCH_FILE.findall(patch):
+            found.append((path, "created" if verb == "Add" else "edited"))
+        if found:
+            return found
+    command = arguments.get("command")
+    if key == "str_replace_based_edit_tool":
+        key = {"create": "create", "view": "view"}.get(str(command), "edit")
+    if key in _CREATE_TOOLS:
+        action: FileAction = "created"
+    elif key in _EDIT_TOOLS:
+        action = "edited"
+    elif key in _READ_TOOLS:
+        action = "read"
+    else:
+        return []
+    for name in _PATH_KEYS:
+        value = arguments.get(name)
+        if isinstance(value, str) and value.strip() and len(value) < 1000 and "\n" not in value:
+            return [(value.strip(), action)]
+    return []
+
+
+_SHELL_TOOLS: Final = frozenset(
+    {"bash", "shell", "exec_command", "run_terminal_cmd", "execute_command", "terminal", "run"}
+)
+
+
+def command_of(tool: str, arguments: Mapping[str, Any]) -> str | None:
+    """The shell command of a shell call (module rules), else ``None``."""
+    if _tool_key(tool) not in _SHELL_TOOLS:
+        return None
+    for name in ("command", "cmd", "script"):
+        value = arguments.get(name)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+        if isinstance(value, list):
+            words = [w for w in cast("list[object]", value) if isinstance(w, str)]
+            if not words or len(words) != len(cast("list[object]", value)):
+                continue
+            # Codex passes ["bash", "-lc", "<script>"]: the script is the command.
+            if len(words) >= 3 and words[1] in {"-c", "-lc"}:
+                return words[2].strip()
+            return " ".join(words)
+    return None
+
+
+_SUBCOMMAND_TOOLS: Final = frozenset(
+    {
+        "git", "npm", "yarn", "pnpm", "bun", "mix", "cargo", "go", "docker", "kubectl",
+        "make", "gh", "bd", "uv", "poetry", "pip", "dotnet", "gradle", "mvn", "rails",
+        "bundle", "deno", "terraform", "helm", "brew", "apt", "apt-get", "npx", "rake",
+    }
+)  # fmt: skip
+_ENV_PREFIX = re.compile(r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)+")
+
+
+def _command_head(command: str) -> str:
+    first = command.strip().splitlines()[0] if command.strip() else ""
+    # In "a && b" the last command is the one that matters (git add && git commit,
+    # mix compile && mix test); in "a | tail" the first.
+    segments = [s for s in re.split(r"&&|;|\|\|", first) if s.strip()]
+    kept = [s for s in segments if not s.strip().startswith(("cd ", "echo ", "export "))]
+    first = (kept or segments or [first])[-1].split("|")[0].strip()
+    first = _ENV_PREFIX.sub("", first)
+    words = first.split()
+    if not words:
+        return ""
+    if words[0] in {"sudo", "time", "env"} and len(words) > 1:
+        words = words[1:]
+    if words[0] in {"python", "python3", "uv"} and len(words) > 2 and words[1] in {"-m", "run"}:
+        return " ".join(words[:3])
+    if words[0] in _SUBCOMMAND_TOOLS and len(words) > 1 and not words[1].startswith("-"):
+        return f"{words[0]} {words[1]}"
+    return words[0]
+
+
+def signature(tool: str, arguments: Mapping[str, Any]) -> str:
+    """The key that matches a failed call with the later call that fixed it."""
+    command = command_of(tool, arguments)
+    if command is not None:
+        return f"$ {_command_head(command)}"
+    files = file_actions(tool, arguments)
+    if files:
+        path, action = files[0]
+        kind = "read" if action == "read" else "write"
+        return f"{kind} {path}"
+    return _tool_key(tool)
+
+
+_COMMIT = re.compile(r"\bgit\b[^|;&]*\bcommit\b")
+_COMMIT_OUTPUT = re.compile(r"^\[([^\]\s]+)(?: \([^)]*\))? ([0-9a-f]{7,40})\] (.+)$", re.MULTILINE)
+_COMMIT_MESSAGE = re.compile(
+    r"""-m\s+(?:"\$\(cat <<'?"?EOF'?"?\s*\n(.*?)\n|"([^"]+)"|'([^']+)')""", re.S
+)
+_PUSH = re.compile(r"\bgit\b[^|;&]*\bpush\b")
+_PUSH_OUTPUT = re.compile(r"^\s+[0-9a-f]+\.\.[0-9a-f]+\s+(\S+)\s+->\s+(\S+)", re.MULTILINE)
+_NEW_BRANCH = re.compile(r"\[new branch\]\s+(\S+)\s+->\s+(\S+)")
+
+
+def commit_subject(command: str, output: str) -> str | None:
+    """``<hash> <subject>`` of a successful ``git commit`` call, else ``None``."""
+    if not _COMMIT.search(command):
+        return None
+    found = _COMMIT_OUTPUT.search(output)
+    if found is not None:
+        return f"{found.group(2)} {_cut(found.group(3).strip(), 160)}"
+    message = _COMMIT_MESSAGE.search(command)
+    if message is None:
+        return None
+    text = next(g for g in message.groups() if g is not None)
+    subject = text.strip().splitlines()[0] if text.strip() else ""
+    return _cut(subject, 160) if subject else None
+
+
+def pushed_branch(command: str, output: str) -> str | None:
+    """The branch a successful ``git push`` call pushed (``"branch"`` when unknown)."""
+    if not _PUSH.search(command):
+        return None
+    found = _PUSH_OUTPUT.search(output) or _NEW_BRANCH.search(output)
+    if found is not None:
+        return found.group(2)
+    words = command.split()
+    if "push" not in words:
+        return "branch"
+    tail = [w for w in words[words.index("push") + 1 :] if not w.startswith("-")]
+    return tail[-1] if len(tail) >= 2 else "branch"
+
+
+_TEST_RUNNER = re.compile(
+    r"\b(?:pytest|py\.test|mix test|npm (?:run )?test|yarn test|pnpm test|bun test|cargo test"
+    r"|go test|jest|vitest|mocha|rspec|phpunit|tox|nox|make test|dotnet test|gradlew? test"
+    r"|mvn test|ctest|deno test|unittest|swift test|rake test|ava)\b"
+)
+_TEST_SUMMARY = re.compile(
+    r"\b\d+\s+(?:tests?|examples?|specs?|passed|passing|failures?|failed|doctests?|properties)\b",
+    re.IGNORECASE,
+)
+
+
+def passing_test_run(command: str, output: str) -> tuple[str, str] | None:
+    """``(runner, summary line)`` of a test run whose output has a summary line."""
+    runner = _TEST_RUNNER.search(command)
+    if runner is None:
+        return None
+    for raw in reversed(output.splitlines()):
+        line = " ".join(raw.replace("=", " ").split())
+        if _TEST_SUMMARY.search(line) and len(line) <= 200:
+            return runner.group(0), line
+    return None
+
+
+_ERROR_WORDS: Final = (
+    re.compile(r"\berror\b|exception|fatal|traceback", re.IGNORECASE),
+    re.compile(
+        r"failed|failure|not found|cannot|can't|undefined|denied|invalid|missing|refused"
+        r"|no such",
+        re.IGNORECASE,
+    ),
+)
+_EXIT_CODE = re.compile(r"^\s*Exit code \d+\s*$", re.IGNORECASE)
+_TAG = re.compile(r"</?[a-z_]+>")
+
+
+def error_line(error: str, limit: int = 200) -> str:
+    """The line of an error output that says what went wrong, cut near ``limit``."""
+    # Hook output often arrives with its line breaks escaped ("failed:\\n\\n[FORMAT]").
+    lines = [_TAG.sub("", line).strip() for line in error.replace("\\n", "\n").splitlines()]
+    lines = [line for line in lines if line and not _EXIT_CODE.match(line)]
+    if not lines:
+        return _cut(" ".join(error.split()), limit) or "(no message)"
+    # The first line usually says it ("String to replace not found in file."); else the
+    # first line with an error word, strong words first (code quoted after the first
+    # line mentions "error" too).
+    at = 0
+    if not any(words.search(lines[0]) for words in _ERROR_WORDS):
+        at = next(
+            (i for words in _ERROR_WORDS for i, line in enumerate(lines) if words.search(line)), 0
+        )
+    chosen = lines[at]
+    if chosen.endswith(":") and at + 1 < len(lines):
+        chosen = f"{chosen} {lines[at + 1]}"  # "…the following issue:" says what next
+    return _cut(" ".join(chosen.split()), limit)
+
+
+# -- plans -------------------------------------------------------------------------------------
+
+_PLAN_TOOLS: Final = frozenset(
+    {"todowrite", "todo_write", "update_plan", "todo", "todos", "plan", "update_todos", "set_plan"}
+)
+_ITEM_TEXT_KEYS: Final = ("content", "step", "text", "title", "task", "description", "name")
+_STATUS_WORDS: Final[Mapping[str, PlanStatus]] = {
+    "pending": "pending",
+    "todo": "pending",
+    "open": "pending",
+    "not_started": "pending",
+    "in_progress": "in_progress",
+    "in-progress": "in_progress",
+    "active": "in_progress",
+    "doing": "in_progress",
+    "completed": "completed",
+    "complete": "completed",
+    "done": "completed",
+    "cancelled": "cancelled",
+    "canceled": "cancelled",
+    "skipped": "cancelled",
+}
+
+
+def _item(raw: object) -> PlanItem | None:
+    if isinstance(raw, str):
+        return PlanItem(" ".join(raw.split()), "pending") if raw.strip() else None
+    if not isinstance(raw, dict):
+        return None
+    entry = cast("dict[str, object]", raw)
+    text = next((entry[k] for k in _ITEM_TEXT_KEYS if isinstance(entry.get(k), str)), None)
+    if not isinstance(text, str) or not text.strip():
+        return None
+    status_value = entry.get("status", entry.get("state"))
+    status: PlanStatus = "pending"
+    if isinstance(status_value, str):
+        status = _STATUS_WORDS.get(status_value.strip().lower(), "pending")
+    elif entry.get("done") is True or entry.get("completed") is True:
+        status = "completed"
+    return PlanItem(" ".join(text.split()), status)
+
+
+def plan_items(tool: str, arguments: Mapping[str, Any]) -> list[PlanItem] | None:
+    """The whole plan a plan-tool call sets (module rules), or ``None`` for other calls."""
+    if _tool_key(tool) not in _PLAN_TOOLS:
+        return None
+    for name in ("todos", "plan", "items", "steps", "tasks"):
+        value = arguments.get(name)
+        if isinstance(value, list):
+            return [i for i in map(_item, cast("list[object]", value)) if i is not None]
+    return None
+
+
+# -- live resources ----------------------------------------------------------------------------
+
+_URL = re.compile(r"https?://[^\s\"'<>`\\)\]}]+")
+_HOST_PORT = re.compile(r"\b(?:localhost|127\.0\.0\.1|0\.0\.0\.0|\[::1\]):\d{2,5}\b")
+_TRAILING = ".,;:!?'\"\\)]}>"
+
+
+def clean_resource(value: str) -> str:
+    """A URL or ``host:port`` without the punctuation or escapes that end a sentence."""
+    value = value.strip()
+    while value and value[-1] in _TRAILING:
+        value = value[:-1]
+    return value
+
+
+def resources_in(texts: Iterable[str]) -> list[str]:
+    """URLs and ``localhost:port`` addresses in ``texts``, cleaned, first seen first."""
+    seen: dict[str, None] = {}
+    for text in texts:
+        urls = [clean_resource(u.split("[")[0]) for u in _URL.findall(text) if "${" not in u]
+        for cleaned in urls:
+            if len(cleaned) > 10 and cleaned.count("/") <= 12:
+                seen.setdefault(cleaned, None)
+        for address in _HOST_PORT.findall(text):
+            # An address already named by one of its URLs adds nothing.
+            if not any(f"//{address}" in url for url in seen):
+                seen.setdefault(address, None)
+    return list(seen)
+
+
+def strings_in(value: object, *, limit: int = 64) -> Sequence[str]:
+    """The string values inside a tool input (nested), at most ``limit`` of them."""
+    found: list[str] = []
+    stack: list[object] = [value]
+    while stack and len(found) < limit:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(cast("dict[str, object]", item).values())))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed(list(cast("Sequence[object]", item))))
+    return found
