@@ -74,7 +74,11 @@ def _main(transcripts_dir: Path, name: str) -> list[Message]:
 def _typed(message: Message) -> str:
     if message.role != "user" or message.is_boundary:
         return ""
-    return "\n".join(p.text for p in message.parts if isinstance(p, TextPart) and not p.synthetic)
+    return "\n".join(
+        p.text
+        for p in message.parts
+        if isinstance(p, TextPart) and not p.synthetic and not p.ignored
+    )
 
 
 def _calls(messages: Sequence[Message]) -> list[ToolPart]:
