@@ -1,0 +1,210 @@
+"""Host-history reconciliation: which messages a resent host list stores (issue 15, step 5).
+
+A host (a wrapped client, a framework integration) resends its whole conversation
+every call; the store must receive each host message exactly once. Random host
+histories are driven through every implementation of that decision and compared
+with an oracle: every host message that was ever sent (or recorded as an answer)
+is stored once, in the order it first appeared.
+
+Four kinds of histories, the cases where the intended behaviour is the same for
+every implementation:
+
+* growing: the list only grows (answers and new user turns appended);
+* repeated "continue": the same text typed again and again is stored each time;
+* trimmed at the front: the host drops its oldest messages (nothing new is stored);
+* edited: the host replaces a message and drops what followed it (edit-and-resend);
+  the edited message and what follows are stored, nothing is stored twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mimo_ctx.integrations._sync import Draft, SessionSync
+from mimo_ctx.messages import Message, TextPart
+from mimo_ctx.middleware import ContextMiddleware
+from mimo_ctx.providers._sync import HistorySync, fingerprint
+from mimo_ctx.store import InMemoryStore
+
+SID = "ses_equivalence"
+
+Op = Literal["grow", "continue", "trim", "edit"]
+
+
+@dataclass(eq=False)
+class Item:
+    """One host message; identity (not text) says whether it is the same message."""
+
+    role: Literal["user", "assistant"]
+    text: str
+
+
+@dataclass(frozen=True)
+class Script:
+    """A host conversation: the operations between its calls."""
+
+    ops: tuple[tuple[Op, int], ...]
+    duplicates: bool
+
+
+@dataclass
+class Oracle:
+    """Every host message sent or recorded, once, in the order it first appeared."""
+
+    sent: list[Item] = field(default_factory=list[Item])
+
+    def saw(self, *items: Item) -> None:
+        for item in items:
+            if all(item is not known for known in self.sent):
+                self.sent.append(item)
+
+
+Send = Callable[[list[Item], Item], Awaitable[None]]
+
+
+async def _run(script: Script, send: Send) -> list[Item]:
+    """Drive ``send`` through the script (each call sends the host list, then records
+    the answer); return what the oracle expects stored."""
+    oracle = Oracle()
+    counter = itertools.count()
+
+    def fresh(role: Literal["user", "assistant"], base: str) -> Item:
+        return Item(role, f"{base} {next(counter)}")
+
+    host: list[Item] = [fresh("user", "start")]
+    answer = fresh("assistant", "answer")
+    oracle.saw(*host)
+    await send(list(host), answer)
+    oracle.saw(answer)
+    for op, amount in script.ops:
+        if op == "trim" and len(host) > 2:
+            host = host[min(amount, len(host) - 2) :]
+        elif op == "edit" and len(host) > 1:
+            users = [i for i, item in enumerate(host) if item.role == "user"]
+            at = users[amount % len(users)]
+            host = [*host[:at], fresh("user", "edited")]
+            oracle.saw(*host)
+            answer = fresh("assistant", "answer")
+            await send(list(host), answer)
+            oracle.saw(answer)
+            continue
+        text = "continue" if op == "continue" and script.duplicates else None
+        turn = Item("user", text) if text is not None else fresh("user", "turn")
+        host = [*host, answer, turn]
+        oracle.saw(*host)
+        answer = Item("assistant", "ok") if script.duplicates else fresh("assistant", "answer")
+        await send(list(host), answer)
+        oracle.saw(answer)
+    return oracle.sent
+
+
+def _message(item: Item) -> Message:
+    return Message(session_id=SID, role=item.role, time_created=1, parts=[TextPart(text=item.text)])
+
+
+def _stored_texts(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    return [(m.role, "".join(p.text for p in m.parts if isinstance(p, TextPart))) for m in messages]
+
+
+Stored = tuple[list[Item], list[Message]]
+
+
+async def _with_middleware(
+    tmp_path: Path, body: Callable[[ContextMiddleware], Awaitable[list[Item]]]
+) -> Stored:
+    store = InMemoryStore()
+    async with ContextMiddleware(store, tmp_path / "memory", model=100_000) as mw:
+        await mw.open_session(SID)
+        expected = await body(mw)
+        return expected, await store.list_messages(SID)
+
+
+async def _old_provider_path(tmp_path: Path, script: Script) -> Stored:
+    """The wrappers' ``HistorySync`` (fingerprints, order-aware matching)."""
+
+    async def body(mw: ContextMiddleware) -> list[Item]:
+        sync = HistorySync(mw)
+
+        async def send(host: list[Item], answer: Item) -> None:
+            await sync.sync(
+                SID,
+                host,
+                fingerprints=[fingerprint(i.role, i.text) for i in host],
+                convert=lambda run: [_message(i) for i in run],
+            )
+            await sync.record(
+                _message(answer), fingerprints=[fingerprint("assistant", answer.text)]
+            )
+
+        return await _run(script, send)
+
+    return await _with_middleware(tmp_path, body)
+
+
+async def _old_integration_path(tmp_path: Path, script: Script) -> Stored:
+    """The integrations' ``SessionSync`` (keys numbered by occurrence)."""
+
+    async def body(mw: ContextMiddleware) -> list[Item]:
+        sync: SessionSync[Item] = SessionSync(mw, SID, source="test", agent="main")
+
+        def draft(item: Item) -> Draft:
+            made = Draft(role=item.role, finish="stop" if item.role == "assistant" else None)
+            made.add(TextPart(text=item.text), 0)
+            return made
+
+        async def send(host: list[Item], answer: Item) -> None:
+            await sync.sync(
+                host, key=lambda i: f"{i.role}:{i.text}", convert=lambda i, _: [draft(i)]
+            )
+            await sync.record(f"assistant:{answer.text}", draft(answer))
+
+        return await _run(script, send)
+
+    return await _with_middleware(tmp_path, body)
+
+
+PATHS = {"provider": _old_provider_path, "integration": _old_integration_path}
+
+
+def _scripts(ops: Sequence[Op], *, duplicates: bool) -> st.SearchStrategy[Script]:
+    steps = st.lists(st.tuples(st.sampled_from(list(ops)), st.integers(0, 5)), max_size=12)
+    return steps.map(lambda chosen: Script(tuple(chosen), duplicates))
+
+
+def _check(tmp_path: Path, script: Script) -> None:
+    for name, path in PATHS.items():
+        expected, stored = anyio.run(path, tmp_path / name, script)
+        assert _stored_texts(stored) == [(i.role, i.text) for i in expected], name
+
+
+@settings(max_examples=40)
+@given(script=_scripts(["grow", "continue"], duplicates=True))
+def test_growing_lists_and_repeated_continue_store_each_message_once(
+    tmp_path_factory: pytest.TempPathFactory, script: Script
+) -> None:
+    _check(tmp_path_factory.mktemp("grow"), script)
+
+
+@settings(max_examples=40)
+@given(script=_scripts(["grow", "trim"], duplicates=False))
+def test_a_list_trimmed_at_the_front_stores_nothing_again(
+    tmp_path_factory: pytest.TempPathFactory, script: Script
+) -> None:
+    _check(tmp_path_factory.mktemp("trim"), script)
+
+
+@settings(max_examples=40)
+@given(script=_scripts(["grow", "edit"], duplicates=False))
+def test_an_edited_list_stores_the_edit_and_what_follows_once(
+    tmp_path_factory: pytest.TempPathFactory, script: Script
+) -> None:
+    _check(tmp_path_factory.mktemp("edit"), script)
