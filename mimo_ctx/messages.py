@@ -194,6 +194,9 @@ class ToolResultPart(_Model):
     output: str
     is_error: bool = False
     time: ToolTime = Field(default_factory=ToolTime)
+    # Images and files the result carried (mimo_ctx.convert.tool_result_content).
+    # None rather than [] so the token estimate of a result without any is unchanged.
+    attachments: list[FilePart] | None = None
 
 
 class FilePart(_Model):

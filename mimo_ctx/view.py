@@ -212,9 +212,9 @@ def _send_tool_result(
     if (
         part.time.compacted is not None
         and not part.is_error
-        and part.output != COMPACTED_PLACEHOLDER
+        and (part.output != COMPACTED_PLACEHOLDER or part.attachments)
     ):
-        return part.model_copy(update={"output": COMPACTED_PLACEHOLDER})
+        return part.model_copy(update={"output": COMPACTED_PLACEHOLDER, "attachments": None})
     return part
 
 

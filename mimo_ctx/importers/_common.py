@@ -24,20 +24,14 @@ from pathlib import Path
 from typing import Any, Final, TypeGuard
 
 from mimo_ctx import ids
+from mimo_ctx.convert import MessageDraft, build_messages
 from mimo_ctx.errors import TranscriptError
 from mimo_ctx.messages import (
     MAIN_AGENT,
     FilePart,
     Message,
-    MessageError,
-    Part,
-    Role,
-    TokenUsage,
     ToolPart,
     ToolResultPart,
-    ToolStateCompleted,
-    ToolStateError,
-    ToolStateRunning,
     ToolTime,
 )
 from mimo_ctx.store.base import RequestPrefix, Session
@@ -303,42 +297,6 @@ def tool_input(value: object, what: str) -> dict[str, Any]:
     return as_object(value, what)
 
 
-def parse_arguments(raw: object) -> dict[str, Any]:
-    """OpenAI-style ``arguments`` (a JSON string) as an input object.
-
-    Models do emit invalid JSON here; that is data, not a broken file, so the
-    raw string is kept as ``{"arguments": raw}`` instead of failing the import.
-    """
-    if raw is None or raw == "":
-        return {}
-    if is_object(raw):
-        return raw
-    if not isinstance(raw, str):
-        raise BadRecord(f"tool call arguments must be a string, got {type_name(raw)}")
-    try:
-        parsed = json.loads(raw)
-    except ValueError:
-        return {"arguments": raw}
-    if is_object(parsed):
-        return parsed
-    return {"arguments": parsed}
-
-
-def data_url(mime: str, data: str) -> str:
-    """A base64 ``data:`` URL."""
-    return f"data:{mime};base64,{data}"
-
-
-def mime_of_url(url: str, default: str = "application/octet-stream") -> str:
-    """The media type of a ``data:`` URL, else ``default``."""
-    if url.startswith("data:"):
-        head = url[5:].split(",", 1)[0]
-        mime = head.split(";", 1)[0]
-        if mime:
-            return mime
-    return default
-
-
 # ---------------------------------------------------------------------------
 # Reading files
 # ---------------------------------------------------------------------------
@@ -496,57 +454,22 @@ def locate_array_items(text: str, key: str | None) -> list[int] | None:
 
 
 # ---------------------------------------------------------------------------
-# Drafts: validated content, turned into Messages at the end
+# Drafts: validated content, turned into Messages at the end (mimo_ctx.convert)
 # ---------------------------------------------------------------------------
 
 
-@dataclass
-class ToolResultDraft:
-    """The result of a tool call, as read from the transcript."""
-
-    output: str
-    is_error: bool = False
-    attachments: list[FilePart] = field(default_factory=list[FilePart])
-    end: int | None = None
-
-
-@dataclass
-class ToolDraft:
-    """A tool call; joined with its result (if one ever came) into one ``ToolPart``."""
-
-    call_id: str
-    tool: str
-    input: dict[str, Any]
-    start: int | None = None
-    result: ToolResultDraft | None = None
-
-
-@dataclass
-class MessageDraft:
-    """A message before its id and clamped time are known."""
-
-    role: Role
-    time: int
-    agent: str = MAIN_AGENT
-    parts: list[Part | ToolDraft] = field(default_factory=list["Part | ToolDraft"])
-    time_completed: int | None = None
-    finish: str | None = None
-    error: MessageError | None = None
-    usage: TokenUsage | None = None
-    provider_message_id: str | None = None
-    model: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict[str, Any])
-
-    @property
-    def tools(self) -> list[ToolDraft]:
-        """The tool calls of the message."""
-        return [p for p in self.parts if isinstance(p, ToolDraft)]
-
-
 def orphan_result_draft(
-    call_id: str, result: ToolResultDraft, *, time: int, agent: str, why: str
+    call_id: str,
+    output: str,
+    *,
+    is_error: bool = False,
+    attachments: Sequence[FilePart] = (),
+    end: int | None,
+    agent: str,
+    why: str,
 ) -> MessageDraft:
-    """A ``tool`` message for a result whose call is not in the transcript.
+    """A ``tool`` message for a result whose call is not in the transcript (or was
+    already answered).
 
     Keeping it (instead of dropping it or turning it into user text) loses no
     data and keeps tool output out of user text.
@@ -554,88 +477,22 @@ def orphan_result_draft(
     part = ToolResultPart(
         call_id=call_id,
         tool=_UNKNOWN_TOOL,
-        output=result.output,
-        is_error=result.is_error,
-        time=ToolTime(end=result.end),
+        output=output,
+        is_error=is_error,
+        time=ToolTime(end=end),
+        attachments=list(attachments) or None,
     )
-    return MessageDraft(role="tool", time=time, agent=agent, parts=[part], metadata={"orphan": why})
+    return MessageDraft(role="tool", time=end, agent=agent, parts=[part], metadata={"orphan": why})
 
 
-def infer_finish(draft: MessageDraft, *, followed: bool) -> str | None:
-    """Finish reason of an assistant message whose transcript gives none.
+def build_transcript_messages(drafts: Sequence[MessageDraft], session_id: str) -> list[Message]:
+    """Turn drafts (in conversation order, each with its own time) into messages.
 
-    ``tool-calls`` when it made tool calls, else ``stop`` -- except that a message
-    with a call that never got a result, and nothing after it, stays unfinished
-    (the agent was stopped while the tool ran).
+    :func:`mimo_ctx.convert.build_messages` with the transcript's rules: every
+    draft is kept (an empty turn too), and finish reasons are the ones the
+    importer decided (:func:`~mimo_ctx.convert.infer_finish`).
     """
-    if draft.error is not None:
-        return None
-    tools = draft.tools
-    if tools:
-        if not followed and any(t.result is None for t in tools):
-            return None
-        return "tool-calls"
-    return "stop"
-
-
-def _tool_part(draft: ToolDraft) -> ToolPart:
-    result = draft.result
-    state: ToolStateRunning | ToolStateCompleted | ToolStateError
-    if result is None:
-        # No result ever came: "running" reads as interrupted (SPEC A9/A10).
-        state = ToolStateRunning(input=draft.input, time=ToolTime(start=draft.start))
-    elif result.is_error:
-        state = ToolStateError(
-            input=draft.input, error=result.output, time=ToolTime(start=draft.start, end=result.end)
-        )
-    else:
-        state = ToolStateCompleted(
-            input=draft.input,
-            output=result.output,
-            attachments=result.attachments,
-            time=ToolTime(start=draft.start, end=result.end),
-        )
-    return ToolPart(call_id=draft.call_id, tool=draft.tool, state=state)
-
-
-def build_messages(drafts: Sequence[MessageDraft], session_id: str) -> list[Message]:
-    """Turn drafts (already in conversation order) into messages with ascending ids.
-
-    Each message's time is clamped to be no earlier than the one before it, and
-    ids are made for that time; if the id generator could not give a larger id
-    for a time (thousands of ids in one millisecond in one process), the time is
-    moved on by a millisecond, so ids always ascend.
-    """
-    out: list[Message] = []
-    prev_time = 0
-    prev_id = ""
-    for d in drafts:
-        at = max(prev_time, d.time)
-        mid = ids.ascending("msg", timestamp_ms=at)
-        while mid <= prev_id:
-            at += 1
-            mid = ids.ascending("msg", timestamp_ms=at)
-        prev_time, prev_id = at, mid
-        parts: list[Part] = [_tool_part(p) if isinstance(p, ToolDraft) else p for p in d.parts]
-        completed = None if d.time_completed is None else max(at, d.time_completed)
-        out.append(
-            Message(
-                id=mid,
-                session_id=session_id,
-                role=d.role,
-                agent=d.agent,
-                time_created=at,
-                time_completed=completed,
-                finish=d.finish,
-                error=d.error,
-                usage=d.usage,
-                provider_message_id=d.provider_message_id,
-                model=d.model,
-                parts=parts,
-                metadata=d.metadata,
-            )
-        )
-    return out
+    return build_messages(drafts, session_id=session_id, keep_empty=True)
 
 
 def new_session(

@@ -93,30 +93,31 @@ from __future__ import annotations
 
 import glob
 import heapq
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from mimo_ctx.convert import (
+    MessageDraft,
+    ToolCallJoiner,
+    infer_finish,
+    make_data_url,
+    tool_result_content,
+)
 from mimo_ctx.importers._common import (
     FORMAT_CLAUDE_CODE,
     BadRecord,
     ImportedTranscript,
-    MessageDraft,
     Problems,
     SkippedLine,
-    ToolDraft,
-    ToolResultDraft,
     TranscriptCompaction,
     as_list,
     as_object,
-    build_messages,
-    data_url,
+    build_transcript_messages,
     file_time_ms,
     first_line,
-    infer_finish,
     is_array,
     is_object,
     iter_jsonl_objects,
@@ -245,7 +246,7 @@ def _file_part(source: object, what: str, default_mime: str) -> FilePart | None:
     kind = opt_str(src, "type", what)
     if kind == "base64":
         mime = opt_str(src, "media_type", what) or default_mime
-        return FilePart(mime=mime, url=data_url(mime, req_str(src, "data", what)))
+        return FilePart(mime=mime, url=make_data_url(mime, req_str(src, "data", what)))
     if kind == "url":
         return FilePart(mime=default_mime, url=req_str(src, "url", what))
     return None
@@ -263,26 +264,22 @@ def _tool_result(block: dict[str, Any], what: str) -> _ToolResult:
     tool_use_id = req_str(block, "tool_use_id", what)
     is_error = opt_bool(block, "is_error", what)
     content = block.get("content")
-    texts: list[str] = []
-    attachments: list[FilePart] = []
-    if content is None:
-        pass
-    elif isinstance(content, str):
-        texts.append(content)
-    else:
+    parts: list[Part] = []
+    if isinstance(content, str):
+        parts.append(TextPart(text=content))
+    elif content is not None:
         for j, raw in enumerate(as_list(content, f"{what}.content")):
             item = as_object(raw, f"{what}.content[{j}]")
             itype = req_str(item, "type", f"{what}.content[{j}]")
+            found: Part | None = None
             if itype == "text":
-                texts.append(req_str(item, "text", f"{what}.content[{j}]"))
-            elif itype == "image" and (
-                part := _file_part(item.get("source"), f"{what}.content[{j}].source", "image/png")
-            ):
-                attachments.append(part)
-            else:
-                # Keep unknown result content as JSON text rather than lose it.
-                texts.append(json.dumps(item, ensure_ascii=False))
-    return _ToolResult(tool_use_id, "\n".join(texts), is_error, attachments)
+                found = TextPart(text=req_str(item, "text", f"{what}.content[{j}]"))
+            elif itype == "image":
+                found = _file_part(item.get("source"), f"{what}.content[{j}].source", "image/png")
+            parts.append(found or OpaquePart(source="claude-code", kind=itype, data=item))
+    # The converter kit's rule: texts, attachments, anything else as a line of JSON.
+    output, attachments = tool_result_content(parts)
+    return _ToolResult(tool_use_id, output, is_error, attachments)
 
 
 def _blocks(content: object, role: str) -> list[_Block]:
@@ -623,7 +620,7 @@ def _queued_drafts(lines: list[_Line], delivered: list[MessageDraft]) -> list[Me
     for line in lines:
         if line.queued is None or line.sidechain:
             continue
-        parts: list[Part | ToolDraft] = []
+        parts: list[Part] = []
         for block in line.blocks:
             if isinstance(block, TextPart):
                 parts.extend(_user_parts(block, False))
@@ -640,7 +637,7 @@ def _queued_drafts(lines: list[_Line], delivered: list[MessageDraft]) -> list[Me
         text = _typed_text(draft)
         if not text and not any(not isinstance(p, TextPart) for p in parts):
             continue
-        seen = [d for d in delivered if d.time >= line.ts] + out
+        seen = [d for d in delivered if (d.time or 0) >= line.ts] + out
         if text and any(_typed_text(d) == text for d in seen):
             continue
         out.append(draft)
@@ -652,7 +649,7 @@ def _insert_by_time(drafts: list[MessageDraft], extra: list[MessageDraft]) -> li
     merged = list(drafts)
     for item in extra:
         at = len(merged)
-        while at > 0 and merged[at - 1].time > item.time:
+        while at > 0 and (merged[at - 1].time or 0) > (item.time or 0):
             at -= 1
         merged.insert(at, item)
     return merged
@@ -684,7 +681,8 @@ def _build_agent(
     compactions: list[_PendingCompaction],
 ) -> list[MessageDraft]:
     drafts: list[MessageDraft] = []
-    calls: dict[str, ToolDraft] = {}
+    joiner = ToolCallJoiner()
+    called: set[str] = set()
     current: MessageDraft | None = None
     for line in lines:
         source = {"uuids": [line.uuid], "line": line.number}
@@ -708,9 +706,8 @@ def _build_agent(
                 drafts.append(current)
             for block in line.blocks:
                 if isinstance(block, _ToolUse):
-                    tool = ToolDraft(block.id, block.name, block.input, start=line.ts)
-                    calls[block.id] = tool
-                    current.parts.append(tool)
+                    joiner.add_call(current, block.id, block.name, block.input, start=line.ts)
+                    called.add(block.id)
                 elif not isinstance(block, _ToolResult):  # parsing keeps results out
                     current.parts.append(block)
             current.time_completed = line.ts
@@ -723,23 +720,27 @@ def _build_agent(
                 text = "\n".join(p.text for p in current.parts if isinstance(p, TextPart))
                 current.error = MessageError(name="APIError", message=text)
             continue
-        parts: list[Part | ToolDraft] = []
+        parts: list[Part] = []
         for block in line.blocks:
             if isinstance(block, _ToolResult):
-                result = ToolResultDraft(
-                    output=block.output,
+                joined = joiner.join(
+                    block.tool_use_id,
+                    block.output,
                     is_error=block.is_error,
                     attachments=block.attachments,
                     end=line.ts,
                 )
-                tool = calls.get(block.tool_use_id)
-                if tool is not None and tool.result is None:
-                    tool.result = result
-                else:
-                    why = "no such tool call" if tool is None else "duplicate result"
+                if not joined:
+                    why = "duplicate result" if block.tool_use_id in called else "no such tool call"
                     drafts.append(
                         orphan_result_draft(
-                            block.tool_use_id, result, time=line.ts, agent=agent, why=why
+                            block.tool_use_id,
+                            block.output,
+                            is_error=block.is_error,
+                            attachments=block.attachments,
+                            end=line.ts,
+                            agent=agent,
+                            why=why,
                         )
                     )
             elif isinstance(block, TextPart):
@@ -784,7 +785,7 @@ def _merge_by_time(per_agent: list[list[MessageDraft]]) -> list[MessageDraft]:
         running = 0
         stream: list[tuple[int, int, int, MessageDraft]] = []
         for i, d in enumerate(drafts):
-            running = max(running, d.time)
+            running = max(running, d.time or 0)
             stream.append((running, rank, i, d))
         streams.append(stream)
     return [item[3] for item in heapq.merge(*streams, key=lambda item: item[:3])]
@@ -847,7 +848,7 @@ def import_claude_code(
 
     ordered = _merge_by_time(per_agent)
     first = next((ln for ln in main_lines if ln.is_conversation), None)
-    started = ordered[0].time if ordered else file_time_ms(path)
+    started = ordered[0].time if ordered and ordered[0].time is not None else file_time_ms(path)
     session = new_session(
         session_id=session_id,
         time_created=started,
@@ -856,20 +857,20 @@ def import_claude_code(
         source=path,
         metadata={"claude_code": _session_facts(first)} if first is not None else None,
     )
-    messages = build_messages(ordered, session.id)
+    messages = build_transcript_messages(ordered, session.id)
     index = {id(d): i for i, d in enumerate(ordered)}
     compactions: list[TranscriptCompaction] = []
     for item in pending:
         i = index[id(item.draft)]
         tokens = item.tokens_before
         if tokens is None:
-            tokens = _usage_before(messages, i, item.draft.agent)
+            tokens = _usage_before(messages, i, messages[i].agent)
         compactions.append(
             TranscriptCompaction(
                 message_id=messages[i].id,
                 index=i,
                 at=messages[i].time_created,
-                agent=item.draft.agent,
+                agent=messages[i].agent,
                 line=item.line.number,
                 trigger=item.trigger,
                 tokens_before=tokens,

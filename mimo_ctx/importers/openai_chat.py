@@ -24,8 +24,13 @@ Decisions (our choices):
   interrupted). A ``tool`` message whose call is unknown becomes a ``tool``
   message with a ``ToolResultPart``. Legacy ``function_call`` / ``function``
   messages are paired by name.
-* ``arguments`` that are not valid JSON (models do emit those) are kept as
-  ``{"arguments": "<raw>"}`` instead of failing the import.
+* ``arguments`` that are not a JSON object (models do emit broken JSON) are kept
+  as ``{"__raw_arguments__": "<raw>"}`` instead of failing the import (the
+  converter kit's rule, :func:`mimo_ctx.convert.decode_arguments`).
+* The content of a ``tool`` message or function call output follows the kit's
+  rule for tool results (:func:`mimo_ctx.convert.tool_result_content`): text
+  parts are the output, images and files its attachments, any other part one
+  line of JSON.
 * User text is what a person typed, except the blocks agent frameworks put into
   user turns (``<environment_context>``, ``<user_instructions>``,
   ``<system-reminder>``) and terminal escape sequences: those are split out into
@@ -44,36 +49,37 @@ Decisions (our choices):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from mimo_ctx.convert import (
+    MessageDraft,
+    ToolCallJoiner,
+    decode_arguments,
+    guess_mime,
+    infer_finish,
+    tool_result_content,
+)
 from mimo_ctx.errors import TranscriptError
 from mimo_ctx.importers._common import (
     FORMAT_OPENAI_CHAT,
     FORMAT_OPENAI_RESPONSES,
     BadRecord,
     ImportedTranscript,
-    MessageDraft,
     Problems,
-    ToolDraft,
-    ToolResultDraft,
     as_list,
     as_object,
-    build_messages,
+    build_transcript_messages,
     first_line,
-    infer_finish,
     is_object,
     iter_jsonl_objects,
     locate_array_items,
-    mime_of_url,
     new_session,
     opt_int,
     opt_str,
     orphan_result_draft,
-    parse_arguments,
     req_str,
 )
 from mimo_ctx.importers._machine_text import split_machine_text, user_text_parts
@@ -111,20 +117,23 @@ RESPONSES_ITEM_TYPES: Final = frozenset(
 
 
 def _text_of(content: object, what: str) -> str:
-    """Text of a content value that must be text (system, tool and function messages)."""
+    """Text of a system message's content (text parts, one per line)."""
+    return _result_of(content, what)[0]
+
+
+def _result_of(content: object, what: str) -> tuple[str, list[FilePart]]:
+    """A tool or function result's content: output text and attachments (the kit's rule)."""
     if content is None:
-        return ""
+        return "", []
     if isinstance(content, str):
-        return content
-    texts: list[str] = []
+        return content, []
+    parts: list[Part] = []
     for i, raw in enumerate(as_list(content, what)):
         item = as_object(raw, f"{what}[{i}]")
-        kind = opt_str(item, "type", f"{what}[{i}]") or "text"
-        if kind in ("text", "input_text", "output_text"):
-            texts.append(req_str(item, "text", f"{what}[{i}]"))
-        else:
-            texts.append(json.dumps(item, ensure_ascii=False))
-    return "\n".join(texts)
+        if "type" not in item and isinstance(item.get("text"), str):
+            item = {**item, "type": "text"}
+        parts.extend(_content_parts([item], what))
+    return tool_result_content(parts)
 
 
 def _content_parts(content: object, what: str) -> list[Part]:
@@ -150,7 +159,7 @@ def _content_parts(content: object, what: str) -> list[Part]:
                 url = ref
             else:
                 raise BadRecord(f"{where}.image_url must be an object or a string")
-            parts.append(FilePart(mime=mime_of_url(url, "image/*"), url=url))
+            parts.append(FilePart(mime=guess_mime(url, "image/*"), url=url))
         else:
             parts.append(OpaquePart(source="openai", kind=kind, data=item))
     return parts
@@ -174,6 +183,13 @@ def _user_parts(parts: list[Part]) -> list[Part]:
         else:
             out.append(part)
     return out
+
+
+def _arguments(raw: object, what: str) -> dict[str, Any]:
+    """Tool call ``arguments`` (JSON text, or an object) as the call's input."""
+    if raw is None or isinstance(raw, str) or is_object(raw):
+        return decode_arguments(raw)
+    raise BadRecord(f"{what}.arguments must be a string, got {type(raw).__name__}")
 
 
 def _usage(value: object, what: str) -> TokenUsage | None:
@@ -200,16 +216,26 @@ def _usage(value: object, what: str) -> TokenUsage | None:
     )
 
 
+@dataclass(frozen=True)
+class ParsedCall:
+    """A validated tool call: its id, tool name and input."""
+
+    call_id: str
+    tool: str
+    input: dict[str, Any]
+
+
 @dataclass
 class ParsedMessage:
     """One validated message, applied to the conversation only when it is whole."""
 
     kind: str  # "system", "user", "assistant", "tool", "function"
     parts: list[Part] = field(default_factory=list["Part"])
-    calls: list[ToolDraft] = field(default_factory=list[ToolDraft])
+    calls: list[ParsedCall] = field(default_factory=list[ParsedCall])
     call_ids: list[str] = field(default_factory=list[str])
     name: str | None = None
     output: str = ""
+    attachments: list[FilePart] = field(default_factory=list[FilePart])
     finish: str | None = None
     usage: TokenUsage | None = None
     model: str | None = None
@@ -226,8 +252,8 @@ class ChatConverter:
         self.base_time = base_time
         self.drafts: list[MessageDraft] = []
         self.system: list[str] = []
-        self._calls: dict[str, ToolDraft] = {}
-        self._by_name: list[ToolDraft] = []
+        self._joiner = ToolCallJoiner()
+        self._called: set[str] = set()
         self._started = False
         self._open_assistant: MessageDraft | None = None
 
@@ -261,14 +287,17 @@ class ChatConverter:
                     ids.append(raw_id)
             else:
                 raise BadRecord(f"{what} (role tool) has no 'tool_call_id'")
+            output, files = _result_of(content, f"{what}.content")
             return ParsedMessage(
-                "tool", call_ids=ids, output=_text_of(content, f"{what}.content"), agent=agent
+                "tool", call_ids=ids, output=output, attachments=files, agent=agent
             )
         if role == "function":
+            output, files = _result_of(content, f"{what}.content")
             return ParsedMessage(
                 "function",
                 name=req_str(msg, "name", what),
-                output=_text_of(content, f"{what}.content"),
+                output=output,
+                attachments=files,
                 agent=agent,
             )
         raise BadRecord(f"{what}.role {role!r} is not system, developer, user, assistant or tool")
@@ -282,7 +311,7 @@ class ChatConverter:
                 parts.append(ReasoningPart(text=reasoning))
                 break
         parts.extend(_content_parts(msg.get("content"), f"{what}.content"))
-        calls: list[ToolDraft] = []
+        calls: list[ParsedCall] = []
         raw_calls = msg.get("tool_calls")
         if raw_calls is not None:
             for i, raw in enumerate(as_list(raw_calls, f"{what}.tool_calls")):
@@ -290,20 +319,20 @@ class ChatConverter:
                 call = as_object(raw, where)
                 fn = as_object(call.get("function"), f"{where}.function")
                 calls.append(
-                    ToolDraft(
+                    ParsedCall(
                         call_id=req_str(call, "id", where),
                         tool=req_str(fn, "name", f"{where}.function"),
-                        input=parse_arguments(fn.get("arguments")),
+                        input=_arguments(fn.get("arguments"), f"{where}.function"),
                     )
                 )
         legacy = msg.get("function_call")
         if legacy is not None:
             fn = as_object(legacy, f"{what}.function_call")
             calls.append(
-                ToolDraft(
+                ParsedCall(
                     call_id=f"call_{what}",
                     tool=req_str(fn, "name", f"{what}.function_call"),
-                    input=parse_arguments(fn.get("arguments")),
+                    input=_arguments(fn.get("arguments"), f"{what}.function_call"),
                 )
             )
         reason = opt_str(msg, "finish_reason", what)
@@ -328,16 +357,20 @@ class ChatConverter:
                 return ParsedMessage("assistant", parts=parts, merge=True)
             return self.parse_chat({"role": role, "content": item.get("content")}, what)
         if kind == "function_call":
-            call = ToolDraft(
+            call = ParsedCall(
                 call_id=req_str(item, "call_id", what),
                 tool=req_str(item, "name", what),
-                input=parse_arguments(item.get("arguments")),
+                input=_arguments(item.get("arguments"), what),
             )
             return ParsedMessage("assistant", calls=[call], merge=True)
         if kind == "function_call_output":
-            output = item.get("output")
-            text = output if isinstance(output, str) else _text_of(output, f"{what}.output")
-            return ParsedMessage("tool", call_ids=[req_str(item, "call_id", what)], output=text)
+            output, files = _result_of(item.get("output"), f"{what}.output")
+            return ParsedMessage(
+                "tool",
+                call_ids=[req_str(item, "call_id", what)],
+                output=output,
+                attachments=files,
+            )
         if kind == "reasoning":
             texts: list[str] = []
             summary = item.get("summary")
@@ -379,23 +412,26 @@ class ChatConverter:
         if parsed.kind == "assistant":
             self._assistant(parsed, at)
             return
-        result = ToolResultDraft(output=parsed.output, end=at)
         if parsed.kind == "function":
-            tool = next(
-                (t for t in reversed(self._by_name) if t.tool == parsed.name and t.result is None),
-                None,
-            )
-            targets = [(tool.call_id if tool else f"function:{parsed.name}", tool)]
+            name = parsed.name or ""
+            targets = [self._joiner.latest_open(name) or f"function:{name}"]
         else:
-            targets = [(cid, self._calls.get(cid)) for cid in parsed.call_ids]
-        for call_id, tool in targets:
-            if tool is not None and tool.result is None:
-                tool.result = result
-            else:
-                why = "no such tool call" if tool is None else "duplicate result"
-                self._push(
-                    orphan_result_draft(call_id, result, time=at, agent=parsed.agent, why=why)
+            targets = parsed.call_ids
+        for call_id in targets:
+            joined = self._joiner.join(
+                call_id, parsed.output, attachments=parsed.attachments, end=at
+            )
+            if not joined:
+                why = "duplicate result" if call_id in self._called else "no such tool call"
+                orphan = orphan_result_draft(
+                    call_id,
+                    parsed.output,
+                    attachments=parsed.attachments,
+                    end=at,
+                    agent=parsed.agent,
+                    why=why,
                 )
+                self._push(orphan)
         # A result closes the assistant turn (Responses items merge until then).
         self._open_assistant = None
 
@@ -408,10 +444,8 @@ class ChatConverter:
             self._open_assistant = draft
         draft.parts.extend(parsed.parts)
         for call in parsed.calls:
-            call.start = draft.time
-            draft.parts.append(call)
-            self._calls[call.call_id] = call
-            self._by_name.append(call)
+            self._joiner.add_call(draft, call.call_id, call.tool, call.input, start=draft.time)
+            self._called.add(call.call_id)
         draft.time_completed = at
         draft.finish = parsed.finish or draft.finish
         draft.usage = parsed.usage or draft.usage
@@ -425,7 +459,7 @@ class ChatConverter:
 
     def finish(self) -> list[MessageDraft]:
         """Infer missing finish reasons and return the drafts."""
-        last_of: dict[str, int] = {}
+        last_of: dict[str | None, int] = {}
         for i, d in enumerate(self.drafts):
             last_of[d.agent] = i
         for i, d in enumerate(self.drafts):
@@ -524,7 +558,7 @@ def finish_import(
     )
     return ImportedTranscript(
         session=session,
-        messages=build_messages(drafts, session.id),
+        messages=build_transcript_messages(drafts, session.id),
         format=fmt,
         source=path,
         sources=[path],

@@ -46,19 +46,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from mimo_ctx.errors import InvalidRequestError
-from mimo_ctx.messages import (
-    MAIN_AGENT,
-    FilePart,
-    Message,
-    OpaquePart,
-    Part,
-    ReasoningPart,
-    TextPart,
-    ToolPart,
-    ToolResultPart,
-)
-from mimo_ctx.providers import (
+from mimo_ctx.convert import (
     BOUNDARY_TEXT_SEPARATOR,
     DataUrl,
     MessageDraft,
@@ -72,6 +60,19 @@ from mimo_ctx.providers import (
     opt_object,
     parse_data_url,
     tool_outcome,
+    tool_result_content,
+)
+from mimo_ctx.errors import InvalidRequestError
+from mimo_ctx.messages import (
+    MAIN_AGENT,
+    FilePart,
+    Message,
+    OpaquePart,
+    Part,
+    ReasoningPart,
+    TextPart,
+    ToolPart,
+    ToolResultPart,
 )
 from mimo_ctx.view import apply_send_rules, tool_results_by_call
 
@@ -294,21 +295,27 @@ def _file_part(block: Mapping[str, Any]) -> FilePart | None:
     return None
 
 
+def _content_part(block: Mapping[str, Any]) -> Part:
+    """A user or tool result block: text, an image or document, else carried opaque."""
+    kind = block.get("type")
+    part: Part | None = None
+    if kind == "text" and isinstance(block.get("text"), str):
+        part = TextPart(text=block["text"])
+    elif kind in ("image", "document"):
+        part = _file_part(block)
+    return (
+        part
+        if part is not None
+        else OpaquePart(source="anthropic", kind=str(kind), data=dict(block))
+    )
+
+
 def _result_content(content: object, where: str) -> tuple[str, list[FilePart]]:
     if content is None:
         return "", []
     if isinstance(content, str):
         return content, []
-    texts: list[str] = []
-    files: list[FilePart] = []
-    for block in _blocks(content, where):
-        if block.get("type") == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
-        elif block.get("type") == "image":
-            file = _file_part(block)
-            if file is not None:
-                files.append(file)
-    return "\n".join(texts), files
+    return tool_result_content(_content_part(b) for b in _blocks(content, where))
 
 
 def _assistant_part(
@@ -376,19 +383,23 @@ def from_anthropic(
         if role == "system":
             system_texts.append(_text_of(content, f"{where}.content"))
         elif role == "assistant":
-            draft = MessageDraft("assistant")
+            draft = MessageDraft("assistant", item=i)
             drafts.append(draft)
             for j, block in enumerate(_blocks(content, f"{where}.content")):
                 _assistant_part(block, draft, joiner, f"{where}.content[{j}]")
         elif role == "user":
             current: MessageDraft | None = None
             for j, block in enumerate(_blocks(content, f"{where}.content")):
-                current = _user_part(block, joiner, drafts, current, f"{where}.content[{j}]")
+                current = _user_part(
+                    block, joiner, drafts, current, f"{where}.content[{j}]", item=i
+                )
         else:
             raise InvalidRequestError(
                 f"{where}: unsupported role {role!r} (expected user, assistant or system)"
             )
-    built = build_messages(drafts, session_id=session_id, agent=agent, time_ms=time_ms)
+    built = build_messages(
+        drafts, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
+    )
     return ("\n\n".join(system_texts) if system_texts else None), built
 
 
@@ -398,6 +409,8 @@ def _user_part(
     drafts: list[MessageDraft],
     current: MessageDraft | None,
     where: str,
+    *,
+    item: int,
 ) -> MessageDraft | None:
     """Add one user block; returns the draft later non-result blocks go to."""
     kind = block.get("type")
@@ -409,24 +422,17 @@ def _user_part(
         is_error = block.get("is_error") is True
         if joiner.join(call_id, output, is_error=is_error, attachments=files):
             return current
-        result = ToolResultPart(call_id=call_id, tool="", output=output, is_error=is_error)
+        result = ToolResultPart(
+            call_id=call_id, tool="", output=output, is_error=is_error, attachments=files or None
+        )
         if current is not None and current.role == "tool":
             current.parts.append(result)
             return current
-        draft = MessageDraft("tool", [result])
+        draft = MessageDraft("tool", [result], item=item)
         drafts.append(draft)
         return draft
     if current is None or current.role != "user":
-        current = MessageDraft("user")
+        current = MessageDraft("user", item=item)
         drafts.append(current)
-    part: Part | None = None
-    if kind == "text" and isinstance(block.get("text"), str):
-        part = TextPart(text=block["text"])
-    elif kind in ("image", "document"):
-        part = _file_part(block)
-    current.parts.append(
-        part
-        if part is not None
-        else OpaquePart(source="anthropic", kind=str(kind), data=dict(block))
-    )
+    current.parts.append(_content_part(block))
     return current

@@ -51,19 +51,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from mimo_ctx.errors import InvalidRequestError
-from mimo_ctx.messages import (
-    MAIN_AGENT,
-    FilePart,
-    Message,
-    OpaquePart,
-    Part,
-    ReasoningPart,
-    TextPart,
-    ToolPart,
-    ToolResultPart,
-)
-from mimo_ctx.providers import (
+from mimo_ctx.convert import (
     BOUNDARY_TEXT_SEPARATOR,
     MessageDraft,
     ToolCallJoiner,
@@ -78,6 +66,19 @@ from mimo_ctx.providers import (
     opt_object,
     parse_data_url,
     tool_outcome,
+    tool_result_content,
+)
+from mimo_ctx.errors import InvalidRequestError
+from mimo_ctx.messages import (
+    MAIN_AGENT,
+    FilePart,
+    Message,
+    OpaquePart,
+    Part,
+    ReasoningPart,
+    TextPart,
+    ToolPart,
+    ToolResultPart,
 )
 from mimo_ctx.view import apply_send_rules, tool_results_by_call
 
@@ -240,6 +241,15 @@ def _chat_user_part(raw: object, where: str) -> Part:
     return OpaquePart(source="openai", kind=str(kind), data=dict(part))
 
 
+def _chat_parts(content: object, where: str) -> list[Part]:
+    """User (or tool) content: a string is one text, a list is read part by part."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [TextPart(text=content)]
+    return [_chat_user_part(p, f"{where}[{j}]") for j, p in enumerate(json_list(content, where))]
+
+
 def from_openai_chat(
     payload_messages: Sequence[Mapping[str, Any]],
     *,
@@ -272,15 +282,9 @@ def from_openai_chat(
         if role in _SYSTEM_ROLES:
             system.append(_text_of(content, f"{where}.content"))
         elif role == "user":
-            draft = MessageDraft("user")
-            if isinstance(content, str):
-                draft.parts.append(TextPart(text=content))
-            else:
-                for j, part in enumerate(json_list(content, f"{where}.content")):
-                    draft.parts.append(_chat_user_part(part, f"{where}.content[{j}]"))
-            drafts.append(draft)
+            drafts.append(MessageDraft("user", _chat_parts(content, f"{where}.content"), item=i))
         elif role == "assistant":
-            draft = MessageDraft("assistant")
+            draft = MessageDraft("assistant", item=i)
             drafts.append(draft)
             if isinstance(content, str):
                 draft.parts.append(TextPart(text=content))
@@ -301,17 +305,20 @@ def from_openai_chat(
             call_id = message.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise InvalidRequestError(f"{where} (tool): missing tool_call_id")
-            output = _text_of(content, f"{where}.content")
-            if not joiner.join(call_id, output):
-                drafts.append(
-                    MessageDraft("tool", [ToolResultPart(call_id=call_id, tool="", output=output)])
+            output, files = tool_result_content(_chat_parts(content, f"{where}.content"))
+            if not joiner.join(call_id, output, attachments=files):
+                result = ToolResultPart(
+                    call_id=call_id, tool="", output=output, attachments=files or None
                 )
+                drafts.append(MessageDraft("tool", [result], item=i))
         else:
             raise InvalidRequestError(
                 f"{where}: unsupported role {role!r} (expected system, developer, user, "
                 "assistant or tool)"
             )
-    messages = build_messages(drafts, session_id=session_id, agent=agent, time_ms=time_ms)
+    messages = build_messages(
+        drafts, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
+    )
     return ("\n\n".join(system) if system else None), messages
 
 
@@ -524,17 +531,14 @@ def _responses_content_part(raw: object, where: str) -> Part:
 
 
 def _responses_output(output: object, where: str) -> tuple[str, list[FilePart]]:
+    if output is None:
+        return "", []
     if isinstance(output, str):
         return output, []
-    texts: list[str] = []
-    files: list[FilePart] = []
-    for j, raw in enumerate(json_list(output, where)):
-        part = _responses_content_part(raw, f"{where}[{j}]")
-        if isinstance(part, TextPart):
-            texts.append(part.text)
-        elif isinstance(part, FilePart):
-            files.append(part)
-    return "\n".join(texts), files
+    parts = [
+        _responses_content_part(p, f"{where}[{j}]") for j, p in enumerate(json_list(output, where))
+    ]
+    return tool_result_content(parts)
 
 
 def _reasoning_text(item: Mapping[str, Any]) -> str:
@@ -596,21 +600,26 @@ def from_openai_responses(
     """
     if isinstance(items, str):
         single = [MessageDraft("user", [TextPart(text=items)])]
-        return None, build_messages(single, session_id=session_id, agent=agent, time_ms=time_ms)
+        return None, build_messages(
+            single, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
+        )
     system: list[str] = []
     drafts: list[MessageDraft] = []
     joiner = ToolCallJoiner()
     current: MessageDraft | None = None
 
+    position = 0
+
     def assistant() -> MessageDraft:
         nonlocal current
         if current is None:
-            current = MessageDraft("assistant")
+            current = MessageDraft("assistant", item=position)
             drafts.append(current)
         return current
 
     awaiting: ReasoningPart | None = None  # the reasoning item just read
     for i, raw in enumerate(json_list(items, "input")):
+        position = i
         where = f"input[{i}]"
         item = json_object(raw, where)
         kind = item.get("type") or ("message" if "role" in item else None)
@@ -628,7 +637,7 @@ def from_openai_responses(
                 draft = assistant()
             elif role == "user":
                 current = None
-                draft = MessageDraft("user")
+                draft = MessageDraft("user", item=i)
                 drafts.append(draft)
             else:
                 raise InvalidRequestError(f"{where}: unsupported message role {role!r}")
@@ -657,12 +666,15 @@ def from_openai_responses(
             current = None
             output, files = _responses_output(item.get("output"), f"{where}.output")
             if not joiner.join(call_id, output, attachments=files):
-                drafts.append(
-                    MessageDraft("tool", [ToolResultPart(call_id=call_id, tool="", output=output)])
+                result = ToolResultPart(
+                    call_id=call_id, tool="", output=output, attachments=files or None
                 )
+                drafts.append(MessageDraft("tool", [result], item=i))
         else:
             assistant().parts.append(
                 OpaquePart(source="openai-responses", kind=str(kind), data=dict(item))
             )
-    messages = build_messages(drafts, session_id=session_id, agent=agent, time_ms=time_ms)
+    messages = build_messages(
+        drafts, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
+    )
     return ("\n\n".join(system) if system else None), messages

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from mimo_ctx import ids
 from mimo_ctx.importers import find_subagent_files, load_transcript
-from mimo_ctx.importers._common import MessageDraft, build_messages
+from mimo_ctx.convert import MessageDraft
+from mimo_ctx.importers._common import build_transcript_messages
 from mimo_ctx.messages import (
     MAIN_AGENT,
     CompactionPart,
@@ -435,7 +436,7 @@ def test_a1_build_messages_ids_always_ascend(times: list[int]) -> None:
         MessageDraft(role="user", time=1_800_000_000_000 + t, parts=[TextPart(text="x")])
         for t in times
     ]
-    messages = build_messages(drafts, "ses_test")
+    messages = build_transcript_messages(drafts, "ses_test")
     assert [m.id for m in messages] == sorted(m.id for m in messages)
     assert len({m.id for m in messages}) == len(messages)
     created = [m.time_created for m in messages]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from mimo_ctx.convert import RAW_ARGUMENTS_KEY
 from mimo_ctx import ids
 from mimo_ctx.errors import TranscriptError
 from mimo_ctx.importers import load_transcript
@@ -93,7 +94,7 @@ def test_chat_array_converted(tmp_path: Path) -> None:
     assert (ls.tool, ls.state.input, ls.state.output) == ("ls", {"path": "."}, "a.txt\nb.txt")
     assert isinstance(cat, ToolPart)
     assert isinstance(cat.state, ToolStateRunning)  # never answered: interrupted
-    assert cat.state.input == {"arguments": "{not json"}
+    assert cat.state.input == {RAW_ARGUMENTS_KEY: "{not json"}  # the converter kit's rule
     assert calls.finish == "tool-calls"
     assert calls.usage is not None
     assert (calls.usage.input, calls.usage.cache_read, calls.usage.output) == (20, 100, 8)
