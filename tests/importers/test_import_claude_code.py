@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mimo_ctx import ids
-from mimo_ctx.importers import find_subagent_files, load_transcript
 from mimo_ctx.convert import MessageDraft
+from mimo_ctx.importers import find_subagent_files, load_transcript
 from mimo_ctx.importers._common import build_transcript_messages
 from mimo_ctx.messages import (
     MAIN_AGENT,

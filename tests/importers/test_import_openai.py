@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from mimo_ctx.convert import RAW_ARGUMENTS_KEY
 from mimo_ctx import ids
+from mimo_ctx.convert import RAW_ARGUMENTS_KEY
 from mimo_ctx.errors import TranscriptError
 from mimo_ctx.importers import load_transcript
 from mimo_ctx.messages import (
