@@ -22,13 +22,33 @@ Choices where the SPEC is silent (documented, ours):
   the result text as the error, when the result is an error).
 * Lengths count Python characters (code points), so a cut never splits a
   surrogate pair; the original counts UTF-16 code units.
+
+Cuts that keep what identifies a line (beyond the original, whose A9 rule keeps
+the first ``n - 1`` characters of everything, so long path arguments lost their
+file name and different files gave identical lines):
+
+* :func:`truncate` does not cut inside a word when a word boundary is near: it
+  ends at the last space within :data:`WORD_REACH` characters (at most a quarter
+  of the limit) before the cut. Text without a near space (a long token, CJK
+  text) is still cut at the limit.
+* A **path or URL** argument (a string without whitespace holding ``/`` or
+  ``\\``, or any string under a key that names one: ``file_path``, ``path``,
+  ``cwd``, ``url``…) is cut in the **middle** at separators by
+  :func:`elide_path`: it keeps its first component(s) and its last ones, the
+  file name always (a name too long by itself keeps its start and its end, the
+  extension), with ``…`` for what was left out. A command keeps its head
+  (``git commit -m …``), cut at a word boundary.
+* In one digest, **different paths never give the same text**: when two
+  distinct path values of the listed calls would elide to one string, both are
+  shown longer (the limit doubled until they differ, or whole).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -50,12 +70,15 @@ __all__ = [
     "DEFAULT_MAX_LINES",
     "DEFAULT_TEXT_CHARS",
     "INTERRUPTED_NOTE",
+    "WORD_REACH",
     "DigestLine",
     "TailDigest",
     "build_tail_digest",
     "collapse_checkpoint_tail",
     "digest_lines",
+    "elide_path",
     "format_tool_call",
+    "is_path_argument",
     "omitted_note",
     "render_tail_digest",
     "truncate",
@@ -75,15 +98,22 @@ INTERRUPTED_NOTE: Final = (
 )
 """First line of the section when any listed call was interrupted (wording ours, A9)."""
 
+WORD_REACH: Final = 15
+"""How far back (characters) :func:`truncate` looks for a space to end a cut on."""
+
 _ELLIPSIS: Final = "…"
 _ARROW: Final = " → "
+_PATH_KEY: Final = re.compile(r"(?i)(^|_)(path|file|filename|dir|directory|cwd|url|uri)s?$")
 
 
 def truncate(text: str, limit: int) -> str:
     """Collapse whitespace runs to one space, strip, and cut to ``limit`` characters.
 
-    SPEC A9: a longer string keeps its first ``limit - 1`` characters followed by
-    ``…``, so the result is never longer than ``limit``.
+    SPEC A9: a longer string keeps at most its first ``limit - 1`` characters
+    followed by ``…``, so the result is never longer than ``limit``. Ours: a cut
+    that would fall inside a word ends at the last space within
+    ``min(WORD_REACH, limit // 4)`` characters before it instead (that space
+    dropped); with no space that near, the word is cut.
 
     Args:
         text: Any text.
@@ -97,7 +127,77 @@ def truncate(text: str, limit: int) -> str:
     flat = one_line(text)
     if len(flat) <= limit:
         return flat
-    return flat[: limit - 1] + _ELLIPSIS
+    kept = flat[: limit - 1]
+    if kept and kept[-1] != " " and flat[limit - 1] != " ":
+        reach = min(WORD_REACH, limit // 4)
+        space = kept.rfind(" ", len(kept) - reach) if reach else -1
+        if space > 0:
+            kept = kept[:space]
+    return kept.rstrip(" ") + _ELLIPSIS
+
+
+def is_path_argument(key: str, value: str) -> bool:
+    """Whether a string argument is a path or URL that :func:`elide_path` cuts in the middle.
+
+    True for a value without whitespace that holds ``/`` or ``\\``, and for any
+    value under a key that names a path (``file_path``, ``path``, ``cwd``,
+    ``url``, ``dir``…).
+    """
+    if _PATH_KEY.search(key.strip()):
+        return True
+    return ("/" in value or "\\" in value) and not any(c.isspace() for c in value)
+
+
+def _join(sep: str, head: list[str], tail: list[str]) -> str:
+    return sep.join([*head, _ELLIPSIS, *tail]) if head else sep.join([_ELLIPSIS, *tail])
+
+
+def elide_path(path: str, limit: int) -> str:
+    """Cut a path or URL to ``limit`` characters in the middle, keeping its file name.
+
+    Whitespace runs become one space first (as in :func:`truncate`). The result
+    is ``<first components>/…/<last components>``: the last component always,
+    its parents up to half the limit, then as many leading components as fit,
+    then more parents with what room is left. A last component too long to sit
+    beside ``…/`` keeps its start and its end (the extension) around ``…``.
+    Never longer than ``limit``.
+
+    Args:
+        path: The path or URL.
+        limit: The maximum length, at least 1.
+
+    Raises:
+        ValueError: ``limit`` is smaller than 1.
+    """
+    if limit < 1:
+        raise ValueError(f"elide_path limit must be at least 1, got {limit!r}")
+    flat = one_line(path)
+    if len(flat) <= limit:
+        return flat
+    sep = "/" if flat.count("/") >= flat.count("\\") else "\\"
+    body = flat.rstrip(sep)
+    parts = body.split(sep)
+    name = parts[-1] + flat[len(body) :]
+    if len(parts) == 1 or len(name) + 2 > limit:
+        # The name alone does not fit beside "…/": keep its start and its end.
+        back = min((limit - 1) - (limit - 1) // 2, len(name))
+        front = limit - 1 - back
+        return flat[:front] + _ELLIPSIS + name[len(name) - back :]
+    inner = parts[:-1]
+    head: list[str] = []
+    tail = [name]
+    lo, hi = 0, len(inner)
+    half = max(limit // 2, len(name) + 2)
+    while hi > lo and len(_join(sep, head, [inner[hi - 1], *tail])) <= half:
+        hi -= 1
+        tail.insert(0, inner[hi])
+    while lo < hi and len(_join(sep, [*head, inner[lo]], tail)) <= limit:
+        head.append(inner[lo])
+        lo += 1
+    while hi > lo and len(_join(sep, head, [inner[hi - 1], *tail])) <= limit:
+        hi -= 1
+        tail.insert(0, inner[hi])
+    return _join(sep, head, tail)
 
 
 def _json_value(value: Any) -> str:
@@ -110,25 +210,74 @@ def _json_value(value: Any) -> str:
         return reprlib.repr(value)
 
 
-def _format_arg(key: str, value: Any, limit: int) -> str:
+def _shorten(key: str, value: str, limit: int) -> str:
+    if is_path_argument(key, value):
+        return elide_path(value, limit)
+    return truncate(value, limit)
+
+
+def _format_arg(key: str, value: Any, limit: int, widths: Mapping[str, int]) -> str:
     if isinstance(value, str):
         # The cut happens before escaping, as in the original: the escaped
         # form may be longer than `limit`, the text it encodes is not.
-        return f"{key}={json.dumps(truncate(value, limit), ensure_ascii=False)}"
+        shown = _shorten(key, value, widths.get(value, limit))
+        return f"{key}={json.dumps(shown, ensure_ascii=False)}"
     return f"{key}={truncate(_json_value(value), limit)}"
 
 
-def format_tool_call(tool: str, arguments: dict[str, Any], *, arg_chars: int = 80) -> str:
+def format_tool_call(
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    arg_chars: int = 80,
+    path_widths: Mapping[str, int] | None = None,
+) -> str:
     """Render a call as ``tool(k="v", n=1)``, each argument cut to ``arg_chars`` (A9).
 
-    String arguments are cut, then JSON-escaped and quoted (non-ASCII kept); other
-    values are serialised as compact JSON and then cut. Arguments keep their
-    insertion order.
+    String arguments are cut (paths and URLs in the middle, see the module docs),
+    then JSON-escaped and quoted (non-ASCII kept); other values are serialised as
+    compact JSON and then cut. Arguments keep their insertion order.
+    ``path_widths`` gives some path values a longer cut (the digest uses it so
+    that different paths stay different).
     """
+    widths: Mapping[str, int] = path_widths or {}
     # Names are shown as they are, except that whitespace runs become one space:
     # a digest line must stay one line whatever a model put in a key.
-    args = ", ".join(_format_arg(one_line(str(k)), v, arg_chars) for k, v in arguments.items())
+    args = ", ".join(
+        _format_arg(one_line(str(k)), v, arg_chars, widths) for k, v in arguments.items()
+    )
     return f"{one_line(tool)}({args})"
+
+
+def _path_widths(messages: Sequence[Message], limit: int) -> dict[str, int]:
+    """Longer cuts for path values that would elide to the same text as another."""
+    values: set[str] = set()
+    for message in messages:
+        if message.role != "assistant" or message.is_boundary:
+            continue
+        for part in message.parts:
+            if isinstance(part, ToolPart):
+                for key, value in part.state.input.items():
+                    if (
+                        isinstance(value, str)
+                        and len(value) > limit
+                        and is_path_argument(one_line(str(key)), value)
+                    ):
+                        values.add(value)
+    widths: dict[str, int] = {}
+    pending = sorted(values)
+    width = limit
+    while len(pending) > 1:
+        groups: dict[str, list[str]] = {}
+        for value in pending:
+            groups.setdefault(elide_path(value, width), []).append(value)
+        pending = [v for group in groups.values() if len(group) > 1 for v in group]
+        if pending and width >= max(len(v) for v in pending):
+            break  # shown whole and still alike: they differ only in whitespace runs
+        width *= 2
+        for value in pending:
+            widths[value] = width
+    return widths
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +331,10 @@ def _answered(messages: Sequence[Message]) -> dict[str, ToolResultPart]:
     return results
 
 
-def _tool_line(part: ToolPart, result: ToolResultPart | None, arg_chars: int) -> DigestLine:
-    call = format_tool_call(part.tool, part.state.input, arg_chars=arg_chars)
+def _tool_line(
+    part: ToolPart, result: ToolResultPart | None, arg_chars: int, widths: Mapping[str, int]
+) -> DigestLine:
+    call = format_tool_call(part.tool, part.state.input, arg_chars=arg_chars, path_widths=widths)
     state = part.state
     if isinstance(state, ToolStateError):
         return DigestLine(f"{call}{_ARROW}error: {truncate(state.error, arg_chars)}")
@@ -225,6 +376,7 @@ def digest_lines(
             f"arg_chars={arg_chars!r}"
         )
     results = _answered(messages)
+    widths = _path_widths(messages, arg_chars)
     lines: list[DigestLine] = []
     for message in messages:
         if message.role != "assistant" or message.is_boundary:
@@ -238,7 +390,7 @@ def digest_lines(
                 label = part.command or part.agent
                 lines.append(DigestLine(f"subtask: {truncate(label, text_chars)}"))
             elif isinstance(part, ToolPart):
-                lines.append(_tool_line(part, results.get(part.call_id), arg_chars))
+                lines.append(_tool_line(part, results.get(part.call_id), arg_chars, widths))
     return lines
 
 

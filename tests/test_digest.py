@@ -17,7 +17,9 @@ from mimo_ctx.digest import (
     build_tail_digest,
     collapse_checkpoint_tail,
     digest_lines,
+    elide_path,
     format_tool_call,
+    is_path_argument,
     omitted_note,
     render_tail_digest,
     truncate,
@@ -85,8 +87,8 @@ def test_a9_truncate_cuts_to_n_minus_one_plus_ellipsis() -> None:
     assert truncate("abcdef", 1) == "…"
     # Whitespace is collapsed before measuring.
     assert truncate("a    b", 3) == "a b"
-    # A cut can end on a space; the original keeps it too.
-    assert truncate("abc def", 5) == "abc …"
+    # A cut that ends on a space drops it (the original kept "abc …").
+    assert truncate("abc def", 5) == "abc…"
 
 
 def test_a9_truncate_never_splits_astral_characters() -> None:
@@ -107,6 +109,117 @@ def test_a9_truncate_property(text: str, limit: int) -> None:
     assert len(out) <= limit
     assert out == flat or (out.endswith("…") and flat.startswith(out[:-1]))
     assert truncate(out, limit) == out or out.endswith("…")
+
+
+# ------------------------------------- cuts that keep what identifies a line (issue 14)
+
+_WORDS = st.lists(st.text(alphabet="abcdefgh", min_size=1, max_size=12), min_size=1, max_size=30)
+
+
+def test_truncate_ends_on_a_near_word_boundary() -> None:
+    text = "Now I have all the patterns. Let me check for project.ex to understand it"
+    # The 60-character cut would fall inside "understand": it ends after "to".
+    assert truncate(text, 60) == "Now I have all the patterns. Let me check for project.ex to…"
+    # No space within reach (a quarter of the limit, at most WORD_REACH): the word is cut.
+    assert truncate("a " + "x" * 30, 12) == "a xxxxxxxxx…"
+    assert truncate("中文内容很长", 4) == "中文内…"
+
+
+@settings(max_examples=300)
+@given(words=_WORDS, limit=st.integers(1, 120))
+def test_property_truncate_never_cuts_a_word_when_a_boundary_is_near(
+    words: list[str], limit: int
+) -> None:
+    text = " ".join(words)
+    out = truncate(text, limit)
+    assert len(out) <= limit
+    if out == text:
+        return
+    kept = out[:-1]
+    assert out.endswith("…")
+    assert text.startswith(kept)
+    if kept and text[len(kept)] != " ":
+        # Cut inside a word: only when no space lies within reach before the
+        # full-length cut (a space at the very start is no place to end).
+        reach = min(15, limit // 4)
+        assert " " not in text[max(1, limit - 1 - reach) : limit - 1]
+
+
+def test_elide_path_keeps_the_file_name_and_the_root() -> None:
+    path = (
+        "/home/USER/projects/spotter-worktrees/spotter-gqc/lib/spotter_web/live/pane_list_live.ex"
+    )
+    assert elide_path(path, 80) == (
+        "/home/USER/projects/spotter-worktrees/…/lib/spotter_web/live/pane_list_live.ex"
+    )
+    assert elide_path(path, 40) == "/home/USER/projects/…/pane_list_live.ex"
+    assert elide_path(path, 20) == "/…/pane_list_live.ex"
+    # A name too long for its own room keeps its start and its extension.
+    assert elide_path(path, 10) == "/hom…ve.ex"
+    assert elide_path("src/app.py", 80) == "src/app.py"
+    url = "https://hexdocs.pm/opentelemetry_api/OpenTelemetry.Tracer.html"
+    assert elide_path(url, 50) == "https://hexdocs.pm/…/OpenTelemetry.Tracer.html"
+    assert elide_path("C:\\Users\\me\\very\\long\\folder\\name\\file.txt", 24) == (
+        "C:\\Users\\me\\…\\file.txt"
+    )
+    with pytest.raises(ValueError, match="at least 1"):
+        elide_path("a/b", 0)
+
+
+def test_path_arguments_are_recognised_by_key_or_shape() -> None:
+    assert is_path_argument("file_path", "notes with spaces.md")
+    assert is_path_argument("notebook_path", "x")
+    assert is_path_argument("url", "https://example.org/a")
+    assert is_path_argument("pattern", "src/**/*.py")
+    assert not is_path_argument("command", "cd /repo && make test")
+    assert not is_path_argument("content", "a/b c/d")
+
+
+_COMPONENT = st.text(alphabet="abcdefghijklmnop_-.", min_size=1, max_size=14)
+
+
+@settings(max_examples=300)
+@given(parts=st.lists(_COMPONENT, min_size=2, max_size=12), limit=st.integers(1, 120))
+def test_property_elide_path_bounds_name_head_and_tail(parts: list[str], limit: int) -> None:
+    path = "/".join(parts)
+    out = elide_path(path, limit)
+    assert len(out) <= limit
+    if len(path) <= limit:
+        assert out == path
+        return
+    assert "…" in out
+    name = parts[-1]
+    if len(name) + 2 <= limit:
+        # The file name is whole, after the elision; what comes before it is the
+        # path's own start, what comes after "…" is its own end.
+        assert out.endswith("/" + name)
+        head, _, tail = out.partition("…")
+        assert path.startswith(head)
+        assert path.endswith(tail)
+    else:
+        assert out[-1] == name[-1] if limit > 1 else out == "…"
+
+
+@settings(max_examples=200)
+@given(
+    dirs=st.lists(_COMPONENT, min_size=1, max_size=8),
+    names=st.lists(_COMPONENT, min_size=2, max_size=6, unique=True),
+    middles=st.lists(_COMPONENT, min_size=1, max_size=3),
+)
+def test_property_different_files_never_give_identical_lines(
+    dirs: list[str], names: list[str], middles: list[str]
+) -> None:
+    """Long paths sharing their start and often their name still give distinct lines."""
+    root = "/home/someone/projects/" + "/".join(dirs)
+    paths = sorted(
+        {f"{root}/{m}/deep/folder/{n}" for m in middles for n in names}
+        | {f"{root}/{n}" for n in names}
+    )
+    parts = [_completed("Read", {"file_path": p}, f"c{i}") for i, p in enumerate(paths)]
+    lines = [line.text for line in digest_lines([_msg(1, "assistant", parts)])]
+    assert len(set(lines)) == len(paths)
+    for line, path in zip(lines, paths, strict=True):
+        assert path.rsplit("/", 1)[-1] in line
 
 
 # ------------------------------------------------------------------ tool calls (A9)
@@ -163,7 +276,8 @@ def test_a9_property_each_argument_within_its_limit(key: str, value: Any, limit:
     if isinstance(value, str):
         # The text is cut, then escaped: the decoded text is within the limit.
         decoded = json.loads(shown)
-        assert decoded == truncate(value, limit)
+        cut = elide_path if is_path_argument(key, value) else truncate
+        assert decoded == cut(value, limit)
         assert len(decoded) <= limit
     else:
         assert len(shown) <= limit
