@@ -25,6 +25,7 @@ from typing import Any, Final, TypeGuard
 
 from mimo_ctx import ids
 from mimo_ctx.convert import MessageDraft, build_messages
+from mimo_ctx.digest import truncate
 from mimo_ctx.errors import TranscriptError
 from mimo_ctx.messages import (
     MAIN_AGENT,
@@ -532,9 +533,11 @@ def file_time_ms(path: Path) -> int:
 
 
 def first_line(text: str, limit: int = 80) -> str:
-    """The first non-blank line of ``text``, cut to ``limit`` characters (a title)."""
+    """The first non-blank line of ``text``, cut to ``limit`` characters (a title).
+
+    Cut as digest text is (:func:`mimo_ctx.digest.truncate`: on a near word boundary).
+    """
     for line in text.splitlines():
-        stripped = line.strip()
-        if stripped:
-            return stripped if len(stripped) <= limit else stripped[: limit - 1] + "…"
+        if line.strip():
+            return truncate(line, limit)
     return ""

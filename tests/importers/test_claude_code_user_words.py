@@ -195,3 +195,14 @@ def test_property_split_loses_nothing_and_types_no_machine_text(pieces: list[str
     # A text with no machine block and no escape code is one plain part.
     if not machine and "\x1b" not in raw:
         assert parts == [TextPart(id=parts[0].id, text=raw)]
+
+
+def test_long_title_is_not_cut_inside_a_word(tmp_path: Path) -> None:
+    """The session title (first typed line) ends on a word boundary (finding 7)."""
+    text = "Work on bead spotter-4te. Run bd show spotter-4te to see the issue details and bd ready"
+    path = write_jsonl(tmp_path / "t.jsonl", [user("u1", None, 0, text)])
+    title = load_transcript(path).session.title
+    assert (
+        title == "Work on bead spotter-4te. Run bd show spotter-4te to see the issue details and…"
+    )
+    assert len(title) <= 80

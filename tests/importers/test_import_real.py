@@ -408,7 +408,8 @@ def test_issue14_importer_agrees_with_the_independent_extraction(transcripts_dir
         result = _load(str(path))
         typed = [_typed(m) for m in result.messages if m.role == "user" and m.agent == MAIN_AGENT]
         raw = [t.text for t in typed_inputs(path.read_bytes(), "claude-code")]
-        assert [t for t in typed if t] == raw, path.name
+        # Whitespace where a block was cut out may differ; the words may not.
+        assert [t.split() for t in typed if t] == [t.split() for t in raw], path.name
 
 
 def test_sweagent_tool_calls_joined_and_prefix(transcripts_dir: Path) -> None:
