@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 
 from mimo_ctx import ids
-from mimo_ctx.checkpoint_doc import CHECKPOINT_SECTIONS
+from mimo_ctx.checkpoint import CHECKPOINT_SECTIONS
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.events import WriterFinished
 from mimo_ctx.memory import MemoryLayout

@@ -42,6 +42,7 @@ from typing import Any, cast
 import anyio
 import anyio.lowlevel
 
+from mimo_ctx.checkpoint import WriterRequest
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import InvalidRequestError
@@ -67,7 +68,6 @@ from mimo_ctx.tokens import estimate_message_tokens, estimate_text_tokens, js_js
 from mimo_ctx.triggers import ModelLimits, usable_tokens
 from mimo_ctx.typed_input import TypedInput, typed_inputs
 from mimo_ctx.view import COMPACTED_PLACEHOLDER, COMPACTION_SUMMARY_HEADER
-from mimo_ctx.writer import WriterRequest
 
 from ._common import Target, result, table, transcripts_dir
 

@@ -10,6 +10,14 @@ from __future__ import annotations
 from mimo_ctx._util import package_version
 from mimo_ctx.boundary import BoundaryError, adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.budget import read_budgeted, read_budgeted_section_aware
+from mimo_ctx.checkpoint import (
+    CheckpointDraft,
+    CheckpointWriter,
+    InMemoryWriterLease,
+    LeaseInfo,
+    WriterLease,
+    WriterRequest,
+)
 from mimo_ctx.checkpoint_writers import LLMCheckpointWriter, OfflineCheckpointWriter
 from mimo_ctx.config import PushCaps, RebuildConfig, TailConfig, WriterConfig, load_config
 from mimo_ctx.digest import build_tail_digest, collapse_checkpoint_tail, render_tail_digest
@@ -64,28 +72,12 @@ from mimo_ctx.providers.openai_client import wrap_openai
 from mimo_ctx.providers.validate import validate_request
 from mimo_ctx.reminders import LastMessageInfo, compute_last_message_info
 from mimo_ctx.render import RenderedBody, SectionFigure, render_rebuild_context
-from mimo_ctx.store import (
-    Actor,
-    InMemoryStore,
-    RequestPrefix,
-    Session,
-    SQLiteStore,
-    Store,
-    Task,
-    open_store,
-)
+from mimo_ctx.session import Actor, RequestPrefix, Session, Task
+from mimo_ctx.store import InMemoryStore, SQLiteStore, Store, open_store
 from mimo_ctx.tokens import CharEstimator, TiktokenCounter, TokenCounter
 from mimo_ctx.tools import SessionTools
 from mimo_ctx.triggers import ModelLimits, usable_tokens, writer_thresholds
 from mimo_ctx.view import apply_send_rules
-from mimo_ctx.writer import (
-    CheckpointDraft,
-    CheckpointWriter,
-    InMemoryWriterLease,
-    LeaseInfo,
-    WriterLease,
-    WriterRequest,
-)
 
 __version__: str = package_version()
 """The installed version (from the package metadata, whose one source is ``pyproject.toml``)."""

@@ -8,7 +8,7 @@ the collapsed tail (R7.3), the send rules (A10) and the per-turn reminder on the
 last user message (R8.3, in memory only). The last view is extended in place
 while messages are only appended at the end (the common turn).
 
-:class:`SessionState` is the per-session, per-process state the middleware
+:class:`LiveSession` is the per-session, per-process state the middleware
 keeps (one lock, the windows of each agent, the frozen prefix); :class:`Windows`
 loads, refreshes and adopts windows and builds views over one store.
 """
@@ -29,14 +29,15 @@ from mimo_ctx.digest import collapse_checkpoint_tail
 from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import MAIN_AGENT, Message, ToolResultPart
 from mimo_ctx.reminders import append_per_turn_reminder
-from mimo_ctx.store.base import RequestPrefix, Session, Store
+from mimo_ctx.session import RequestPrefix, Session
+from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import estimate_message_tokens, estimate_text_tokens, js_json
 from mimo_ctx.view import apply_send_rules
 
 __all__ = [
     "MEMORY_RECHECK_SECONDS",
+    "LiveSession",
     "LiveWindow",
-    "SessionState",
     "WindowView",
     "Windows",
     "message_key",
@@ -123,7 +124,7 @@ class LiveWindow:
 
 
 @dataclass(slots=True)
-class SessionState:
+class LiveSession:
     """What one process keeps per session: the lock every step runs under, windows, prefix."""
 
     lock: anyio.Lock = field(default_factory=anyio.Lock)
@@ -169,7 +170,7 @@ class Windows:
         self._layout = layout
         self._session = session
 
-    async def refresh(self, session_id: str, state: SessionState, agent: str) -> LiveWindow:
+    async def refresh(self, session_id: str, state: LiveSession, agent: str) -> LiveWindow:
         """The agent's window, brought up to date with what was written since the last call."""
         window = state.windows.get(agent)
         if window is None or not window.loaded:
@@ -232,7 +233,7 @@ class Windows:
 
     @staticmethod
     def adopt(
-        state: SessionState,
+        state: LiveSession,
         boundary: Message,
         watermark: Message,
         listed: Sequence[Message],
@@ -260,7 +261,7 @@ class Windows:
         window.newest_id = max(old.newest_id or boundary.id, boundary.id)
         state.windows[MAIN_AGENT] = window
 
-    async def view(self, session_id: str, state: SessionState, window: LiveWindow) -> WindowView:
+    async def view(self, session_id: str, state: LiveSession, window: LiveWindow) -> WindowView:
         """What to send for ``window``: send rules applied and the per-turn reminder added."""
         prefix = state.prefix
         if prefix is None:
@@ -339,7 +340,7 @@ class Windows:
             tokens += estimate_message_tokens(converted)
         return sendable, tokens
 
-    async def _needs_reminder(self, session_id: str, state: SessionState) -> bool:
+    async def _needs_reminder(self, session_id: str, state: LiveSession) -> bool:
         # R8.3 / A12: only when the session has memory files or tasks.
         if state.has_memory:
             return True

@@ -55,7 +55,7 @@ from mimo_ctx.checkpoint_doc import (
 )
 from mimo_ctx.checkpoint_state import CheckpointState, ErrorEntry, FileEntry, Quote
 from mimo_ctx.sections import ELISION_LINE, TASK_STATUS_ICONS
-from mimo_ctx.store.base import TERMINAL_TASK_STATUSES, Task
+from mimo_ctx.session import TERMINAL_TASK_STATUSES, Task
 from mimo_ctx.tokens import estimate_text_tokens
 
 __all__ = [

@@ -19,7 +19,7 @@ context manager owning the task group its checkpoint writers run in.
 
 The class is a facade over private steps: the live window and the request view
 (:mod:`mimo_ctx._window`), the rebuild pipeline (:class:`~mimo_ctx.rebuild.Rebuilder`)
-and the checkpoint writers (:class:`~mimo_ctx.writer.WriterCoordinator`). It keeps
+and the checkpoint writers (``mimo_ctx.checkpoint._coordinator``). It keeps
 the lifecycle, the sessions, the message writes and the per-session lock every
 step runs under.
 """
@@ -39,7 +39,9 @@ import anyio
 from anyio.abc import TaskGroup
 
 from mimo_ctx._util import now_ms
-from mimo_ctx._window import LiveWindow, SessionState, Windows
+from mimo_ctx._window import LiveSession, LiveWindow, Windows
+from mimo_ctx.checkpoint import CheckpointWriter, StartResult, WaitResult, WriterLease
+from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import ContextOverflowError, MimoCtxError, StoreError
@@ -49,7 +51,8 @@ from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import MAIN_AGENT, Message, TextPart
 from mimo_ctx.overflow import is_context_overflow
 from mimo_ctx.rebuild import Rebuilder, RebuildReport, Trigger
-from mimo_ctx.store.base import RequestPrefix, Session, Store
+from mimo_ctx.session import RequestPrefix, Session
+from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import TokenCounter
 from mimo_ctx.tools import SessionTools
 from mimo_ctx.triggers import (
@@ -57,13 +60,6 @@ from mimo_ctx.triggers import (
     usable_tokens,
     usage_tokens,
     writer_thresholds,
-)
-from mimo_ctx.writer import (
-    CheckpointWriter,
-    StartResult,
-    WaitResult,
-    WriterCoordinator,
-    WriterLease,
 )
 
 __all__ = ["ContextMiddleware", "RebuildReport", "RequestView", "Trigger"]
@@ -176,7 +172,7 @@ class ContextMiddleware:
             usable=self._usable,
             session=self._session,
         )
-        self._sessions: dict[str, SessionState] = {}
+        self._sessions: dict[str, LiveSession] = {}
         self._task_group: TaskGroup | None = None
 
     # -- what it was built with (read-only) ---------------------------------------------
@@ -321,10 +317,10 @@ class ContextMiddleware:
             raise MimoCtxError(f"unknown session {session_id!r}: call open_session() first")
         return session
 
-    def _state(self, session_id: str) -> SessionState:
+    def _state(self, session_id: str) -> LiveSession:
         state = self._sessions.get(session_id)
         if state is None:
-            state = self._sessions[session_id] = SessionState()
+            state = self._sessions[session_id] = LiveSession()
         return state
 
     def tools(self, session_id: str, project_id: str | None = None) -> SessionTools:
@@ -535,7 +531,7 @@ class ContextMiddleware:
             await self._coordinator.at_usage(session_id, usage)
 
     # -- steps -----------------------------------------------------------------------
-    async def _view(self, session_id: str, state: SessionState, window: LiveWindow) -> RequestView:
+    async def _view(self, session_id: str, state: LiveSession, window: LiveWindow) -> RequestView:
         view = await self._windows.view(session_id, state, window)
         boundary_id = window.boundary.id if window.boundary is not None else None
         return RequestView(

@@ -30,8 +30,10 @@ from typing import Final, Literal
 import anyio
 
 from mimo_ctx._util import now_ms
-from mimo_ctx._window import SessionState, Windows
+from mimo_ctx._window import LiveSession, Windows
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
+from mimo_ctx.checkpoint import WriterRequest
+from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import PathEscapeError
@@ -59,10 +61,10 @@ from mimo_ctx.messages import (
 from mimo_ctx.reminders import TOOL_CALL_FINISH_REASONS
 from mimo_ctx.render import RenderedBody, render_rebuild_context
 from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
-from mimo_ctx.store.base import Session, Store
+from mimo_ctx.session import Session
+from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import TokenCounter, estimate_message_tokens, estimate_text_tokens
 from mimo_ctx.view import apply_send_rules
-from mimo_ctx.writer import WriterCoordinator, WriterRequest
 
 __all__ = [
     "OPEN_ROUND_SHARE",
@@ -312,7 +314,7 @@ class Rebuilder:
         self._session = session
 
     async def rebuild(
-        self, session_id: str, state: SessionState, *, trigger: Trigger
+        self, session_id: str, state: LiveSession, *, trigger: Trigger
     ) -> RebuildReport:
         """Rebuild the main agent's context from the checkpoint, or fall back to a compaction."""
         window = state.windows[MAIN_AGENT]
@@ -328,16 +330,14 @@ class Rebuilder:
         return await self._adopt(session_id, state, result)
 
     async def recover(
-        self, session_id: str, state: SessionState, agent: str, *, trigger: Trigger
+        self, session_id: str, state: LiveSession, agent: str, *, trigger: Trigger
     ) -> RebuildReport:
         """Make room for ``agent``: rebuild the main agent, compact a sub-agent (R3.1)."""
         if agent == MAIN_AGENT:
             return await self.rebuild(session_id, state, trigger=trigger)
         return await self.compact_agent(session_id, state, agent)
 
-    async def compact_agent(
-        self, session_id: str, state: SessionState, agent: str
-    ) -> RebuildReport:
+    async def compact_agent(self, session_id: str, state: LiveSession, agent: str) -> RebuildReport:
         """Insert a plain compaction into a sub-agent's history (only the main agent is rebuilt)."""
         window = state.windows[agent]
         before = (await self._windows.view(session_id, state, window)).tokens
@@ -351,7 +351,7 @@ class Rebuilder:
         )
         return await self._adopt(session_id, state, result)
 
-    async def _adopt(self, session_id: str, state: SessionState, result: _Result) -> RebuildReport:
+    async def _adopt(self, session_id: str, state: LiveSession, result: _Result) -> RebuildReport:
         """Bring the live window past a committed boundary without re-reading the tail."""
         committed = result.committed
         if committed is None:

@@ -52,7 +52,7 @@ from mimo_ctx._util import ago, one_line
 from mimo_ctx.budget import scan_fences
 from mimo_ctx.errors import ConfigError, PathEscapeError
 from mimo_ctx.messages import MAIN_AGENT, Message, TextPart
-from mimo_ctx.store.base import ACTIVE_ACTOR_STATUSES, Actor, Task
+from mimo_ctx.session import ACTIVE_ACTOR_STATUSES, Actor, Task
 from mimo_ctx.tokens import TokenCounter, estimate_text_tokens
 
 __all__ = [

@@ -17,7 +17,7 @@ from mimo_ctx.budget import (
     read_budgeted_section_aware,
     scan_fences,
 )
-from mimo_ctx.checkpoint_doc import CHECKPOINT_SECTIONS
+from mimo_ctx.checkpoint import CHECKPOINT_SECTIONS
 from mimo_ctx.config import PushCaps
 from mimo_ctx.errors import ConfigError
 from mimo_ctx.tokens import estimate_text_tokens as tok

@@ -15,6 +15,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from mimo_ctx.checkpoint import CheckpointDraft, WriterRequest
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig, WriterConfig
 from mimo_ctx.errors import ContextOverflowError, MimoCtxError
@@ -41,7 +42,6 @@ from mimo_ctx.store import InMemoryStore, SQLiteStore, Store
 from mimo_ctx.testing import FakeOverflowError, ScriptedModel, ScriptStep, filler_text, tool_round
 from mimo_ctx.triggers import ModelLimits
 from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER, COMPACTED_PLACEHOLDER
-from mimo_ctx.writer import CheckpointDraft, WriterRequest
 
 # usable = 90000; writer thresholds 18000/36000/54000/72000 (A3).
 LIMITS = ModelLimits(100_000, input_limit=100_000)

@@ -16,7 +16,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mimo_ctx.checkpoint_doc import parse_checkpoint, section_budgets
+from mimo_ctx.checkpoint import CheckpointDraft, WriterRequest, parse_checkpoint, section_budgets
+from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.checkpoint_state import CheckpointState
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig
@@ -33,7 +34,6 @@ from mimo_ctx.messages import (
     ToolStateError,
 )
 from mimo_ctx.store import InMemoryStore, Session
-from mimo_ctx.writer import CheckpointDraft, WriterCoordinator, WriterRequest
 
 GOLDEN = (
     "258c7280-ae70-4798-800f-63464d01a85d.jsonl",

@@ -15,14 +15,13 @@ import pytest
 from conftest import main_transcripts
 
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
-from mimo_ctx.checkpoint_doc import section_budgets
+from mimo_ctx.checkpoint import WriterRequest, section_budgets
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.importers import load_transcript
 from mimo_ctx.memory import MemoryLayout, write_text_atomic
 from mimo_ctx.messages import MAIN_AGENT, ToolPart, ToolResultPart
 from mimo_ctx.render import render_rebuild_context
 from mimo_ctx.store import Actor, InMemoryStore, Task
-from mimo_ctx.writer import WriterRequest
 
 FILES = main_transcripts()
 NOTICE_ALLOWANCE = 120  # a cap bounds a body; headings and one notice line come on top

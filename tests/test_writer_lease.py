@@ -17,6 +17,13 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from mimo_ctx.checkpoint import (
+    CheckpointDraft,
+    InMemoryWriterLease,
+    LeaseInfo,
+    WriterLease,
+    WriterRequest,
+)
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig, WriterConfig, load_config
 from mimo_ctx.errors import ConfigError, StoreError
@@ -33,13 +40,6 @@ from mimo_ctx.middleware import ContextMiddleware, RequestView
 from mimo_ctx.store import InMemoryStore, Session, SQLiteStore, Store
 from mimo_ctx.testing import filler_text
 from mimo_ctx.triggers import ModelLimits
-from mimo_ctx.writer import (
-    CheckpointDraft,
-    InMemoryWriterLease,
-    LeaseInfo,
-    WriterLease,
-    WriterRequest,
-)
 
 # usable = 90000 tokens (R1.2); no early writer thresholds unless a test asks.
 LIMITS = ModelLimits(100_000, input_limit=100_000)

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
+from mimo_ctx.checkpoint._coordinator import WATERMARK_WINDOW, WriterCoordinator
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.events import EventBus
 from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import Message, TextPart, TokenUsage, ToolPart, ToolStateCompleted
 from mimo_ctx.store import InMemoryStore, Session
-from mimo_ctx.writer import WATERMARK_WINDOW, WriterCoordinator
 
 
 def _session_messages(sid: str, count: int, *, finished_tail: bool) -> list[Message]:

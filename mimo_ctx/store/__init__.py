@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 from mimo_ctx.errors import StoreError
+from mimo_ctx.session import task_order_key
 from mimo_ctx.store.base import (
     ACTIVE_ACTOR_STATUSES,
     TERMINAL_TASK_STATUSES,
@@ -28,7 +29,7 @@ from mimo_ctx.store.base import (
     Task,
     TaskStatus,
 )
-from mimo_ctx.store.in_memory import InMemoryStore, task_order_key
+from mimo_ctx.store.in_memory import InMemoryStore
 from mimo_ctx.store.sqlite import SCHEMA_VERSION, SQLiteStore
 
 __all__ = [

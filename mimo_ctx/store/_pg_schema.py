@@ -1,4 +1,4 @@
-"""Versioned schema of :class:`~mimo_ctx.store.postgres.PostgresStore`.
+"""Versioned schema of :class:`~mimo_ctx.store.postgres.PostgresStore` and its statements.
 
 The schema lives in its own PostgreSQL schema (namespace), ``mimo_ctx`` by
 default, so it can share a database with an application's tables. Its version is
@@ -10,6 +10,9 @@ new list.
 Statements are templates: ``{s}`` stands for the quoted schema name and is filled
 in by :func:`render`, so tests can give every store its own schema.
 
+:class:`Statements` renders every statement of the store for one schema;
+:func:`upgrade` creates or upgrades the schema (``mimo-ctx db upgrade``).
+
 Text keys are ``COLLATE "C"``: ids are ordered by their bytes (SPEC A1 ids are
 ASCII and sort by creation), whatever the database's default collation is.
 """
@@ -17,9 +20,33 @@ ASCII and sort by creation), whatever the database's default collation is.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["CHANGES_QUERY", "MIGRATIONS", "SCHEMA_VERSION", "quote_schema", "render"]
+import anyio
+
+from mimo_ctx.errors import StoreError
+from mimo_ctx.session import ACTIVE_ACTOR_STATUSES
+from mimo_ctx.store._pg_driver import (
+    DB_ERRORS,
+    MIGRATION_LOCK_CLASS,
+    Connection,
+    connect,
+    lock_key,
+    quiet_rollback,
+    redact,
+)
+
+__all__ = [
+    "CHANGES_QUERY",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Statements",
+    "quote_schema",
+    "render",
+    "stored_version",
+    "upgrade",
+]
 
 CHANGES_QUERY: Final = (
     # The session's messages written after $2 and the sequence's current value
@@ -149,3 +176,226 @@ def quote_schema(name: str) -> str:
 def render(statement: str, schema: str) -> str:
     """Fill the quoted ``schema`` into a statement template."""
     return statement.replace("{s}", quote_schema(schema))
+
+
+# Rows of messages, one column array each, numbered in batch order. The CTE is
+# materialised (it calls a volatile function), so each row draws its sequence
+# value exactly once, in batch order.
+_UNNEST_MESSAGES: Final = """WITH u AS (
+    SELECT v.*, nextval('{s}.message_seq') AS seq FROM (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
+                             $6::boolean[], $7::boolean[], $8::integer[], $9::text[])
+            WITH ORDINALITY AS w(id, session_id, agent, role, time_created, is_boundary,
+                                 is_finished_assistant, token_estimate, payload, ord)
+        ORDER BY ord
+    ) AS v
+)"""
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """Every statement of the store, rendered for one schema."""
+
+    latest_boundary: str
+    latest_finished: str
+    latest_finished_by_agent: str
+    changes: str
+    changes_call: str
+    get_message: str
+    insert_messages: str
+    update_messages: str
+    message_sessions: str
+    check_new: str
+    insert_session: str
+    get_session: str
+    update_session: str
+    list_sessions: str
+    get_watermark: str
+    set_watermark: str
+    claim_rebuild: str
+    upsert_task: str
+    get_task: str
+    list_tasks: str
+    upsert_actor: str
+    get_actor: str
+    list_actors: str
+    list_active_actors: str
+    count_all: str
+    count_agent: str
+
+    @classmethod
+    def for_schema(cls, schema: str) -> Statements:
+        cols = "token_estimate, payload"
+        active = ", ".join(f"'{s}'" for s in sorted(ACTIVE_ACTOR_STATUSES))
+        statements = {
+            "latest_boundary": f"SELECT {cols} FROM {{s}}.messages WHERE session_id = $1"
+            " AND agent = $2 AND is_boundary ORDER BY id DESC LIMIT 1",
+            "latest_finished": f"SELECT {cols} FROM {{s}}.messages WHERE session_id = $1"
+            " AND is_finished_assistant ORDER BY id DESC LIMIT 1",
+            "latest_finished_by_agent": f"SELECT {cols} FROM {{s}}.messages"
+            " WHERE session_id = $1 AND agent = $2 AND is_finished_assistant"
+            " ORDER BY id DESC LIMIT 1",
+            "changes": CHANGES_QUERY,
+            "changes_call": "SELECT out_estimate, out_payload, out_current"
+            " FROM {s}.changes_since($1, $2, $3, $4)",
+            "get_message": f"SELECT {cols} FROM {{s}}.messages WHERE id = $1",
+            "insert_messages": _UNNEST_MESSAGES
+            + " INSERT INTO {s}.messages (id, session_id, agent, role, time_created,"
+            " is_boundary, is_finished_assistant, token_estimate, payload, seq)"
+            " SELECT id, session_id, agent, role, time_created, is_boundary,"
+            " is_finished_assistant, token_estimate, payload, seq FROM u ORDER BY ord"
+            " ON CONFLICT (id) DO NOTHING RETURNING id",
+            "update_messages": _UNNEST_MESSAGES
+            + " UPDATE {s}.messages AS m SET agent = u.agent, role = u.role,"
+            " time_created = u.time_created, is_boundary = u.is_boundary,"
+            " is_finished_assistant = u.is_finished_assistant,"
+            " token_estimate = u.token_estimate, payload = u.payload, seq = u.seq"
+            " FROM u WHERE m.id = u.id AND m.session_id = u.session_id RETURNING m.id",
+            "message_sessions": "SELECT id, session_id FROM {s}.messages"
+            " WHERE id = ANY($1::text[])",
+            # (first unknown session, first id of the batch already stored)
+            "check_new": "SELECT (SELECT min(s) FROM unnest($1::text[]) AS s WHERE NOT EXISTS"
+            " (SELECT 1 FROM {s}.sessions WHERE id = s)), (SELECT w.id FROM unnest($2::text[])"
+            " WITH ORDINALITY AS w (id, ord) JOIN {s}.messages AS m ON m.id = w.id"
+            " ORDER BY w.ord LIMIT 1)",
+            "insert_session": "INSERT INTO {s}.sessions (id, time_created, watermark, payload)"
+            " VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING",
+            "get_session": "SELECT watermark, payload FROM {s}.sessions WHERE id = $1",
+            # The watermark column is left alone: only set_watermark moves it (R2.1).
+            "update_session": "UPDATE {s}.sessions SET time_created = $2, payload = $3"
+            " WHERE id = $1",
+            "list_sessions": "SELECT watermark, payload FROM {s}.sessions"
+            " ORDER BY time_created, id",
+            "get_watermark": "SELECT watermark FROM {s}.sessions WHERE id = $1",
+            "set_watermark": "UPDATE {s}.sessions SET watermark = $2 WHERE id = $1",
+            # (session exists, key claimed by this transaction)
+            "claim_rebuild": "WITH ins AS (INSERT INTO {s}.rebuilds (session_id, usage_key,"
+            " boundary_id) SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM {s}.sessions"
+            " WHERE id = $1) ON CONFLICT (session_id, usage_key) DO NOTHING RETURNING 1)"
+            " SELECT EXISTS (SELECT 1 FROM {s}.sessions WHERE id = $1),"
+            " EXISTS (SELECT 1 FROM ins)",
+            "upsert_task": "INSERT INTO {s}.tasks (session_id, id, payload) VALUES ($1, $2, $3)"
+            " ON CONFLICT (session_id, id) DO UPDATE SET payload = EXCLUDED.payload",
+            "get_task": "SELECT payload FROM {s}.tasks WHERE session_id = $1 AND id = $2",
+            "list_tasks": "SELECT payload FROM {s}.tasks WHERE session_id = $1",
+            # An actor never moves between sessions (R5.4): the conditional update
+            # makes that check and the write one atomic statement.
+            "upsert_actor": "INSERT INTO {s}.actors AS a (id, session_id, status, background,"
+            " time_created, payload) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO UPDATE"
+            " SET status = EXCLUDED.status, background = EXCLUDED.background,"
+            " time_created = EXCLUDED.time_created, payload = EXCLUDED.payload"
+            " WHERE a.session_id = EXCLUDED.session_id RETURNING id",
+            "get_actor": "SELECT payload FROM {s}.actors WHERE id = $1 AND session_id = $2",
+            "list_actors": "SELECT payload FROM {s}.actors WHERE session_id = $1"
+            " ORDER BY time_created, id",
+            "list_active_actors": "SELECT payload FROM {s}.actors WHERE session_id = $1"
+            f" AND background AND status IN ({active}) ORDER BY time_created, id",
+            "count_all": "SELECT count(*) FROM {s}.messages WHERE session_id = $1",
+            "count_agent": "SELECT count(*) FROM {s}.messages WHERE session_id = $1 AND agent = $2",
+        }
+        return cls(**{name: render(sql, schema) for name, sql in statements.items()})
+
+
+async def stored_version(conn: Connection, schema: str) -> int:
+    """The schema version in the database; 0 when there is no version table."""
+    table = f"{quote_schema(schema)}.schema_version"
+    exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", table)
+    if not exists:
+        return 0
+    version = await conn.fetchval(f"SELECT version FROM {table}")
+    return 0 if version is None else int(version)
+
+
+async def _upgrade_on(conn: Connection, schema: str, where: str) -> int:
+    """Run the pending migrations in one transaction; roll back on any error."""
+    await conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+    try:
+        await _migrate(conn, schema, where)
+        await conn.execute("COMMIT")
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await quiet_rollback(conn)
+        raise
+    return SCHEMA_VERSION
+
+
+async def _migrate(conn: Connection, schema: str, where: str) -> None:
+    """The body of :func:`_upgrade_on`, inside its transaction."""
+    quoted = quote_schema(schema)
+    # Two workers upgrading at once: the second waits, then finds it done.
+    await conn.execute(
+        "SELECT pg_advisory_xact_lock($1, $2)", MIGRATION_LOCK_CLASS, lock_key(schema, "")
+    )
+    # Checked before CREATE: CREATE SCHEMA IF NOT EXISTS needs the CREATE
+    # privilege on the database even when the schema is there.
+    if not await conn.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema
+    ):
+        await conn.execute(f"CREATE SCHEMA {quoted}")
+    version = await stored_version(conn, schema)
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{where} has store schema version {version}; this mimo_ctx supports up to "
+            f"{SCHEMA_VERSION}. Upgrade mimo_ctx to use it"
+        )
+    if version == 0:
+        tables = await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY tablename", schema
+        )
+        if tables:
+            names = [str(r[0]) for r in tables]
+            raise StoreError(
+                f"{where}: schema {schema!r} holds tables {names} but is not a mimo_ctx "
+                "store; choose another schema. Nothing was changed"
+            )
+        await conn.execute(
+            f"CREATE TABLE {quoted}.schema_version (one boolean PRIMARY KEY DEFAULT true"
+            " CHECK (one), version integer NOT NULL,"
+            " time_upgraded timestamptz NOT NULL DEFAULT clock_timestamp())"
+        )
+        await conn.execute(f"INSERT INTO {quoted}.schema_version (version) VALUES (0)")
+    for number in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS[number - 1]:
+            await conn.execute(render(statement, schema))
+        await conn.execute(
+            f"UPDATE {quoted}.schema_version SET version = $1, time_upgraded = clock_timestamp()",
+            number,
+        )
+
+
+async def upgrade(dsn: str, *, schema: str = "mimo_ctx") -> int:
+    """Create or upgrade the store schema in a PostgreSQL database.
+
+    Safe to run from several workers at once (they take turns) and again and
+    again (an up-to-date schema is left alone). Each version's migration runs in
+    one transaction with the version bump, so a failed upgrade changes nothing.
+    This is what ``mimo-ctx db upgrade --dsn ...`` runs.
+
+    Args:
+        dsn: A libpq connection string or URI
+            (``postgresql://user:password@host:5432/db``).
+        schema: The PostgreSQL schema (namespace) holding the store's tables.
+
+    Returns:
+        The schema version now in the database (:data:`SCHEMA_VERSION`).
+
+    Raises:
+        StoreError: The database cannot be reached, the schema holds tables that
+            are not a mimo_ctx store, or it has a newer version than this code.
+    """
+    where = f"PostgreSQL {redact(dsn)} (schema {schema})"
+    try:
+        quote_schema(schema)
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
+    try:
+        conn = await connect(dsn, timeout=30)
+    except (*DB_ERRORS, ValueError) as exc:
+        raise StoreError(f"cannot connect to {where}: {exc}") from exc
+    try:
+        return await _upgrade_on(conn, schema, where)
+    except DB_ERRORS as exc:
+        raise StoreError(f"upgrading {where} failed: {exc}") from exc
+    finally:
+        with anyio.CancelScope(shield=True):
+            await conn.close()

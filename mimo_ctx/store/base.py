@@ -1,6 +1,7 @@
 """The storage contract every store implements.
 
-A store is the single source of truth for sessions, messages, tasks and actors.
+A store is the single source of truth for sessions, messages, tasks and actors
+(the models live in :mod:`mimo_ctx.session`; they are re-exported here).
 It never deletes a message (SPEC: nothing is ever deleted from storage); rebuilds
 only append a boundary message and mark tool results compacted.
 
@@ -23,13 +24,21 @@ concurrent tasks or processes cannot insert two boundaries for one usage.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from mimo_ctx import ids
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
+from mimo_ctx.session import (
+    ACTIVE_ACTOR_STATUSES,
+    TERMINAL_TASK_STATUSES,
+    Actor,
+    ActorStatus,
+    RequestPrefix,
+    Session,
+    SessionState,
+    Task,
+    TaskStatus,
+)
 
 __all__ = [
     "ACTIVE_ACTOR_STATUSES",
@@ -44,88 +53,6 @@ __all__ = [
     "TaskStatus",
     "check_rebuild_arguments",
 ]
-
-TaskStatus = Literal[
-    "open", "dispatched", "in_progress", "blocked", "human_review", "done", "failed", "abandoned"
-]
-TERMINAL_TASK_STATUSES: frozenset[str] = frozenset({"done", "failed", "abandoned"})
-
-ActorStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
-ACTIVE_ACTOR_STATUSES: frozenset[str] = frozenset({"pending", "running"})
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class RequestPrefix(_Model):
-    """A session's frozen request prefix (SPEC R8.1 (1)): system prompt and tool list.
-
-    Stored once and returned byte-identical every turn, so provider prompt caches
-    keep hitting.
-    """
-
-    system: str = ""
-    tools: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
-
-
-class SessionState(_Model):
-    """Automation state of a session, persisted so other workers see it.
-
-    Attributes:
-        crossed_thresholds: Writer thresholds (tokens) already fired; cleared after a
-            successful rebuild (SPEC A3).
-        skip_overflow_once: Set by a rebuild: the next overflow check is skipped once
-            so the model can answer on the trimmed context (R1.4).
-        auto_rebuild_disabled: Set by the loop guard (R5.9 **beyond**).
-        freed_fractions: Share of the request freed by each recent rebuild, newest last.
-        rebuilds: How many rebuilds the session has had.
-    """
-
-    crossed_thresholds: list[int] = Field(default_factory=list[int])
-    skip_overflow_once: bool = False
-    auto_rebuild_disabled: bool = False
-    freed_fractions: list[float] = Field(default_factory=list[float])
-    rebuilds: int = 0
-
-
-class Session(_Model):
-    """A conversation: ordered messages of a main agent and its sub-agents."""
-
-    id: str = Field(default_factory=lambda: ids.ascending("ses"))
-    project_id: str = "default"
-    title: str = ""
-    time_created: int = Field(ge=0)
-    prefix: RequestPrefix | None = None
-    watermark: str | None = None
-    state: SessionState = Field(default_factory=SessionState)
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-
-class Task(_Model):
-    """An entry of a session's task registry (SPEC A16): ids ``T1``, ``T1.2``."""
-
-    id: str
-    session_id: str
-    parent_id: str | None = None
-    status: TaskStatus = "open"
-    summary: str = ""
-    progress_file: str | None = None
-    time_created: int = Field(ge=0)
-    time_updated: int = Field(ge=0)
-
-
-class Actor(_Model):
-    """A background actor (a long-running sub-agent or job) of a session."""
-
-    id: str
-    session_id: str
-    agent: str
-    description: str = ""
-    status: ActorStatus = "pending"
-    background: bool = True
-    time_created: int = Field(ge=0)
-    time_last_activity: int = Field(ge=0)
 
 
 @runtime_checkable

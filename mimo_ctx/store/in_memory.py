@@ -19,7 +19,6 @@ middleware runs on every turn cost O(log n) or O(changes), not O(history).
 from __future__ import annotations
 
 import bisect
-import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,38 +29,12 @@ import anyio
 
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
-from mimo_ctx.store.base import (
-    ACTIVE_ACTOR_STATUSES,
-    Actor,
-    Session,
-    Task,
-    check_rebuild_arguments,
-)
+from mimo_ctx.session import ACTIVE_ACTOR_STATUSES, Actor, Session, Task, task_order_key
+from mimo_ctx.store.base import check_rebuild_arguments
 
-__all__ = ["InMemoryStore", "task_order_key"]
+__all__ = ["InMemoryStore"]
 
-_DIGITS = re.compile(r"(\d+)")
 _K = TypeVar("_K", str, tuple[int, str])
-
-
-def task_order_key(task_id: str) -> tuple[tuple[int, str], ...]:
-    """Return a key that sorts task ids naturally (SPEC A16): ``T2`` before ``T10``.
-
-    The id is split into alternating text and number pieces; numbers compare by
-    value, text by its characters. So ``T1 < T1.2 < T1.10 < T2 < T10``.
-
-    Args:
-        task_id: A task id such as ``T1.2`` (any string is accepted).
-
-    Returns:
-        A tuple usable as a sort key. Ids differing only in leading zeros
-        (``T01``, ``T1``) get equal keys; sort by ``(key, id)`` to break the tie.
-    """
-    pieces = _DIGITS.split(task_id)
-    # re.split with a capturing group puts numbers at the odd positions, so a
-    # position holds text in every key or a number in every key: encoding text
-    # as (0, text) and numbers as (value, "") keeps the comparison typed and total.
-    return tuple((int(p), "") if i % 2 else (0, p) for i, p in enumerate(pieces))
 
 
 def _remove_sorted(items: list[_K], item: _K) -> None:

@@ -33,8 +33,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Literal, TypeVar
 
@@ -44,85 +42,15 @@ from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx._util import now_ms
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
-from mimo_ctx.store.base import (
-    ACTIVE_ACTOR_STATUSES,
-    Actor,
-    Session,
-    Task,
-    check_rebuild_arguments,
-)
-from mimo_ctx.store.in_memory import task_order_key
+from mimo_ctx.session import ACTIVE_ACTOR_STATUSES, Actor, Session, Task, task_order_key
+from mimo_ctx.store._sqlite_schema import SCHEMA_VERSION, open_database, write_transaction
+from mimo_ctx.store.base import check_rebuild_arguments
 from mimo_ctx.tokens import estimate_message_tokens
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
 _T = TypeVar("_T")
 _M = TypeVar("_M", bound=BaseModel)
-
-SCHEMA_VERSION: Final = 1
-"""The schema version this module writes (``PRAGMA user_version``)."""
-
-# Our tables: a database holding other tables but not these is someone else's.
-_OUR_TABLES: Final = frozenset({"counters", "sessions", "messages", "rebuilds", "tasks", "actors"})
-
-_SCHEMA: Final = (
-    # Store-wide counters; "seq" numbers message writes for the change feed.
-    "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
-    "INSERT INTO counters (name, value) VALUES ('seq', 0)",
-    """CREATE TABLE sessions (
-        id TEXT PRIMARY KEY,
-        time_created INTEGER NOT NULL,
-        payload TEXT NOT NULL
-    )""",
-    "CREATE INDEX sessions_by_time ON sessions (time_created, id)",
-    """CREATE TABLE messages (
-        id TEXT PRIMARY KEY,
-        session_id TEXT NOT NULL REFERENCES sessions (id),
-        agent TEXT NOT NULL,
-        role TEXT NOT NULL,
-        time_created INTEGER NOT NULL,
-        is_boundary INTEGER NOT NULL,
-        is_finished_assistant INTEGER NOT NULL,
-        token_estimate INTEGER NOT NULL,
-        seq INTEGER NOT NULL,
-        payload TEXT NOT NULL
-    )""",
-    "CREATE INDEX messages_by_agent_time ON messages (session_id, agent, time_created, id)",
-    "CREATE INDEX messages_by_time ON messages (session_id, time_created, id)",
-    "CREATE INDEX messages_by_seq ON messages (session_id, seq)",
-    # Partial indexes: only flagged rows, so the hot "newest X" lookups read one
-    # index entry from the end of a small b-tree.
-    """CREATE INDEX messages_finished_by_agent ON messages (session_id, agent, id)
-        WHERE is_finished_assistant = 1""",
-    """CREATE INDEX messages_finished ON messages (session_id, id)
-        WHERE is_finished_assistant = 1""",
-    """CREATE INDEX messages_boundaries ON messages (session_id, agent, id)
-        WHERE is_boundary = 1""",
-    # One row per committed rebuild; the UNIQUE constraint is what makes
-    # commit_rebuild once-per-usage across tasks and processes.
-    """CREATE TABLE rebuilds (
-        session_id TEXT NOT NULL REFERENCES sessions (id),
-        usage_key TEXT NOT NULL,
-        boundary_id TEXT NOT NULL,
-        time_committed INTEGER NOT NULL,
-        UNIQUE (session_id, usage_key)
-    )""",
-    """CREATE TABLE tasks (
-        session_id TEXT NOT NULL,
-        id TEXT NOT NULL,
-        payload TEXT NOT NULL,
-        PRIMARY KEY (session_id, id)
-    )""",
-    """CREATE TABLE actors (
-        id TEXT PRIMARY KEY,
-        session_id TEXT NOT NULL,
-        status TEXT NOT NULL,
-        background INTEGER NOT NULL,
-        time_created INTEGER NOT NULL,
-        payload TEXT NOT NULL
-    )""",
-    "CREATE INDEX actors_by_session ON actors (session_id, time_created, id)",
-)
 
 # -- statements (module constants so tests can check their query plans) ------
 _MESSAGE_COLUMNS: Final = "token_estimate, payload"
@@ -188,21 +116,6 @@ def _message_row(message: Message) -> _MessageRow:
     )
 
 
-def _write_transaction(conn: sqlite3.Connection, body: Callable[[], _T]) -> _T:
-    """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction; roll back on any error."""
-    # IMMEDIATE takes the write lock up front (waiting up to busy_timeout), so a
-    # transaction never fails half-way because another writer got in first.
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = body()
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return result
-
-
 def _read_transaction(conn: sqlite3.Connection, body: Callable[[], _T]) -> _T:
     """Run ``body`` on one consistent snapshot (several SELECTs that must agree)."""
     conn.execute("BEGIN")
@@ -252,7 +165,7 @@ class SQLiteStore(SQLiteWorker):
             raise StoreError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
         super().__init__(path, label="SQLite store")
         self._busy_timeout = busy_timeout
-        self._synchronous = synchronous
+        self._synchronous: Literal["NORMAL", "FULL"] = synchronous
 
     @classmethod
     async def open(
@@ -274,93 +187,9 @@ class SQLiteStore(SQLiteWorker):
 
     # -- plumbing (the worker thread is SQLiteWorker's) --------------------------
     def _connect(self) -> sqlite3.Connection:
-        try:
-            # isolation_level=None: we issue BEGIN/COMMIT ourselves.
-            # check_same_thread=False: calls may land on different worker
-            # threads; self._lock serialises them.
-            conn = sqlite3.connect(
-                self._path,
-                timeout=self._busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite store {self._path}: {exc}") from exc
-        try:
-            self._initialise(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _initialise(self, conn: sqlite3.Connection) -> None:
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-        # Read before anything writes: a file that is not a database fails here
-        # ("file is not a database") and has not been touched.
-        try:
-            version, tables = self._inspect(conn)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(
-                f"{self._path} is not a readable SQLite database ({exc}); "
-                "the file was left unchanged"
-            ) from exc
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self._path} has store schema version {version}; this mimo_ctx "
-                f"supports up to {SCHEMA_VERSION}. Upgrade mimo_ctx to open it"
-            )
-        if version == 0 and tables and not tables <= _OUR_TABLES:
-            raise StoreError(
-                f"{self._path} is an SQLite database but not a mimo_ctx store "
-                f"(it has tables {sorted(tables)}); the file was left unchanged"
-            )
-        if self._path != ":memory:":
-            self._enable_wal(conn)
-        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        if version < SCHEMA_VERSION:
-            _write_transaction(conn, lambda: self._create_schema(conn))
-
-    @staticmethod
-    def _inspect(conn: sqlite3.Connection) -> tuple[int, frozenset[str]]:
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        rows = conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        ).fetchall()
-        return version, frozenset(str(r[0]) for r in rows)
-
-    def _enable_wal(self, conn: sqlite3.Connection) -> None:
-        # Switching to WAL needs a moment of exclusive access; two processes
-        # opening a new file together can see "locked" here even with a busy
-        # timeout, so retry until the timeout.
-        deadline = time.monotonic() + self._busy_timeout
-        while True:
-            try:
-                mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-                break
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.02)
-        if mode.lower() != "wal":
-            warnings.warn(
-                f"SQLite store {self._path}: WAL mode unavailable (journal_mode={mode}); "
-                "readers will block writers",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-
-    def _create_schema(self, conn: sqlite3.Connection) -> None:
-        # Re-read inside the write transaction: another process may have created
-        # the schema since we looked.
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        if version >= SCHEMA_VERSION:
-            return
-        for statement in _SCHEMA:
-            conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return open_database(
+            self._path, busy_timeout=self._busy_timeout, synchronous=self._synchronous
+        )
 
     def _load_message(self, row: tuple[Any, ...]) -> Message:
         estimate, payload = row
@@ -457,7 +286,7 @@ class SQLiteStore(SQLiteWorker):
                     (session.id, session.time_created, payload),
                 )
 
-            _write_transaction(conn, body)
+            write_transaction(conn, body)
 
         await self._run(run)
 
@@ -490,7 +319,7 @@ class SQLiteStore(SQLiteWorker):
                 if cursor.rowcount != 1:
                     raise StoreError(f"unknown session {session.id!r}")
 
-            _write_transaction(conn, body)
+            write_transaction(conn, body)
 
         await self._run(run)
 
@@ -530,7 +359,7 @@ class SQLiteStore(SQLiteWorker):
                 if cursor.rowcount != 1:
                     raise StoreError(f"unknown session {session_id!r}")
 
-            _write_transaction(conn, body)
+            write_transaction(conn, body)
 
         await self._run(run)
 
@@ -550,7 +379,7 @@ class SQLiteStore(SQLiteWorker):
         def run(conn: sqlite3.Connection) -> None:
             # Serialise before taking the write lock, to hold it briefly.
             rows = [_message_row(m) for m in batch]
-            _write_transaction(conn, lambda: self._insert_messages(conn, rows, "append_messages"))
+            write_transaction(conn, lambda: self._insert_messages(conn, rows, "append_messages"))
 
         await self._run(run)
 
@@ -567,7 +396,7 @@ class SQLiteStore(SQLiteWorker):
 
         def run(conn: sqlite3.Connection) -> None:
             rows = [_message_row(m) for m in batch]
-            _write_transaction(conn, lambda: self._update_messages(conn, rows, "update_messages"))
+            write_transaction(conn, lambda: self._update_messages(conn, rows, "update_messages"))
 
         await self._run(run)
 
@@ -731,7 +560,7 @@ class SQLiteStore(SQLiteWorker):
                     )
 
             try:
-                _write_transaction(conn, body)
+                write_transaction(conn, body)
             except _AlreadyCommitted:
                 return False
             return True
@@ -751,7 +580,7 @@ class SQLiteStore(SQLiteWorker):
                     (task.session_id, task.id, payload),
                 )
 
-            _write_transaction(conn, body)
+            write_transaction(conn, body)
 
         await self._run(run)
 
@@ -812,7 +641,7 @@ class SQLiteStore(SQLiteWorker):
                     ),
                 )
 
-            _write_transaction(conn, body)
+            write_transaction(conn, body)
 
         await self._run(run)
 

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+from mimo_ctx.tools._message_text import render_message
 from mimo_ctx.tools.definitions import (
     ACTOR_TOOL,
     ALL_TOOL_SPECS,
@@ -23,7 +24,9 @@ from mimo_ctx.tools.definitions import (
     TASK_TOOL,
     ArgumentError,
     ToolArgument,
+    ToolDefinition,
     ToolOperation,
+    ToolResult,
     ToolSpec,
     check_arguments,
 )
@@ -34,7 +37,7 @@ from mimo_ctx.tools.formats import (
     to_openai_tools,
     to_pydantic_ai_tools,
 )
-from mimo_ctx.tools.handlers import SessionTools, ToolDefinition, ToolResult, render_message
+from mimo_ctx.tools.handlers import SessionTools
 
 __all__ = [
     "ACTOR_TOOL",

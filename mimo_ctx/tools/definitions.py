@@ -19,11 +19,11 @@ tell the model (SPEC R5.5 ``history`` / ``operation=around``, R8.3 ``memory``,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from mimo_ctx.store.base import TaskStatus
+from mimo_ctx.session import TaskStatus
 
 __all__ = [
     "ACTOR_TOOL",
@@ -35,7 +35,9 @@ __all__ = [
     "TASK_TOOL",
     "ArgumentError",
     "ToolArgument",
+    "ToolDefinition",
     "ToolOperation",
+    "ToolResult",
     "ToolSpec",
     "check_arguments",
 ]
@@ -384,3 +386,48 @@ ACTOR_TOOL: Final = ToolSpec(
 
 ALL_TOOL_SPECS: Final[tuple[ToolSpec, ...]] = (HISTORY_TOOL, MEMORY_TOOL, TASK_TOOL, ACTOR_TOOL)
 """The four tools, in the order hosts register them."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool call produced.
+
+    Attributes:
+        text: The text to hand to the model as the tool result.
+        is_error: The call failed; ``text`` starts with ``Error:`` and says why.
+    """
+
+    text: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """A tool bound to a session: its spec plus the handler that runs it.
+
+    Attributes:
+        spec: The tool's one definition (name, description, schema).
+        handler: Runs a call; never raises for a bad call (see the module docstring).
+    """
+
+    spec: ToolSpec
+    handler: Callable[[Mapping[str, Any]], Awaitable[ToolResult]]
+
+    @property
+    def name(self) -> str:
+        """The tool name."""
+        return self.spec.name
+
+    @property
+    def description(self) -> str:
+        """The tool description."""
+        return self.spec.description
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of the tool's input."""
+        return self.spec.parameters
+
+    async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
+        """Run a call with the model's arguments."""
+        return await self.handler(arguments)

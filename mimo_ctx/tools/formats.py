@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal, Protocol
 
-from mimo_ctx.tools.handlers import ToolDefinition
+from mimo_ctx.tools.definitions import ToolDefinition
 
 __all__ = [
     "ToolSchema",
@@ -38,7 +38,7 @@ class ToolSchema(Protocol):
     """What the dict shapes need: a tool's name, description and JSON schema.
 
     Both :class:`~mimo_ctx.tools.definitions.ToolSpec` (unbound) and
-    :class:`~mimo_ctx.tools.handlers.ToolDefinition` (bound) qualify.
+    :class:`~mimo_ctx.tools.definitions.ToolDefinition` (bound) qualify.
     """
 
     @property

@@ -28,8 +28,6 @@ import json
 import os
 import stat
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
@@ -41,22 +39,18 @@ from mimo_ctx._util import ago, now_ms, one_line
 from mimo_ctx.errors import MimoCtxError, PathEscapeError
 from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
-    CheckpointPart,
-    CompactionPart,
-    FilePart,
     Message,
-    OpaquePart,
-    Part,
-    ReasoningPart,
-    SubtaskPart,
-    TextPart,
-    ToolPart,
-    ToolResultPart,
-    ToolStateCompleted,
-    ToolStateError,
 )
-from mimo_ctx.store.base import ACTIVE_ACTOR_STATUSES, Actor, Store, Task
-from mimo_ctx.store.in_memory import task_order_key
+from mimo_ctx.session import ACTIVE_ACTOR_STATUSES, Actor, Task, task_order_key
+from mimo_ctx.store.base import Store
+from mimo_ctx.tools._message_text import (
+    content_of,
+    iso_time,
+    message_body,
+    message_header,
+    page,
+    snippet,
+)
 from mimo_ctx.tools.definitions import (
     ACTOR_TOOL,
     ALL_TOOL_SPECS,
@@ -64,6 +58,8 @@ from mimo_ctx.tools.definitions import (
     MEMORY_TOOL,
     TASK_TOOL,
     ArgumentError,
+    ToolDefinition,
+    ToolResult,
     ToolSpec,
     check_arguments,
 )
@@ -71,14 +67,7 @@ from mimo_ctx.tools.definitions import (
 if TYPE_CHECKING:
     from mimo_ctx.memory import MemoryLayout
 
-__all__ = [
-    "DEFAULT_MAX_MESSAGE_CHARS",
-    "DEFAULT_NEIGHBOUR_CHARS",
-    "SessionTools",
-    "ToolDefinition",
-    "ToolResult",
-    "render_message",
-]
+__all__ = ["DEFAULT_MAX_MESSAGE_CHARS", "DEFAULT_NEIGHBOUR_CHARS", "SessionTools"]
 
 DEFAULT_MAX_MESSAGE_CHARS: Final = 50_000
 """``history around/get`` return at most this many characters of the asked-for
@@ -90,195 +79,11 @@ DEFAULT_NEIGHBOUR_CHARS: Final = 4_000
 _MEMORY_SEARCH_MAX: Final = 50
 _READ_DEFAULT_LINES: Final = 200
 _READ_MAX_LINE_CHARS: Final = 2_000
-_SNIPPET_CHARS: Final = 160
-_DATA_URL_CHARS: Final = 80
 _ROOT_DIRS: Final = frozenset({"sessions", "projects", "global"})
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    """What a tool call produced.
-
-    Attributes:
-        text: The text to hand to the model as the tool result.
-        is_error: The call failed; ``text`` starts with ``Error:`` and says why.
-    """
-
-    text: str
-    is_error: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ToolDefinition:
-    """A tool bound to a session: its spec plus the handler that runs it.
-
-    Attributes:
-        spec: The tool's one definition (name, description, schema).
-        handler: Runs a call; never raises for a bad call (see the module docstring).
-    """
-
-    spec: ToolSpec
-    handler: Callable[[Mapping[str, Any]], Awaitable[ToolResult]]
-
-    @property
-    def name(self) -> str:
-        """The tool name."""
-        return self.spec.name
-
-    @property
-    def description(self) -> str:
-        """The tool description."""
-        return self.spec.description
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        """The JSON schema of the tool's input."""
-        return self.spec.parameters
-
-    async def run(self, arguments: Mapping[str, Any]) -> ToolResult:
-        """Run a call with the model's arguments."""
-        return await self.handler(arguments)
 
 
 class _Refused(MimoCtxError):
     """A call the handler refuses; its message is the text shown to the model."""
-
-
-# -- rendering -------------------------------------------------------------------------------
-
-
-def _iso(ms: int | None) -> str:
-    if ms is None:
-        return "unknown time"
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
-
-
-def _render_part(part: Part) -> str:
-    if isinstance(part, TextPart):
-        marks = [m for m, on in (("synthetic", part.synthetic), ("ignored", part.ignored)) if on]
-        return f"[text, {', '.join(marks)}]\n{part.text}" if marks else part.text
-    if isinstance(part, ReasoningPart):
-        return "[reasoning redacted]" if part.redacted else f"[reasoning]\n{part.text}"
-    if isinstance(part, ToolPart):
-        head = f"[tool call {part.tool} call_id={part.call_id}] input: {_json(part.state.input)}"
-        state = part.state
-        if isinstance(state, ToolStateCompleted):
-            note = (
-                " (cleared from the context by a rebuild; full output kept in storage)"
-                if state.time.compacted is not None
-                else ""
-            )
-            return f"{head}\n[tool result {part.tool} call_id={part.call_id}{note}]\n{state.output}"
-        if isinstance(state, ToolStateError):
-            return f"{head}\n[tool error {part.tool} call_id={part.call_id}]\n{state.error}"
-        return f"{head}\n[tool call not finished: {state.status}]"
-    if isinstance(part, ToolResultPart):
-        flag = ", error" if part.is_error else ""
-        note = (
-            " (cleared from the context by a rebuild; full output kept in storage)"
-            if part.time.compacted is not None
-            else ""
-        )
-        return f"[tool result {part.tool} call_id={part.call_id}{flag}{note}]\n{part.output}"
-    if isinstance(part, FilePart):
-        url = part.url
-        if url.startswith("data:") and len(url) > _DATA_URL_CHARS:
-            url = url[:_DATA_URL_CHARS] + f"… ({len(part.url)} characters)"
-        name = f" {part.filename}" if part.filename else ""
-        return f"[file{name} ({part.mime}) {url}]"
-    if isinstance(part, SubtaskPart):
-        what = part.command or part.agent
-        lines = [f"[subtask {what} agent={part.agent}] {part.description}".rstrip()]
-        if part.prompt:
-            lines.append(part.prompt)
-        return "\n".join(lines)
-    if isinstance(part, CheckpointPart):
-        return f"[rebuild boundary: checkpoint covers messages up to {part.covered_up_to}]"
-    if isinstance(part, CompactionPart):
-        return f"[compaction summary]\n{part.summary}"
-    assert isinstance(part, OpaquePart)
-    return f"[{part.source} {part.kind} part]"
-
-
-def _message_body(message: Message) -> str:
-    return "\n".join(_render_part(p) for p in message.parts) or "(no content)"
-
-
-def _content_of(part: Part) -> str:
-    """The searchable content of a part: what was said or produced, no annotations."""
-    if isinstance(part, TextPart | ReasoningPart):
-        return part.text
-    if isinstance(part, ToolPart):
-        state = part.state
-        pieces = [part.tool, _json(state.input)]
-        if isinstance(state, ToolStateCompleted):
-            pieces.append(state.output)
-        elif isinstance(state, ToolStateError):
-            pieces.append(state.error)
-        return "\n".join(pieces)
-    if isinstance(part, ToolResultPart):
-        return part.output
-    if isinstance(part, SubtaskPart):
-        return "\n".join(p for p in (part.description, part.prompt, part.command or "") if p)
-    if isinstance(part, CompactionPart):
-        return part.summary
-    if isinstance(part, FilePart):
-        return part.filename or ""
-    return ""
-
-
-def _message_header(message: Message, *, mark: str = "") -> str:
-    extra = f", finish={message.finish}" if message.finish else ""
-    if message.error is not None:
-        extra += f", error={message.error.name}"
-    return (
-        f"--- {mark}message {message.id} ({message.role}, agent={message.agent}, "
-        f"{_iso(message.time_created)}{extra}) ---"
-    )
-
-
-def render_message(message: Message) -> str:
-    """Render a stored message as readable text: header line, then every part.
-
-    Tool calls show their input and their full stored output, also when the
-    output was cleared from the context by micro-compaction (SPEC R4.5: nothing
-    is deleted from storage).
-    """
-    return f"{_message_header(message)}\n{_message_body(message)}"
-
-
-def _page(text: str, offset: int, limit: int, message_id: str) -> str:
-    """Cut ``text`` to ``limit`` characters from ``offset``, with a continue notice."""
-    piece = text[offset : offset + limit]
-    rest = len(text) - offset - len(piece)
-    if offset > 0:
-        piece = f"[… continuing at character {offset} of {len(text)}]\n{piece}"
-    if rest > 0:
-        piece += (
-            f"\n[… {rest} more characters; call history with operation=get, "
-            f"message_id={message_id}, offset={offset + limit}]"
-        )
-    return piece
-
-
-def _snippet(text: str, needle: str) -> str:
-    folded = text.casefold()
-    at = max(folded.find(needle) if needle else 0, 0)
-    line_start = text.rfind("\n", 0, at) + 1
-    line_end = text.find("\n", at)
-    line = text[line_start : line_end if line_end >= 0 else len(text)]
-    col = at - line_start
-    if len(line) <= _SNIPPET_CHARS:
-        return line.strip()
-    start = max(0, min(col - _SNIPPET_CHARS // 3, len(line) - _SNIPPET_CHARS))
-    prefix = "…" if start else ""
-    suffix = "…" if start + _SNIPPET_CHARS < len(line) else ""
-    return f"{prefix}{line[start : start + _SNIPPET_CHARS].strip()}{suffix}"
 
 
 def _task_line(task: Task, depth: int) -> str:
@@ -514,13 +319,13 @@ class SessionTools:
         message = await self._own_message(str(args["message_id"]))
         if operation == "get":
             offset = int(args.get("offset", 0))
-            body = _message_body(message)
+            body = message_body(message)
             if offset >= len(body) and offset > 0:
                 raise _Refused(
                     f"offset {offset} is past the end of message {message.id} "
                     f"({len(body)} characters)"
                 )
-            return f"{_message_header(message)}\n" + _page(
+            return f"{message_header(message)}\n" + page(
                 body, offset, self._max_message_chars, message.id
             )
         return await self._history_around(
@@ -553,10 +358,10 @@ class SessionTools:
         ]
         for i in range(start, end):
             item = line[i]
-            body = _message_body(item)
+            body = message_body(item)
             if i == position:
-                text = _page(body, 0, self._max_message_chars, item.id)
-                blocks.append(f"{_message_header(item, mark='>>> ')}\n{text}")
+                text = page(body, 0, self._max_message_chars, item.id)
+                blocks.append(f"{message_header(item, mark='>>> ')}\n{text}")
                 continue
             if len(body) > self._neighbour_chars:
                 body = (
@@ -564,7 +369,7 @@ class SessionTools:
                     + f"\n[… {len(body) - self._neighbour_chars} more characters; call history "
                     f"with operation=get, message_id={item.id}]"
                 )
-            blocks.append(f"{_message_header(item)}\n{body}")
+            blocks.append(f"{message_header(item)}\n{body}")
         return "\n\n".join(blocks)
 
     async def _history_search(self, query: str, limit: int) -> str:
@@ -575,7 +380,7 @@ class SessionTools:
         full: list[tuple[Message, str, str]] = []
         partial: list[tuple[Message, str, str]] = []
         for message in sorted(messages, key=lambda m: m.id, reverse=True):
-            body = "\n".join(c for c in (_content_of(p) for p in message.parts) if c)
+            body = "\n".join(c for c in (content_of(p) for p in message.parts) if c)
             folded = body.casefold()
             found = [t for t in terms if t in folded]
             if not found:
@@ -592,8 +397,8 @@ class SessionTools:
             "(messages with every word first):"
         ]
         lines.extend(
-            f"- {m.id} ({m.role}, agent={m.agent}, {_iso(m.time_created)}): "
-            f"{_snippet(body, needle)}"
+            f"- {m.id} ({m.role}, agent={m.agent}, {iso_time(m.time_created)}): "
+            f"{snippet(body, needle)}"
             for m, body, needle in hits
         )
         lines.append("Use operation=around with a message_id to read a message in full.")
@@ -785,7 +590,9 @@ class SessionTools:
         progress = task.progress_file or self._progress_path(task.id)
         if progress:
             lines.append(f"progress file: {progress}")
-        lines.append(f"created: {_iso(task.time_created)}; updated: {_iso(task.time_updated)}")
+        lines.append(
+            f"created: {iso_time(task.time_created)}; updated: {iso_time(task.time_updated)}"
+        )
         return "\n".join(lines)
 
     def _progress_path(self, task_id: str) -> str | None:
@@ -824,8 +631,8 @@ class SessionTools:
                 f"agent: {actor.agent}",
                 f'description: "{one_line(actor.description)}"',
                 f"background: {'yes' if actor.background else 'no'}",
-                f"created: {_iso(actor.time_created)} ({ago(now - actor.time_created)})",
-                f"last activity: {_iso(actor.time_last_activity)} "
+                f"created: {iso_time(actor.time_created)} ({ago(now - actor.time_created)})",
+                f"last activity: {iso_time(actor.time_last_activity)} "
                 f"({ago(now - actor.time_last_activity)})",
             ]
         )

@@ -26,6 +26,7 @@ import anyio
 import pytest
 
 from mimo_ctx import memory
+from mimo_ctx.checkpoint import CheckpointDraft, WriterRequest
 from mimo_ctx.checkpoint_writers import (
     LLMCheckpointWriter,
     OfflineCheckpointWriter,
@@ -39,7 +40,6 @@ from mimo_ctx.middleware import ContextMiddleware, RequestView
 from mimo_ctx.overflow import is_context_overflow
 from mimo_ctx.store import InMemoryStore, SQLiteStore, Store
 from mimo_ctx.testing import FakeOverflowError
-from mimo_ctx.writer import CheckpointDraft, WriterRequest
 
 from .conftest import (
     LIMITS,

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from mimo_ctx.checkpoint import CheckpointDraft, WriterRequest
 from mimo_ctx.checkpoint_writers import LLMCheckpointWriter, OfflineCheckpointWriter
 from mimo_ctx.errors import ContextOverflowError, PathEscapeError
 from mimo_ctx.events import REDACTED, Event, WriterFailed, redact_secrets
@@ -24,7 +25,6 @@ from mimo_ctx.sections import SECTION_HEADINGS, render_memory_keys_index
 from mimo_ctx.store import InMemoryStore, Store
 from mimo_ctx.store.base import Actor, Task
 from mimo_ctx.testing import FakeOverflowError
-from mimo_ctx.writer import CheckpointDraft, WriterRequest
 
 from .conftest import (
     LIMITS,

@@ -25,13 +25,13 @@ from typing import Any
 
 import anyio
 
+from mimo_ctx.checkpoint import CheckpointDraft, WriterRequest
 from mimo_ctx.config import RebuildConfig, WriterConfig
 from mimo_ctx.events import Event, WriterStarted
 from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.middleware import ContextMiddleware, RequestView
 from mimo_ctx.store.postgres import PostgresStore, PostgresWriterLease
 from mimo_ctx.triggers import ModelLimits
-from mimo_ctx.writer import CheckpointDraft, WriterRequest
 
 __all__ = ["LIMITS", "USABLE", "config", "main"]
 

@@ -33,6 +33,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from mimo_ctx.checkpoint import WriterLease
 from mimo_ctx.events import Event, WriterStarted
 from mimo_ctx.memory import write_text_atomic
 from mimo_ctx.memory_index import MemoryIndex
@@ -40,7 +41,6 @@ from mimo_ctx.messages import Message, TextPart, TokenUsage, ToolPart, ToolState
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.store import Session
 from mimo_ctx.testing import filler_text
-from mimo_ctx.writer import WriterLease
 from tests.pg_support import IN_CI, SchemaNames, require_pg_dsn
 
 try:

@@ -55,7 +55,7 @@ def _unavailable(reason: str) -> None:
 
 
 try:
-    from mimo_ctx.store import postgres as pg
+    from mimo_ctx.store import _pg_driver as pg_driver
     from mimo_ctx.store.postgres import (
         SCHEMA_VERSION,
         PostgresStore,
@@ -99,7 +99,7 @@ def _run_async(fn: Callable[[], Awaitable[Any]]) -> Any:
 
 
 async def _admin(dsn: str, *statements: str) -> list[list[tuple[Any, ...]]]:
-    conn = await pg._connect(dsn, timeout=10)
+    conn = await pg_driver.connect(dsn, timeout=10)
     try:
         return [[tuple(r) for r in await conn.fetch(sql)] for sql in statements]
     finally:
@@ -119,7 +119,7 @@ def pg_dsn() -> str:
         _run_async(lambda: _admin(dsn, "SELECT 1"))
     except Exception as exc:
         _unavailable(
-            f"the PostgreSQL server at {pg._redact(dsn)} ({_DSN_ENV}) is unreachable: {exc}"
+            f"the PostgreSQL server at {pg_driver.redact(dsn)} ({_DSN_ENV}) is unreachable: {exc}"
         )
     return dsn
 
@@ -460,7 +460,7 @@ async def test_bad_settings_and_unreachable_server_give_store_errors(pg_dsn: str
     ],
 )
 def test_dsn_passwords_are_redacted_in_messages(dsn: str, expected: str) -> None:
-    assert pg._redact(dsn) == expected
+    assert pg_driver.redact(dsn) == expected
 
 
 # --------------------------------------------------------------------------- hot query plans

@@ -1,0 +1,681 @@
+"""The writer coordinator: checkpoint writers in the background (SPEC R2.1, R3, A3).
+
+Private to the middleware and its steps.
+The coordinator runs at most one writer per session, plus a one-slot pending
+queue: a newer request evicts an older pending one. A request answers
+``started``, ``queued`` or ``skipped``. The watermark is computed when a writer
+*starts* (``compute_boundary`` then ``adjust_boundary_for_api_invariants``), the
+writer sees the full, uncollapsed main-agent history up to and including it, and
+the watermark is persisted only when the writer succeeded and ``checkpoint.md``
+was written atomically.
+
+Waiting (R3.2, R3.3) is a bounded wait on an ``anyio.Event``: cancelling a waiter
+cancels only the waiter; the writer goes on, holds no lock the waiter needs, and
+a writer that fails is reported like a timeout (the caller uses what is on disk).
+
+**Several workers**. With a :class:`WriterLease` the "one writer per
+session" rule holds across processes and machines that share a store:
+
+* A writer starts only once its worker holds the session's lease (a unique
+  owner per run); the watermark is computed *after* taking it, so it can never
+  be older than the one the previous holder persisted. When another worker
+  holds the lease the request answers ``skipped`` and no threshold is marked, so
+  it fires again later (A3).
+* While the writer runs, the lease is renewed every ``lease_ttl / 3`` seconds.
+  A renewal that answers "not yours" (the lease lapsed and another worker took
+  it) cancels the writer. Before the spill-over files and before
+  ``checkpoint.md`` are renamed into place the lease is renewed once more, and
+  the watermark is written with :meth:`WriterLease.set_watermark_if_held`: a
+  writer that lost its lease persists nothing more.
+* The lease is released (shielded from cancellation) when the run ends. A
+  worker that crashes never releases it: it lapses ``lease_ttl`` seconds after
+  the last renewal, well inside the 180 s / 300 s ensure-checkpoint waits.
+* :meth:`WriterCoordinator.wait` also waits for a writer running on another
+  worker; if that run ends without moving the watermark (its writer failed, or
+  its worker died and the lease lapsed), the waiting worker takes over and runs
+  the writer itself, within the same bound. :meth:`WriterCoordinator.busy` says
+  whether a writer runs anywhere.
+
+Without a lease, everything stays in-process, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import socket
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import anyio
+from anyio.abc import TaskGroup
+
+from mimo_ctx._util import now_ms
+from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
+from mimo_ctx.checkpoint.document import section_budgets
+from mimo_ctx.checkpoint.lease import WriterLease
+from mimo_ctx.checkpoint.protocol import CheckpointDraft, CheckpointWriter, WriterRequest
+from mimo_ctx.config import RebuildConfig
+from mimo_ctx.errors import MimoCtxError, PathEscapeError
+from mimo_ctx.events import EventBus, WriterFailed, WriterFinished, WriterStarted
+from mimo_ctx.memory import MemoryLayout, read_text, write_text_atomic
+from mimo_ctx.messages import MAIN_AGENT, Message
+from mimo_ctx.store.base import Store
+from mimo_ctx.tokens import estimate_text_tokens
+from mimo_ctx.triggers import due_thresholds
+
+__all__ = [
+    "WATERMARK_MARGIN",
+    "WATERMARK_WINDOW",
+    "WRITER_MAX_CHARS",
+    "StartResult",
+    "WaitResult",
+    "WriterCoordinator",
+]
+
+_log = logging.getLogger("mimo_ctx")
+
+StartResult = Literal["started", "queued", "skipped"]
+WaitResult = Literal["idle", "finished", "failed", "timeout"]
+
+WATERMARK_WINDOW = 1000
+"""Newest main-agent messages the watermark is computed on (see ``_next_watermark``)."""
+
+WATERMARK_MARGIN = 200
+"""A watermark closer than this to the start of that window is recomputed on everything."""
+
+WRITER_MAX_CHARS = 8_000_000
+"""The writer reads at most this many characters of ``checkpoint.md`` and ``notes.md``."""
+
+_EXTRA_FILE = re.compile(r"^checkpoint-[A-Za-z0-9._-]+\.md$")
+
+
+class _LeaseLost(MimoCtxError):
+    """Internal: this worker no longer holds the session's writer lease; persist nothing."""
+
+
+_Claim = tuple[str, str | None]
+"""(watermark, lease owner) of a writer run about to start."""
+
+_RELEASE_TIMEOUT = 10.0
+
+
+@dataclass(slots=True)
+class _Job:
+    reason: str
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: WaitResult = "failed"
+    writer: str | None = None
+    owner: str | None = None
+
+
+@dataclass(slots=True)
+class _Slot:
+    running: _Job | None = None
+    pending: _Job | None = None
+    # Writer thresholds this process saw marked (a stale copy only costs one
+    # extra check against the store).
+    crossed: frozenset[int] = frozenset()
+
+
+class WriterCoordinator:
+    """Runs checkpoint writers in the background, one per session.
+
+    Args:
+        store: Where the history and the watermark live.
+        layout: Where ``checkpoint.md`` and the other memory files live.
+        config: Budgets, the watermark constants and ``writer.lease_ttl``.
+        writer: The primary writer.
+        events: Where writer events go.
+        fallback: Used when the primary writer fails, so a rebuild still has a
+            fresh checkpoint (the event names which writer produced it).
+        lease: Keeps "one writer per session" across workers sharing the store
+            (see the module docstring); ``None`` keeps it in this process only.
+        thresholds: The usage thresholds of :meth:`at_usage` (SPEC A3), ascending.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        layout: MemoryLayout,
+        config: RebuildConfig,
+        writer: CheckpointWriter,
+        events: EventBus,
+        *,
+        fallback: CheckpointWriter | None = None,
+        lease: WriterLease | None = None,
+        thresholds: Sequence[int] = (),
+    ) -> None:
+        self._store = store
+        self._thresholds = tuple(thresholds)
+        self._layout = layout
+        self._config = config
+        self._writer = writer
+        self._fallback = fallback
+        self._events = events
+        self._lease = lease
+        self._ttl = config.writer.lease_ttl
+        # Unique per process; each run adds a UUID, so no two runs share an owner.
+        self._worker = f"{socket.gethostname()}:{os.getpid()}"
+        self._slots: dict[str, _Slot] = {}
+        self._task_group: TaskGroup | None = None
+
+    @property
+    def lease(self) -> WriterLease | None:
+        """The cross-worker writer lease, if one is configured."""
+        return self._lease
+
+    def attach(self, task_group: TaskGroup | None) -> None:
+        """Give the coordinator the task group its writers run in (``None`` detaches)."""
+        self._task_group = task_group
+
+    def in_flight(self, session_id: str) -> bool:
+        """True while a writer of *this* coordinator runs for the session.
+
+        A writer on another worker is not seen here; :meth:`busy` sees both.
+        """
+        slot = self._slots.get(session_id)
+        return slot is not None and slot.running is not None
+
+    async def busy(self, session_id: str) -> bool:
+        """True while a writer runs for the session here or, with a lease, on any worker."""
+        if self.in_flight(session_id):
+            return True
+        if self._lease is None:
+            return False
+        return await self._lease.holder(session_id) is not None
+
+    async def request(self, session_id: str, *, reason: str) -> StartResult:
+        """Ask for a checkpoint of the session's history as it is now.
+
+        Returns:
+            ``started`` when a writer started, ``queued`` when one runs already here
+            (this request takes the pending slot, evicting an older pending one),
+            and ``skipped`` when there is nothing new to cover or another worker
+            holds the session's writer lease.
+        """
+        if self._task_group is None:
+            raise MimoCtxError(
+                "the checkpoint writer needs a running middleware: "
+                "use `async with ContextMiddleware(...) as middleware:`"
+            )
+        slot = self._slots.setdefault(session_id, _Slot())
+        if slot.running is not None:
+            return self._queue(slot, reason)
+        claim = await self._claim(session_id)
+        if slot.running is not None:
+            # Another task of this process started a writer while we looked: queue
+            # behind it (the lease, if we got it, goes back).
+            if not isinstance(claim, str) and claim[1] is not None:
+                await self._release(session_id, claim[1])
+            return self._queue(slot, reason)
+        if isinstance(claim, str):
+            return "skipped"
+        job = _Job(reason)
+        slot.running = job
+        self._task_group.start_soon(self._run, session_id, job, claim)
+        return "started"
+
+    async def at_usage(self, session_id: str, usage: int) -> None:
+        """Start a writer when ``usage`` crossed thresholds not marked yet (SPEC A3).
+
+        The due thresholds are marked in the session's state once a writer started
+        or queued. While a writer runs here, or another worker holds the lease,
+        none is marked, so they fire again later.
+        """
+        slot = self._slots.setdefault(session_id, _Slot())
+        if not due_thresholds(usage, self._thresholds, slot.crossed):
+            return
+        session = await self._store.get_session(session_id)
+        if session is None:
+            return
+        slot.crossed = frozenset(session.state.crossed_thresholds)
+        due = due_thresholds(usage, self._thresholds, slot.crossed)
+        if not due or self.in_flight(session_id):
+            return
+        if await self.request(session_id, reason=f"usage {usage} >= {due[-1]}") == "skipped":
+            return
+        crossed = sorted({*session.state.crossed_thresholds, *due})
+        slot.crossed = frozenset(crossed)
+        new_state = session.state.model_copy(update={"crossed_thresholds": crossed})
+        await self._store.update_session(session.model_copy(update={"state": new_state}))
+
+    def thresholds_cleared(self, session_id: str) -> None:
+        """A rebuild cleared the session's marked thresholds: they may fire again."""
+        slot = self._slots.get(session_id)
+        if slot is not None:
+            slot.crossed = frozenset()
+
+    async def wait(self, session_id: str, within: float) -> WaitResult:
+        """Wait for the session's running writer, at most ``within`` seconds.
+
+        Returns ``idle`` when none runs (here or, with a lease, on another worker).
+        With a lease, a run on another worker that ends without moving the
+        watermark is taken over here (see the module docstring). Cancelling the
+        caller cancels only the wait.
+        """
+        slot = self._slots.get(session_id)
+        job = slot.running if slot is not None else None
+        if job is not None:
+            with anyio.move_on_after(within):
+                await job.done.wait()
+                return job.result
+            return "timeout"
+        if self._lease is None:
+            return "idle"
+        with anyio.move_on_after(within):
+            return await self._wait_elsewhere(session_id, self._lease, within)
+        return "timeout"
+
+    # -- internals ----------------------------------------------------------------
+    @staticmethod
+    def _queue(slot: _Slot, reason: str) -> StartResult:
+        if slot.pending is not None:
+            # The evicted request's waiters are released: the newer one covers more.
+            slot.pending.result = "failed"
+            slot.pending.done.set()
+        slot.pending = _Job(reason)
+        return "queued"
+
+    async def _claim(self, session_id: str) -> _Claim | Literal["nothing", "busy"]:
+        """Take the lease (if any), then fix the watermark of a new run.
+
+        ``nothing`` when there is nothing new to cover; ``busy`` when another
+        worker holds the lease.
+        """
+        lease = self._lease
+        if lease is None:
+            watermark = await self._next_watermark(session_id)
+            return "nothing" if watermark is None else (watermark, None)
+        owner = f"{self._worker}:{uuid.uuid4().hex}"
+        # Shielded: a lease taken by a call whose caller was cancelled would block
+        # every worker until it lapses.
+        acquired = False
+        with anyio.CancelScope(shield=True):
+            acquired = await lease.acquire(session_id, owner, self._ttl)
+        if not acquired:
+            return "busy"
+        try:
+            # Computed under the lease: the stored watermark cannot move meanwhile,
+            # so this run never persists one older than the previous holder's.
+            watermark = await self._next_watermark(session_id)
+        except BaseException:
+            await self._release(session_id, owner)
+            raise
+        if watermark is None:
+            await self._release(session_id, owner)
+            return "nothing"
+        return watermark, owner
+
+    async def _release(self, session_id: str, owner: str) -> None:
+        """Release the lease, shielded; a failure only leaves it to lapse."""
+        lease = self._lease
+        if lease is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_TIMEOUT):
+            try:
+                await lease.release(session_id, owner)
+            except Exception as exc:
+                _log.warning(
+                    "mimo_ctx could not release the writer lease of session %s (it lapses "
+                    "in %s s): %r",
+                    session_id,
+                    self._ttl,
+                    exc,
+                )
+
+    async def _wait_elsewhere(
+        self, session_id: str, lease: WriterLease, within: float
+    ) -> WaitResult:
+        deadline = anyio.current_time() + within
+        before = await self._store.get_watermark(session_id)
+        holder = await lease.holder(session_id)
+        if holder is None:
+            return "idle"
+        took_over = False
+        while True:
+            left = max(0.0, deadline - anyio.current_time())
+            if not await lease.wait_released(session_id, left, generation=holder.generation):
+                return "timeout"
+            if await self._store.get_watermark(session_id) != before:
+                return "finished"
+            # The run ended without a checkpoint: its writer failed, or its worker
+            # died and the lease lapsed.
+            successor = await lease.holder(session_id)
+            if successor is None and not took_over and self._task_group is not None:
+                took_over = True
+                await self.request(session_id, reason="take over an abandoned writer run")
+                slot = self._slots.get(session_id)
+                job = slot.running if slot is not None else None
+                if job is not None:
+                    await job.done.wait()
+                    return job.result
+                successor = await lease.holder(session_id)
+            if successor is None:
+                return "failed"
+            holder = successor  # another worker runs the writer now: wait for it
+
+    async def _next_watermark(self, session_id: str) -> str | None:
+        # The watermark lies within the last few dozen messages (a tail of at most
+        # ~20000 tokens, R2.5): compute it on the newest WATERMARK_WINDOW messages and
+        # read the whole history only when the result lands near the suffix's start,
+        # where the full history could decide differently.
+        messages = await self._store.list_messages(
+            session_id, agent=MAIN_AGENT, last=WATERMARK_WINDOW
+        )
+        boundary = _watermark_of(messages, self._config)
+        if len(messages) >= WATERMARK_WINDOW and (
+            boundary is None or _index_of(messages, boundary) < WATERMARK_MARGIN
+        ):
+            messages = await self._store.list_messages(session_id, agent=MAIN_AGENT)
+            boundary = _watermark_of(messages, self._config)
+        if boundary is None:
+            return None
+        current = await self._store.get_watermark(session_id)
+        if current is not None and boundary <= current:
+            return None
+        return boundary
+
+    async def _run(self, session_id: str, job: _Job, claim: _Claim | None) -> None:
+        try:
+            if claim is None:  # a pending request's turn: claim it now
+                got = await self._claim(session_id)
+                if isinstance(got, str):
+                    # Nothing new: what ran before covers it. Busy: another worker writes.
+                    job.result = "finished" if got == "nothing" else "failed"
+                    return
+                claim = got
+            watermark, job.owner = claim
+            if job.owner is None:
+                job.result, job.writer = await self._write(session_id, job, watermark, None)
+            else:
+                job.result, job.writer = await self._write_leased(
+                    session_id, job, watermark, job.owner
+                )
+        except _LeaseLost as exc:
+            _log.warning("mimo_ctx checkpoint writer stopped for session %s: %s", session_id, exc)
+            job.result = "failed"
+            await self._events.emit(
+                WriterFailed(
+                    session_id=session_id, time=now_ms(), writer="coordinator", error=str(exc)
+                )
+            )
+        except anyio.get_cancelled_exc_class():
+            if self._task_group is None or self._task_group.cancel_scope.cancel_called:
+                raise  # the middleware is shutting down: a real cancellation
+            # A cancellation nobody requested, raised inside the writer's own code
+            # (say, by an inner task of its model client): a writer failure, never
+            # a cancellation of the middleware's task group and so of the host.
+            _log.warning("mimo_ctx checkpoint writer of session %s was cancelled", session_id)
+            job.result = "failed"
+            await self._events.emit(
+                WriterFailed(
+                    session_id=session_id,
+                    time=now_ms(),
+                    writer="coordinator",
+                    error="the writer was cancelled by its own code",
+                )
+            )
+        except Exception as exc:  # the writer's failure must never take the host down
+            _log.exception("mimo_ctx checkpoint writer crashed for session %s", session_id)
+            job.result = "failed"
+            await self._events.emit(
+                WriterFailed(
+                    session_id=session_id, time=now_ms(), writer="coordinator", error=repr(exc)
+                )
+            )
+        finally:
+            if job.owner is not None:
+                await self._release(session_id, job.owner)
+            job.done.set()
+            slot = self._slots[session_id]
+            pending, slot.pending = slot.pending, None
+            if pending is not None and self._task_group is not None:
+                # Handed over at once: a request arriving meanwhile queues behind it.
+                slot.running = pending
+                self._task_group.start_soon(self._run, session_id, pending, None)
+            else:
+                slot.running = None
+
+    async def _write_leased(
+        self, session_id: str, job: _Job, watermark: str, owner: str
+    ) -> tuple[WaitResult, str | None]:
+        """Run the writer while a sibling task keeps the lease alive."""
+        lost: list[str] = []
+        outcome: tuple[WaitResult, str | None] = ("failed", None)
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._keep_lease, session_id, owner, group.cancel_scope, lost)
+            outcome = await self._write(session_id, job, watermark, owner)
+            group.cancel_scope.cancel()
+        if lost:
+            raise _LeaseLost(lost[0])
+        return outcome
+
+    async def _keep_lease(
+        self, session_id: str, owner: str, scope: anyio.CancelScope, lost: list[str]
+    ) -> None:
+        lease = self._lease
+        assert lease is not None
+        interval = self._ttl / 3
+        last_renewed = anyio.current_time()
+        while True:
+            await anyio.sleep(interval)
+            renewed: bool | None = None
+            with anyio.move_on_after(interval):
+                try:
+                    renewed = await lease.renew(session_id, owner, self._ttl)
+                except Exception as exc:  # a database hiccup: try again next interval
+                    _log.warning(
+                        "mimo_ctx could not renew the writer lease of session %s: %r",
+                        session_id,
+                        exc,
+                    )
+            if renewed:
+                last_renewed = anyio.current_time()
+                continue
+            # Not ours any more, or unconfirmed for two intervals: by the time a
+            # third would come the lease may have lapsed and another worker may
+            # be writing. Stop before that.
+            if renewed is False or anyio.current_time() - last_renewed >= 2 * interval:
+                lost.append(
+                    f"the writer lease of session {session_id} was lost (it lapsed or another "
+                    "worker took it over); nothing more is persisted by this run"
+                )
+                scope.cancel()
+                return
+
+    async def _fence(self, session_id: str, owner: str | None) -> None:
+        """Renew the lease right before a file goes into place; stop if it is gone."""
+        lease = self._lease
+        if owner is None or lease is None:
+            return
+        try:
+            renewed = await lease.renew(session_id, owner, self._ttl)
+        except Exception as exc:
+            raise _LeaseLost(
+                f"the writer lease of session {session_id} could not be confirmed ({exc!r}); "
+                "nothing more is persisted by this run"
+            ) from exc
+        if not renewed:
+            raise _LeaseLost(
+                f"the writer lease of session {session_id} was lost before the checkpoint was "
+                "written; nothing more is persisted by this run"
+            )
+
+    async def _write(
+        self, session_id: str, job: _Job, watermark: str, owner: str | None
+    ) -> tuple[WaitResult, str | None]:
+        session = await self._store.get_session(session_id)
+        if session is None:
+            raise MimoCtxError(f"unknown session {session_id!r}")
+        history = await self._store.list_messages(session_id, agent=MAIN_AGENT)
+        covered = [m for m in history if m.id <= watermark]
+        layout = self._layout
+        checkpoint_path = layout.checkpoint_path(session_id)
+        request = WriterRequest(
+            session_id=session_id,
+            project_id=session.project_id,
+            watermark=watermark,
+            messages=covered,
+            # Bounded reads inside the memory root: a huge or symlinked-out file
+            # must neither exhaust memory nor leak outside content.
+            previous_checkpoint=await _read_previous_checkpoint(checkpoint_path, layout.root),
+            notes=await read_text(
+                layout.notes_path(session_id), max_chars=WRITER_MAX_CHARS, root=layout.root
+            ),
+            tasks=await self._store.list_tasks(session_id),
+            checkpoint_path=checkpoint_path,
+            project_memory_path=layout.project_memory_path(session.project_id),
+            notes_path=layout.notes_path(session_id),
+            tasks_dir=layout.tasks_dir(session_id),
+            budgets=section_budgets(self._config.push_caps),
+            previous_state=await _read_previous_checkpoint(
+                layout.checkpoint_state_path(session_id), layout.root
+            ),
+        )
+        writers = [self._writer] + ([self._fallback] if self._fallback is not None else [])
+        for writer in writers:
+            await self._events.emit(
+                WriterStarted(
+                    session_id=session_id,
+                    time=now_ms(),
+                    watermark=watermark,
+                    reason=job.reason,
+                    writer=writer.name,
+                )
+            )
+            try:
+                draft = await writer.write(request)
+                _check_draft(draft)
+                await self._persist(session_id, request, draft, owner)
+            except _LeaseLost:
+                raise
+            except Exception as exc:
+                _log.warning("mimo_ctx %s checkpoint writer failed: %r", writer.name, exc)
+                await self._events.emit(
+                    WriterFailed(
+                        session_id=session_id, time=now_ms(), writer=writer.name, error=repr(exc)
+                    )
+                )
+                continue
+            await self._events.emit(
+                WriterFinished(
+                    session_id=session_id,
+                    time=now_ms(),
+                    watermark=watermark,
+                    writer=writer.name,
+                    checkpoint_path=str(checkpoint_path),
+                    checkpoint_tokens=estimate_text_tokens(draft.text),
+                )
+            )
+            return "finished", writer.name
+        return "failed", None
+
+    async def _persist(
+        self,
+        session_id: str,
+        request: WriterRequest,
+        draft: CheckpointDraft,
+        owner: str | None,
+    ) -> None:
+        directory = request.checkpoint_path.parent
+        if draft.extra_files:
+            await self._fence(session_id, owner)
+        root = self._layout.root
+        for name, content in draft.extra_files.items():
+            await write_text_atomic(directory / name, content, root=root)
+        if draft.state is not None:
+            # Before checkpoint.md: a state newer than its checkpoint is recognised
+            # (by the digest it holds) and ignored; the reverse could not be.
+            path = self._layout.checkpoint_state_path(session_id)
+            await write_text_atomic(path, draft.state, root=root)
+        # checkpoint.md last: it is what a rebuild reads, so it must never point
+        # at a spill-over file that is not on disk yet.
+        await self._fence(session_id, owner)
+        await write_text_atomic(request.checkpoint_path, draft.text, root=root)
+        if draft.notes_folded and request.notes:
+            await _empty_folded_notes(request.notes_path, request.notes, root=root)
+        if owner is None or self._lease is None:
+            await self._store.set_watermark(session_id, request.watermark)
+        elif not await self._lease.set_watermark_if_held(session_id, owner, request.watermark):
+            raise _LeaseLost(
+                f"the writer lease of session {session_id} was lost before the watermark was "
+                "persisted; the checkpoint on disk is newer than the stored watermark"
+            )
+
+
+def _watermark_of(messages: Sequence[Message], config: RebuildConfig) -> str | None:
+    boundary = compute_boundary(messages, config)
+    if boundary is None:
+        return None
+    return adjust_boundary_for_api_invariants(messages, boundary)
+
+
+def _index_of(messages: Sequence[Message], message_id: str) -> int:
+    for index, message in enumerate(messages):
+        if message.id == message_id:
+            return index
+    return -1
+
+
+async def _read_previous_checkpoint(path: Path, root: Path) -> str | None:
+    """The checkpoint (or its state file) to carry forward; unreadable, the writer starts afresh.
+
+    It is about to be replaced, so a file that cannot be read (or that leads out of
+    the memory root) is logged and ignored. ``notes.md`` gets no such grace: its
+    content is folded in and then removed, so a read error fails the writer.
+    """
+    try:
+        return await read_text(path, max_chars=WRITER_MAX_CHARS, root=root)
+    except (OSError, PathEscapeError) as exc:
+        _log.warning("mimo_ctx: previous checkpoint %s could not be read: %s", path, exc)
+        return None
+
+
+async def _empty_folded_notes(path: Path, folded: str, *, root: Path) -> None:
+    """Remove from ``notes.md`` what the writer folded in (A14), nothing else.
+
+    The agent may add notes while the writer runs, and a huge file is only read in
+    part: what was not folded in stays. A file rewritten meanwhile (or whose bytes
+    differ from the text read, e.g. ``\r\n`` line ends) is kept whole: folding a
+    note twice is better than losing one. The rest of the file is streamed, never
+    held in memory whole.
+    """
+    await anyio.to_thread.run_sync(_drop_prefix, path, folded, root)
+
+
+def _drop_prefix(path: Path, prefix: str, root: Path) -> None:
+    try:
+        real = Path(os.path.realpath(path))
+        if not real.is_relative_to(os.path.realpath(root)):
+            return
+        with real.open(encoding="utf-8", errors="replace", newline="") as source:
+            if source.read(len(prefix)) != prefix:
+                return
+            temporary = real.with_name(f".{real.name}.{uuid.uuid4().hex}.tmp")
+            try:
+                with temporary.open("w", encoding="utf-8", newline="") as target:
+                    shutil.copyfileobj(source, target, 1 << 20)
+                    target.flush()
+                    os.fsync(target.fileno())
+                os.replace(temporary, real)
+            finally:
+                temporary.unlink(missing_ok=True)
+    except FileNotFoundError:
+        return
+
+
+def _check_draft(draft: CheckpointDraft) -> None:
+    if not draft.text.strip():
+        raise MimoCtxError("the checkpoint writer returned an empty checkpoint")
+    for name in draft.extra_files:
+        if not _EXTRA_FILE.match(name):
+            raise MimoCtxError(
+                f"the checkpoint writer named a spill-over file {name!r}; "
+                "expected checkpoint-<topic>.md"
+            )

@@ -1,0 +1,220 @@
+"""The ``checkpoint.md`` layout (SPEC A14) and helpers to build and parse it.
+
+A checkpoint starts with a ``Topic: <one line>`` line, then eleven level-2
+sections, always present (``(none)`` when empty), each with an italic
+instruction line under its heading. A section over its budget moves older items
+to a spill-over file ``checkpoint-<topic>.md`` beside it and keeps an index line
+``- See checkpoint-<topic>.md (N items) - <summary>``, which the section-aware
+budgeted read always keeps (SPEC A8).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from mimo_ctx.config import PushCaps
+from mimo_ctx.tokens import estimate_text_tokens
+
+__all__ = [
+    "CHECKPOINT_SECTIONS",
+    "CheckpointSection",
+    "fit_items",
+    "is_index_line",
+    "parse_checkpoint",
+    "render_checkpoint",
+    "section_budgets",
+    "topic_of",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSection:
+    """One of the eleven checkpoint sections: number, title, default budget, instruction."""
+
+    number: int
+    title: str
+    budget: int
+    instruction: str
+
+    @property
+    def heading(self) -> str:
+        """The section's level-2 heading line."""
+        return f"## {self.number}. {self.title}"
+
+
+# Titles and budgets are the original's (facts); the instruction lines are ours.
+CHECKPOINT_SECTIONS: Final[tuple[CheckpointSection, ...]] = (
+    CheckpointSection(1, "Active intent", 500, "_What the user asked for, quoted word for word._"),
+    CheckpointSection(
+        2, "Next concrete action", 1000, "_The very next step to take when work resumes._"
+    ),
+    CheckpointSection(
+        3, "Directives", 800, "_Standing instructions the user gave in this session._"
+    ),
+    CheckpointSection(
+        4, "Task tree", 1000, "_Task ids with their status icons; sub-tasks indented._"
+    ),
+    CheckpointSection(5, "Current work", 2000, "_What was being done and concluded last._"),
+    CheckpointSection(
+        6, "Files and code sections", 1500, "_Files read or changed, and why they matter._"
+    ),
+    CheckpointSection(
+        7, "Discovered knowledge", 2000, "_Facts learned about the code, tools and environment._"
+    ),
+    CheckpointSection(8, "Errors and fixes", 1500, "_Failures met and how they were resolved._"),
+    CheckpointSection(
+        9,
+        "Live resources",
+        1000,
+        "_Servers, ports, paths and ids still in use, copied exactly._",
+    ),
+    CheckpointSection(
+        10,
+        "Design decisions and discussion outcomes",
+        3000,
+        "_Choices made and why; outcomes agreed with the user._",
+    ),
+    CheckpointSection(11, "Open notes", 800, "_Anything else worth keeping._"),
+)
+
+_TOPIC = re.compile(r"^Topic:\s*(.+?)\s*$", re.MULTILINE)
+_HEADING = re.compile(r"^##\s+(?:§?\d+[.)]?\s+)?(.+?)\s*$")
+_INDEX_LINE = re.compile(r"^- See \S+\.md \(\d+")
+
+
+def section_budgets(push_caps: PushCaps | None = None) -> dict[int, int]:
+    """Token budget per section number, with the push caps applied (SPEC R5.10).
+
+    ``design_decisions`` is §10's budget and ``open_notes`` §11's; ``focus_task``
+    caps §1 + §2 together: when their A14 budgets add up to more, both shrink in
+    proportion.
+    """
+    caps = push_caps or PushCaps()
+    budgets = {s.number: s.budget for s in CHECKPOINT_SECTIONS}
+    budgets[10] = caps.design_decisions
+    budgets[11] = caps.open_notes
+    focus = budgets[1] + budgets[2]
+    if focus > caps.focus_task:
+        budgets[1] = budgets[1] * caps.focus_task // focus
+        budgets[2] = caps.focus_task - budgets[1]
+    return budgets
+
+
+def topic_of(text: str | None) -> str | None:
+    """The topic from the first ``Topic: <text>`` line, or ``None`` (SPEC A5)."""
+    if not text:
+        return None
+    match = _TOPIC.search(text)
+    return match.group(1) if match else None
+
+
+def _slug(text: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return slug[:40] or "notes"
+
+
+def parse_checkpoint(text: str) -> dict[int, list[str]]:
+    """Split a checkpoint into body lines per section number.
+
+    Headings are matched by title (numbered or not); italic instruction lines are
+    dropped; ``(none)`` bodies become empty. Unknown sections are ignored.
+    """
+    by_title = {s.title.lower(): s.number for s in CHECKPOINT_SECTIONS}
+    result: dict[int, list[str]] = {}
+    current: int | None = None
+    seen_italic = False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            match = _HEADING.match(line)
+            title = match.group(1).lower() if match else ""
+            current = by_title.get(title)
+            seen_italic = False
+            if current is not None:
+                result.setdefault(current, [])
+            continue
+        if current is None:
+            continue
+        stripped = line.strip()
+        if not seen_italic and len(stripped) > 1 and stripped[0] == stripped[-1] == "_":
+            seen_italic = True
+            continue
+        if stripped == "(none)":
+            continue
+        result[current].append(line)
+    for lines in result.values():
+        while lines and not lines[-1].strip():
+            lines.pop()
+        while lines and not lines[0].strip():
+            lines.pop(0)
+    return result
+
+
+def fit_items(
+    number: int,
+    items: Sequence[str],
+    budget: int,
+    *,
+    limit: int | None = None,
+    head: Sequence[str] = (),
+    keep: Collection[int] = (),
+) -> tuple[list[str], tuple[str, str] | None]:
+    """Fit a section's items into ``budget`` tokens and ``limit`` items (SPEC A14).
+
+    ``head`` lines always stay first. Items are taken newest (last) first, those
+    whose index is in ``keep`` before the others; the rest move to the spill-over
+    file ``checkpoint-<section>.md`` and an index line ``- See <file> (N items) -
+    <summary>`` takes their place, so the kept items and that line stay within the
+    budget.
+
+    Returns:
+        The section's lines and, when something moved, ``(file name, content)``.
+    """
+    cap = len(items) if limit is None else limit
+    cost = sum(estimate_text_tokens(h) + 1 for h in head)
+    if len(items) <= cap and cost + sum(estimate_text_tokens(i) + 1 for i in items) <= budget:
+        return [*head, *items], None
+    section = next(s for s in CHECKPOINT_SECTIONS if s.number == number)
+    name = f"checkpoint-{_slug(section.title)}.md"
+
+    def index_line(moved: Sequence[str]) -> str:
+        first = " ".join(moved[0].lstrip("-*✓ ").split()) if moved else ""
+        summary = first[:60] + ("…" if len(first) > 60 else "")
+        return f"- See {name} ({len(moved)} items) - older {section.title.lower()}: {summary}"
+
+    # Room for the longest index line this call can write.
+    cost += estimate_text_tokens(index_line(["x" * 61] * len(items))) + 1
+    wanted = set(keep)
+    order = [i for i in reversed(range(len(items))) if i in wanted]
+    order += [i for i in reversed(range(len(items))) if i not in wanted]
+    chosen: set[int] = set()
+    for index in order:
+        price = estimate_text_tokens(items[index]) + 1
+        if len(chosen) < cap and cost + price <= budget:
+            chosen.add(index)
+            cost += price
+    moved = [items[i] for i in range(len(items)) if i not in chosen]
+    kept = [items[i] for i in range(len(items)) if i in chosen]
+    index = index_line(moved)
+    content = f"# {section.title} (moved from checkpoint.md)\n\n" + "\n".join(moved) + "\n"
+    return [*head, index, *kept], (name, content)
+
+
+def render_checkpoint(topic: str, bodies: Mapping[int, Sequence[str]]) -> str:
+    """Render a checkpoint in the A14 layout: Topic line, then the eleven sections."""
+    topic_line = " ".join(topic.split()) or "(unknown)"
+    out = [f"Topic: {topic_line}", ""]
+    for section in CHECKPOINT_SECTIONS:
+        out.append(section.heading)
+        out.append(section.instruction)
+        lines = [line for line in bodies.get(section.number, ()) if line.strip()]
+        out.extend(lines or ["(none)"])
+        out.append("")
+    return "\n".join(out)
+
+
+def is_index_line(line: str) -> bool:
+    """True for a spill-over index line ``- See x.md (N items) ...``."""
+    return bool(_INDEX_LINE.match(line))

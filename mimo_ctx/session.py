@@ -1,0 +1,133 @@
+"""The domain models: sessions, their frozen prefix and state, tasks and actors.
+
+Plain pydantic models, without I/O: the pure modules (sections, the checkpoint
+writers' inputs) use them without importing the storage package, and every
+store (:mod:`mimo_ctx.store`) persists them. Messages live in
+:mod:`mimo_ctx.messages`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mimo_ctx import ids
+
+__all__ = [
+    "ACTIVE_ACTOR_STATUSES",
+    "TERMINAL_TASK_STATUSES",
+    "Actor",
+    "ActorStatus",
+    "RequestPrefix",
+    "Session",
+    "SessionState",
+    "Task",
+    "TaskStatus",
+    "task_order_key",
+]
+
+_DIGITS = re.compile(r"(\d+)")
+
+TaskStatus = Literal[
+    "open", "dispatched", "in_progress", "blocked", "human_review", "done", "failed", "abandoned"
+]
+TERMINAL_TASK_STATUSES: frozenset[str] = frozenset({"done", "failed", "abandoned"})
+
+ActorStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
+ACTIVE_ACTOR_STATUSES: frozenset[str] = frozenset({"pending", "running"})
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RequestPrefix(_Model):
+    """A session's frozen request prefix (SPEC R8.1 (1)): system prompt and tool list.
+
+    Stored once and returned byte-identical every turn, so provider prompt caches
+    keep hitting.
+    """
+
+    system: str = ""
+    tools: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
+
+
+class SessionState(_Model):
+    """Automation state of a session, persisted so other workers see it.
+
+    Attributes:
+        crossed_thresholds: Writer thresholds (tokens) already fired; cleared after a
+            successful rebuild (SPEC A3).
+        skip_overflow_once: Set by a rebuild: the next overflow check is skipped once
+            so the model can answer on the trimmed context (R1.4).
+        auto_rebuild_disabled: Set by the loop guard (R5.9 **beyond**).
+        freed_fractions: Share of the request freed by each recent rebuild, newest last.
+        rebuilds: How many rebuilds the session has had.
+    """
+
+    crossed_thresholds: list[int] = Field(default_factory=list[int])
+    skip_overflow_once: bool = False
+    auto_rebuild_disabled: bool = False
+    freed_fractions: list[float] = Field(default_factory=list[float])
+    rebuilds: int = 0
+
+
+class Session(_Model):
+    """A conversation: ordered messages of a main agent and its sub-agents."""
+
+    id: str = Field(default_factory=lambda: ids.ascending("ses"))
+    project_id: str = "default"
+    title: str = ""
+    time_created: int = Field(ge=0)
+    prefix: RequestPrefix | None = None
+    watermark: str | None = None
+    state: SessionState = Field(default_factory=SessionState)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Task(_Model):
+    """An entry of a session's task registry (SPEC A16): ids ``T1``, ``T1.2``."""
+
+    id: str
+    session_id: str
+    parent_id: str | None = None
+    status: TaskStatus = "open"
+    summary: str = ""
+    progress_file: str | None = None
+    time_created: int = Field(ge=0)
+    time_updated: int = Field(ge=0)
+
+
+class Actor(_Model):
+    """A background actor (a long-running sub-agent or job) of a session."""
+
+    id: str
+    session_id: str
+    agent: str
+    description: str = ""
+    status: ActorStatus = "pending"
+    background: bool = True
+    time_created: int = Field(ge=0)
+    time_last_activity: int = Field(ge=0)
+
+
+def task_order_key(task_id: str) -> tuple[tuple[int, str], ...]:
+    """Return a key that sorts task ids naturally (SPEC A16): ``T2`` before ``T10``.
+
+    The id is split into alternating text and number pieces; numbers compare by
+    value, text by its characters. So ``T1 < T1.2 < T1.10 < T2 < T10``.
+
+    Args:
+        task_id: A task id such as ``T1.2`` (any string is accepted).
+
+    Returns:
+        A tuple usable as a sort key. Ids differing only in leading zeros
+        (``T01``, ``T1``) get equal keys; sort by ``(key, id)`` to break the tie.
+    """
+    pieces = _DIGITS.split(task_id)
+    # re.split with a capturing group puts numbers at the odd positions, so a
+    # position holds text in every key or a number in every key: encoding text
+    # as (0, text) and numbers as (value, "") keeps the comparison typed and total.
+    return tuple((int(p), "") if i % 2 else (0, p) for i, p in enumerate(pieces))

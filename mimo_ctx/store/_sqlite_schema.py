@@ -1,0 +1,202 @@
+"""The schema of :class:`~mimo_ctx.store.sqlite.SQLiteStore` and how a store file is opened.
+
+Opening reads before anything writes: a file that is not an SQLite database, or
+a database that is not ours (other tables, no version), is refused with a
+:class:`~mimo_ctx.errors.StoreError` and left byte-for-byte unchanged. A new
+file gets WAL mode and the schema in one ``BEGIN IMMEDIATE`` transaction; the
+version is ``PRAGMA user_version``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import warnings
+from collections.abc import Callable
+from typing import Final, Literal, TypeVar
+
+from mimo_ctx.errors import StoreError
+
+__all__ = ["SCHEMA_VERSION", "open_database", "write_transaction"]
+
+_T = TypeVar("_T")
+
+SCHEMA_VERSION: Final = 1
+"""The schema version this module writes (``PRAGMA user_version``)."""
+
+# Our tables: a database holding other tables but not these is someone else's.
+_OUR_TABLES: Final = frozenset({"counters", "sessions", "messages", "rebuilds", "tasks", "actors"})
+
+_SCHEMA: Final = (
+    # Store-wide counters; "seq" numbers message writes for the change feed.
+    "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    "INSERT INTO counters (name, value) VALUES ('seq', 0)",
+    """CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        time_created INTEGER NOT NULL,
+        payload TEXT NOT NULL
+    )""",
+    "CREATE INDEX sessions_by_time ON sessions (time_created, id)",
+    """CREATE TABLE messages (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        agent TEXT NOT NULL,
+        role TEXT NOT NULL,
+        time_created INTEGER NOT NULL,
+        is_boundary INTEGER NOT NULL,
+        is_finished_assistant INTEGER NOT NULL,
+        token_estimate INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        payload TEXT NOT NULL
+    )""",
+    "CREATE INDEX messages_by_agent_time ON messages (session_id, agent, time_created, id)",
+    "CREATE INDEX messages_by_time ON messages (session_id, time_created, id)",
+    "CREATE INDEX messages_by_seq ON messages (session_id, seq)",
+    # Partial indexes: only flagged rows, so the hot "newest X" lookups read one
+    # index entry from the end of a small b-tree.
+    """CREATE INDEX messages_finished_by_agent ON messages (session_id, agent, id)
+        WHERE is_finished_assistant = 1""",
+    """CREATE INDEX messages_finished ON messages (session_id, id)
+        WHERE is_finished_assistant = 1""",
+    """CREATE INDEX messages_boundaries ON messages (session_id, agent, id)
+        WHERE is_boundary = 1""",
+    # One row per committed rebuild; the UNIQUE constraint is what makes
+    # commit_rebuild once-per-usage across tasks and processes.
+    """CREATE TABLE rebuilds (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        usage_key TEXT NOT NULL,
+        boundary_id TEXT NOT NULL,
+        time_committed INTEGER NOT NULL,
+        UNIQUE (session_id, usage_key)
+    )""",
+    """CREATE TABLE tasks (
+        session_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        PRIMARY KEY (session_id, id)
+    )""",
+    """CREATE TABLE actors (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        background INTEGER NOT NULL,
+        time_created INTEGER NOT NULL,
+        payload TEXT NOT NULL
+    )""",
+    "CREATE INDEX actors_by_session ON actors (session_id, time_created, id)",
+)
+
+
+def write_transaction(conn: sqlite3.Connection, body: Callable[[], _T]) -> _T:
+    """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction; roll back on any error."""
+    # IMMEDIATE takes the write lock up front (waiting up to busy_timeout), so a
+    # transaction never fails half-way because another writer got in first.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = body()
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+def open_database(
+    path: str, *, busy_timeout: float, synchronous: Literal["NORMAL", "FULL"]
+) -> sqlite3.Connection:
+    """Open the store file, check what it holds, and create the schema if it is new.
+
+    Raises:
+        StoreError: The file cannot be opened, is not an SQLite database, is not a
+            mimo_ctx store, or has a newer schema. The file is then unchanged.
+    """
+    try:
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves.
+        # check_same_thread=False: calls may land on different worker
+        # threads; the store's worker serialises them.
+        conn = sqlite3.connect(
+            path,
+            timeout=busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open SQLite store {path}: {exc}") from exc
+    try:
+        _initialise(conn, path, busy_timeout, synchronous)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _initialise(conn: sqlite3.Connection, path: str, busy_timeout: float, synchronous: str) -> None:
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+    # Read before anything writes: a file that is not a database fails here
+    # ("file is not a database") and has not been touched.
+    try:
+        version, tables = _inspect(conn)
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"{path} is not a readable SQLite database ({exc}); the file was left unchanged"
+        ) from exc
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} has store schema version {version}; this mimo_ctx "
+            f"supports up to {SCHEMA_VERSION}. Upgrade mimo_ctx to open it"
+        )
+    if version == 0 and tables and not tables <= _OUR_TABLES:
+        raise StoreError(
+            f"{path} is an SQLite database but not a mimo_ctx store "
+            f"(it has tables {sorted(tables)}); the file was left unchanged"
+        )
+    if path != ":memory:":
+        _enable_wal(conn, path, busy_timeout)
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if version < SCHEMA_VERSION:
+        write_transaction(conn, lambda: _create_schema(conn))
+
+
+def _inspect(conn: sqlite3.Connection) -> tuple[int, frozenset[str]]:
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    rows = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    ).fetchall()
+    return version, frozenset(str(r[0]) for r in rows)
+
+
+def _enable_wal(conn: sqlite3.Connection, path: str, busy_timeout: float) -> None:
+    # Switching to WAL needs a moment of exclusive access; two processes
+    # opening a new file together can see "locked" here even with a busy
+    # timeout, so retry until the timeout.
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+    if mode.lower() != "wal":
+        warnings.warn(
+            f"SQLite store {path}: WAL mode unavailable (journal_mode={mode}); "
+            "readers will block writers",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    # Re-read inside the write transaction: another process may have created
+    # the schema since we looked.
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version >= SCHEMA_VERSION:
+        return
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
