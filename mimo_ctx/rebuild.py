@@ -320,10 +320,12 @@ class Rebuilder:
         window = state.windows[MAIN_AGENT]
         usage_key = f"manual:{new_message_id()}" if trigger == "manual" else window.usage_key
         before = (await self._windows.view(session_id, state, window)).tokens
+        recovers = window.last_finished.id if window.last_finished and trigger != "manual" else None
         result = await self._rebuild(
             session_id,
             trigger=trigger,
             usage_key=usage_key,
+            recovers=recovers,
             before=before,
             prefix_tokens=state.prefix_tokens or 0,
         )
@@ -371,13 +373,15 @@ class Rebuilder:
         *,
         trigger: Trigger,
         usage_key: str,
+        recovers: str | None,
         before: int,
         prefix_tokens: int,
     ) -> _Result:
         """Wait, render, insert and commit; fall back where A3 says so.
 
-        ``usage_key`` is the usage it recovers (once per usage, R1.4), ``before``
-        the request's estimated tokens now.
+        ``usage_key`` is the usage it recovers (once per usage, R1.4), ``recovers``
+        the assistant message that reported it (``None`` for a manual rebuild),
+        ``before`` the request's estimated tokens now.
         """
         manual = trigger == "manual"
         session = await self._session(session_id)
@@ -413,8 +417,17 @@ class Rebuilder:
                     before=before,
                 )
         else:
-            if not coordinator.in_flight(session_id) and await self._checkpoint_is_stale(
-                session_id, watermark_id
+            latest = await store.latest_boundary(session_id)
+            if recovers is not None and latest is not None and latest.id > recovers:
+                # Another task or worker recovered this usage since the window was
+                # read (R1.4, by ids). Its boundary covers the watermark, which must
+                # not read as a stale checkpoint: starting a writer would only make
+                # this caller wait for it before the commit answers the same.
+                return _Result(RebuildReport(outcome="already-recovered", trigger=trigger))
+            if (
+                not coordinator.in_flight(session_id)
+                and latest is not None
+                and latest.covered_up_to == watermark_id
             ):
                 # Beyond the original: the checkpoint has not moved since the last
                 # rebuild (no threshold fired: small windows have none below 25000
@@ -529,10 +542,6 @@ class Rebuilder:
             WaitingForWriter(session_id=session_id, time=now_ms(), timeout=timeout)
         )
         await self._coordinator.wait(session_id, timeout)
-
-    async def _checkpoint_is_stale(self, session_id: str, watermark_id: str) -> bool:
-        latest = await self._store.latest_boundary(session_id)
-        return latest is not None and latest.covered_up_to == watermark_id
 
     async def _insert(
         self,

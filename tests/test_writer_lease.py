@@ -28,6 +28,7 @@ from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig, WriterConfig, load_config
 from mimo_ctx.errors import ConfigError, StoreError
 from mimo_ctx.events import ContextRebuilt, Event, WriterFailed, WriterFinished, WriterStarted
+from mimo_ctx.memory import write_text_atomic
 from mimo_ctx.messages import (
     Message,
     TextPart,
@@ -364,6 +365,59 @@ async def test_a3_r1_4_two_workers_50_concurrent_prepares_one_writer_one_boundar
     assert sum(m.is_boundary for m in stored) == 1
     assert len({v.boundary_id for v in views}) == 1
     assert len(stored) == count + 1  # nothing lost, nothing doubled
+
+
+class _RacingStore(InMemoryStore):
+    """Runs ``race`` once, at the first session read: another worker acts between this
+    worker's trigger check and its rebuild."""
+
+    race: Callable[[], Awaitable[object]] | None = None
+
+    async def get_session(self, session_id: str) -> Session | None:
+        race, self.race = self.race, None
+        if race is not None:
+            await race()
+        return await super().get_session(session_id)
+
+
+async def test_r1_4_a3_usage_recovered_by_another_worker_meanwhile_starts_no_writer(
+    tmp_path: Path,
+) -> None:
+    """The checkpoint is on disk; worker B sees the usage over the line, then worker A
+    rebuilds for it before B's rebuild reads the boundaries. B must not take A's fresh
+    boundary for a stale checkpoint (and start a writer, then wait for it): the usage is
+    recovered, B answers ``already-recovered`` and writes nothing."""
+    store = _RacingStore()
+    session = await new_session(store)
+    messages = await store.list_messages(session.id)
+    memory = tmp_path / "mem"
+    checkpoint = memory / "sessions" / session.id / "checkpoint.md"
+    await write_text_atomic(checkpoint, "Topic: refactoring\n\n## Active intent\nRefactor.\n")
+    await store.set_watermark(session.id, messages[12].id)
+    a_events, on_a = recorder()
+    b_events, on_b = recorder()
+    lease = InMemoryWriterLease(store)
+    settings = {"model": LIMITS, "config": _config(), "writer_lease": lease}
+    async with (
+        ContextMiddleware(store, memory, on_event=on_a, **settings) as worker_a,
+        ContextMiddleware(store, memory, on_event=on_b, **settings) as worker_b,
+    ):
+
+        async def a_rebuilds() -> None:
+            view = await worker_a.prepare(session.id)
+            assert view.rebuild is not None
+            assert view.rebuild.outcome == "rebuilt"
+
+        store.race = a_rebuilds
+        with anyio.fail_after(30):
+            view = await worker_b.prepare(session.id)
+    assert view.rebuild is not None
+    assert view.rebuild.outcome == "already-recovered"
+    assert [e for e in b_events if isinstance(e, WriterStarted)] == []
+    assert [e for e in a_events if isinstance(e, WriterStarted)] == []
+    stored = await store.list_messages(session.id)
+    assert sum(m.is_boundary for m in stored) == 1
+    assert view.boundary_id == next(m.id for m in stored if m.is_boundary)
 
 
 async def test_a3_abandoned_lease_is_taken_over_after_it_lapses(
