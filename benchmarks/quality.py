@@ -25,7 +25,9 @@ transcripts do not record one). Claude Code's summary is the text of its
 ``isCompactSummary`` user line (its "This session is being continued…" preamble
 included). Tokens are exact ``o200k_base`` counts
 (:class:`~mimo_ctx.tokens.TiktokenCounter`) for both sides; Claude's own
-tokenizer differs, the ratio between the two texts hardly does.
+tokenizer differs, the ratio between the two texts hardly does. Live message ids
+(random tails) and the temporary memory folder in our text are replaced by fixed
+text of the same length before counting, so every run gives the same sizes.
 
 **Probes** (all from the transcript's main file, records before the compaction
 line; *text* is the body, the whole rebuilt request, or the summary; matching is
@@ -377,8 +379,19 @@ def _sent_text(message: Message) -> str:
     return "\n".join(p.text for p in message.parts if isinstance(p, TextPart) and not p.ignored)
 
 
+# Live message ids end in random characters and the memory root is a fresh temporary
+# folder: both are replaced by fixed text of the same length before counting, so the
+# sizes are the same in every run.
+_LIVE_ID: Final = re.compile(r"\b(msg|prt|ses)_[0-9a-f]{14}[0-9A-Za-z]{14}\b")
+
+
+def _stable_count(counter: TiktokenCounter, text: str, root: Path) -> int:
+    text = text.replace(str(root), "/" + "m" * (len(str(root)) - 1))
+    return counter.count(_LIVE_ID.sub(lambda m: f"{m.group(1)}_{'0' * 14}{'x' * 14}", text))
+
+
 async def _point(
-    path: Path, point: CompactionPoint, data: bytes, counter: TiktokenCounter
+    path: Path, point: CompactionPoint, data: bytes, counter: TiktokenCounter, root: Path
 ) -> dict[str, Any]:
     transcript = stable_ids(load_transcript(path))
     compaction = next((c for c in transcript.compactions if c.line == point.line), None)
@@ -386,7 +399,7 @@ async def _point(
         raise RuntimeError(f"{path.name}: the importer has no compaction at line {point.line}")
     typed = typed_inputs(data, "claude-code")
     replay = await replay_transcript(
-        transcript, window=WINDOW, typed=typed, rebuild_at=compaction.index
+        transcript, window=WINDOW, typed=typed, rebuild_at=compaction.index, memory_root=root
     )
     assert replay.point is not None  # rebuild_at was given
     request = list(replay.point.request)
@@ -403,8 +416,8 @@ async def _point(
         "at": compaction.index,
         "outcome": replay.point.outcome,
         "mimo_rebuilds_before": len(replay.rebuilds),
-        "body_tokens": counter.count(body),
-        "tail_tokens": counter.count(tail_text) if tail else 0,
+        "body_tokens": _stable_count(counter, body, root),
+        "tail_tokens": _stable_count(counter, tail_text, root) if tail else 0,
         "summary_tokens": counter.count(point.summary),
         "request_estimate": replay.point.request_tokens,
         "scores": {
@@ -566,8 +579,9 @@ async def _run(quick: bool) -> dict[str, Any]:
         points: list[dict[str, Any]] = []
         for path in paths:
             data = path.read_bytes()
-            for point in compaction_points(data):
-                points.append(await _point(path, point, data, counter))
+            for n, point in enumerate(compaction_points(data)):
+                root = scratch / f"memory-{path.stem[:8]}-{n}"
+                points.append(await _point(path, point, data, counter, root))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return _report(points, missing)
