@@ -59,6 +59,10 @@ line; *text* is the body, the whole rebuilt request, or the summary; matching is
     that is not ``Exit code N``; the key's first 8 words must be found
     consecutively, loosely as in (e): 1 or 0.
 
+Each rebuilt request is also converted to an OpenAI chat and an Anthropic Messages
+payload and checked with :func:`~mimo_ctx.providers.validate.validate_request`, and
+its estimated size is compared with the trigger line.
+
 A probe with nothing to look for (no edits, no ``TodoWrite``, no unresolved
 error) is ``n/a``. Every probe is exact and deterministic: the same files give
 the same figures.
@@ -77,8 +81,12 @@ from typing import Any, Final, cast
 
 import anyio
 
+from mimo_ctx.errors import InvalidRequestError
 from mimo_ctx.importers import load_transcript
 from mimo_ctx.messages import Message, TextPart
+from mimo_ctx.providers.anthropic import to_anthropic
+from mimo_ctx.providers.openai import to_openai_chat
+from mimo_ctx.providers.validate import validate_request
 from mimo_ctx.replay import replay_transcript, request_text, stable_ids
 from mimo_ctx.tokens import TiktokenCounter
 from mimo_ctx.typed_input import TypedInput, newest_words, run_share, typed_inputs, words
@@ -390,6 +398,17 @@ def _stable_count(counter: TiktokenCounter, text: str, root: Path) -> int:
     return counter.count(_LIVE_ID.sub(lambda m: f"{m.group(1)}_{'0' * 14}{'x' * 14}", text))
 
 
+def _invalid(request: list[Message]) -> str | None:
+    """Why the request would be refused by either provider, or ``None``."""
+    try:
+        validate_request(to_openai_chat(request), format="openai-chat")
+        _, turns = to_anthropic(request)
+        validate_request({"messages": turns}, format="anthropic")
+    except InvalidRequestError as exc:
+        return str(exc)
+    return None
+
+
 async def _point(
     path: Path, point: CompactionPoint, data: bytes, counter: TiktokenCounter, root: Path
 ) -> dict[str, Any]:
@@ -420,6 +439,8 @@ async def _point(
         "tail_tokens": _stable_count(counter, tail_text, root) if tail else 0,
         "summary_tokens": counter.count(point.summary),
         "request_estimate": replay.point.request_tokens,
+        "trigger_tokens": replay.trigger_tokens,
+        "invalid": _invalid(request),
         "scores": {
             "body": score(probes, body),
             "request": score(probes, whole),
@@ -619,6 +640,8 @@ def _report(points: list[dict[str, Any]], missing: str | None) -> dict[str, Any]
             f"{p['body_tokens'] / p['summary_tokens']:.2f}×" if p["summary_tokens"] else "-",
             f"{p['tail_tokens']:,}",
             f"{p['body_tokens'] + p['tail_tokens']:,}",
+            f"{p['request_estimate'] / p['trigger_tokens']:.0%}",
+            "yes" if p["invalid"] is None else "NO",
         ]
         for p in points
     ]
@@ -633,6 +656,8 @@ def _report(points: list[dict[str, Any]], missing: str | None) -> dict[str, Any]
             "body / summary",
             "mimo live tail",
             "mimo body + tail",
+            "request / trigger line",
+            "valid (OpenAI, Anthropic)",
         ],
         size_rows,
     )
@@ -690,6 +715,18 @@ def _targets(points: list[dict[str, Any]]) -> list[Target]:
             else "no point",
             (min(words_kept) >= 0.95) if words_kept else None,
             ratio=min(words_kept) if words_kept else None,
+        )
+    )
+    invalid = [p for p in points if p["invalid"] is not None]
+    over = [p for p in points if p["request_estimate"] >= p["trigger_tokens"]]
+    targets.append(
+        Target(
+            "rebuilt request valid for both providers and under the trigger line",
+            "every point",
+            f"{len(points) - len(invalid)} of {len(points)} valid, "
+            f"{len(points) - len(over)} of {len(points)} under the line",
+            (not invalid and not over) if points else None,
+            note=(invalid[0]["invalid"] or "")[:200] if invalid else "",
         )
     )
     ratios = [p["body_tokens"] / p["summary_tokens"] for p in points if p["summary_tokens"]]

@@ -94,6 +94,8 @@ def _check(result: dict[str, Any]) -> None:
         assert p["outcome"] == "rebuilt"
         assert p["body_tokens"] > 0
         assert p["summary_tokens"] > 0
+        assert p["invalid"] is None
+        assert p["request_estimate"] < p["trigger_tokens"]
         for side in ("body", "request", "claude_code"):
             assert list(p["scores"][side]) == list(bench.load_benchmark("quality").PROBES)
             for value in p["scores"][side].values():
