@@ -150,10 +150,24 @@ class TailConfig(_Frozen):
 class WriterConfig(_Frozen):
     """Checkpoint-writer scheduling and wait bounds (SPEC R3.2, A3)."""
 
-    wait_with_watermark: float = Field(default=30.0, gt=0, description="Seconds.")
-    wait_without_watermark: float = Field(default=300.0, gt=0, description="Seconds.")
-    ensure_wait_auto: float = Field(default=180.0, gt=0, description="Seconds.")
-    ensure_wait_manual: float = Field(default=300.0, gt=0, description="Seconds.")
+    wait_with_watermark: float = Field(
+        default=30.0, gt=0, description="Seconds a rebuild waits for a writer in flight (R3.2)."
+    )
+    wait_without_watermark: float = Field(
+        default=300.0,
+        gt=0,
+        description="The same while no watermark is set yet: a writer a usage threshold "
+        "started (here or on another worker) is waited for this long (R3.2).",
+    )
+    ensure_wait_auto: float = Field(
+        default=180.0,
+        gt=0,
+        description="Seconds an automatic rebuild waits for the writer it starts itself "
+        "when there is no checkpoint yet (A3).",
+    )
+    ensure_wait_manual: float = Field(
+        default=300.0, gt=0, description="The same for a manual rebuild (A3)."
+    )
     thresholds: tuple[int | float | str, ...] | None = Field(
         default=None,
         description="Writer start thresholds ('40%', '100K', '1.5M', numbers); None = A3 schedule.",

@@ -398,15 +398,21 @@ class Rebuilder:
         checkpoint_path = self._layout.checkpoint_path(session_id)
         watermark_id = await store.get_watermark(session_id)
         if watermark_id is None or not await anyio.Path(checkpoint_path).exists():
-            # The ensure-checkpoint path (A3): start a writer and wait for it.
+            # The ensure-checkpoint path (A3). A writer already in flight (a usage
+            # threshold started it, here or on another worker) is waited for as R3.2
+            # says for a session without a watermark; otherwise the rebuild starts
+            # one and waits the ensure bound of A3 (automatic or manual).
             writer = self._config.writer
-            timeout = writer.ensure_wait_manual if manual else writer.ensure_wait_auto
             await self._events.emit(
                 StatusChanged(session_id=session_id, time=now_ms(), status="Writing checkpoint…")
             )
-            started = await coordinator.request(session_id, reason=f"ensure ({trigger})")
-            if started != "skipped" or await coordinator.busy(session_id):
-                await coordinator.wait(session_id, timeout)
+            if await coordinator.busy(session_id):
+                await self._wait_for_writer(session_id, writer.wait_without_watermark)
+            else:
+                timeout = writer.ensure_wait_manual if manual else writer.ensure_wait_auto
+                started = await coordinator.request(session_id, reason=f"ensure ({trigger})")
+                if started != "skipped" or await coordinator.busy(session_id):
+                    await coordinator.wait(session_id, timeout)
             watermark_id = await store.get_watermark(session_id)
             if watermark_id is None or not await anyio.Path(checkpoint_path).exists():
                 return await self._fallback(
@@ -435,7 +441,7 @@ class Rebuilder:
                 # rebuild. Start a writer; the wait below bounds it as R3.2 does.
                 await coordinator.request(session_id, reason=f"stale checkpoint ({trigger})")
             if await coordinator.busy(session_id):
-                await self._wait_for_writer(session_id)
+                await self._wait_for_writer(session_id, self._config.writer.wait_with_watermark)
             watermark_id = await store.get_watermark(session_id) or watermark_id
 
         watermark = await store.get_message(watermark_id)
@@ -535,9 +541,8 @@ class Rebuilder:
             before=before,
         )
 
-    async def _wait_for_writer(self, session_id: str) -> None:
+    async def _wait_for_writer(self, session_id: str, timeout: float) -> None:  # noqa: ASYNC109
         """R3.2: wait for the in-flight writer; on timeout or failure use what is on disk."""
-        timeout = self._config.writer.wait_with_watermark
         await self._events.emit(
             WaitingForWriter(session_id=session_id, time=now_ms(), timeout=timeout)
         )
@@ -689,7 +694,6 @@ class Rebuilder:
         new_state = session.state.model_copy(
             update={
                 "crossed_thresholds": [],
-                "skip_overflow_once": True,
                 "rebuilds": session.state.rebuilds + 1,
                 "freed_fractions": fractions,
                 "auto_rebuild_disabled": session.state.auto_rebuild_disabled or disable,

@@ -9,9 +9,9 @@ store (:mod:`mimo_ctx.store`) persists them. Messages live in
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Final, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mimo_ctx import ids
 
@@ -54,24 +54,37 @@ class RequestPrefix(_Model):
     tools: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
 
 
+_RETIRED_STATE_FIELD: Final = "skip_overflow_once"
+
+
 class SessionState(_Model):
     """Automation state of a session, persisted so other workers see it.
 
     Attributes:
         crossed_thresholds: Writer thresholds (tokens) already fired; cleared after a
             successful rebuild (SPEC A3).
-        skip_overflow_once: Set by a rebuild: the next overflow check is skipped once
-            so the model can answer on the trimmed context (R1.4).
         auto_rebuild_disabled: Set by the loop guard (R5.9 **beyond**).
         freed_fractions: Share of the request freed by each recent rebuild, newest last.
         rebuilds: How many rebuilds the session has had.
     """
 
     crossed_thresholds: list[int] = Field(default_factory=list[int])
-    skip_overflow_once: bool = False
     auto_rebuild_disabled: bool = False
     freed_fractions: list[float] = Field(default_factory=list[float])
     rebuilds: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired_fields(cls, data: object) -> object:
+        # R1.4's "skip the next overflow check once after a rebuild" is the
+        # once-per-usage rule itself (a boundary newer than the last usage skips
+        # every check until a new assistant message finishes), so the separate
+        # flag earlier versions stored was never read. Rows written by them still
+        # load; the flag is dropped.
+        if not isinstance(data, dict):
+            return data
+        fields = cast("dict[str, Any]", data)
+        return {k: v for k, v in fields.items() if k != _RETIRED_STATE_FIELD}
 
 
 class Session(_Model):

@@ -172,7 +172,7 @@ class Store(Protocol):
             boundary: The new rebuild boundary message.
             updated: Messages changed by micro-compaction.
             session: When given, the session row is replaced in the same transaction
-                (state such as ``skip_overflow_once``).
+                (state such as ``rebuilds`` and ``freed_fractions``).
 
         Returns:
             ``True`` when committed; ``False`` (nothing written) when a rebuild for

@@ -421,7 +421,7 @@ async def test_r4_commit_rebuild_once_per_usage(store: Store) -> None:
 
     b1 = boundary(s.id, u1.id, t=u1.time_created + 1)
     compacted = _compacted(a1, T0 + 30)
-    rebuilt = s.model_copy(update={"state": SessionState(skip_overflow_once=True, rebuilds=1)})
+    rebuilt = s.model_copy(update={"state": SessionState(rebuilds=1)})
     assert (
         await store.commit_rebuild(
             s.id, usage_key=a2.id, boundary=b1, updated=[compacted], session=rebuilt
