@@ -137,6 +137,9 @@ class LiveSession:
     has_memory: bool = False
     memory_checked: float = -1.0
     overflow_recovered: set[str] = field(default_factory=set[str])
+    # Estimated tokens of the last request prepared per agent: the input of an
+    # answer's usage when the provider reports none.
+    sent_tokens: dict[str, int] = field(default_factory=dict[str, int])
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ __all__ = [
     "EventBus",
     "EventHandler",
     "StatusChanged",
+    "UsageEstimated",
     "UsagePending",
     "WaitingForWriter",
     "WriterFailed",
@@ -143,6 +144,22 @@ class WaitingForWriter(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UsagePending(Event):
     """Usage figures are stale until the model answers on the rebuilt context."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageEstimated(Event):
+    """The provider reported no usage for an answer: the middleware estimated it.
+
+    Without a usage neither the writer thresholds nor the trigger line could fire
+    (SPEC R1.2, A3), and every cycle would run into the provider's overflow error.
+    ``tokens`` (what the triggers read) is ``request_tokens``, the estimate of the
+    request that was sent, plus the answer's own estimate.
+    """
+
+    message_id: str
+    agent: str
+    tokens: int
+    request_tokens: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

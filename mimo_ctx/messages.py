@@ -72,7 +72,12 @@ class _Model(BaseModel):
 
 
 class TokenUsage(_Model):
-    """Token usage a provider reported for one assistant message."""
+    """Token usage a provider reported for one assistant message.
+
+    ``estimated`` marks a usage the middleware estimated because the provider
+    reported none (some OpenAI-compatible servers): the request's estimated
+    tokens as ``input``, the answer's as ``output``.
+    """
 
     input: int = Field(default=0, ge=0)
     output: int = Field(default=0, ge=0)
@@ -80,6 +85,7 @@ class TokenUsage(_Model):
     cache_read: int = Field(default=0, ge=0)
     cache_write: int = Field(default=0, ge=0)
     total: int | None = Field(default=None, ge=0)
+    estimated: bool = False
 
     @property
     def context_tokens(self) -> int:

@@ -45,7 +45,13 @@ from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import ContextOverflowError, MimoCtxError, StoreError
-from mimo_ctx.events import EventBus, EventHandler, StatusChanged, WriterFinished
+from mimo_ctx.events import (
+    EventBus,
+    EventHandler,
+    StatusChanged,
+    UsageEstimated,
+    WriterFinished,
+)
 from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import MAIN_AGENT, Message, TextPart
@@ -57,6 +63,8 @@ from mimo_ctx.tokens import TokenCounter
 from mimo_ctx.tools import SessionTools
 from mimo_ctx.triggers import (
     ModelLimits,
+    estimated_usage,
+    lacks_usage,
     usable_tokens,
     usage_tokens,
     writer_thresholds,
@@ -358,8 +366,14 @@ class ContextMiddleware:
 
         When the message finished with provider usage, the writer thresholds are
         checked right away (SPEC A3), so the checkpoint writer runs while the agent
-        keeps working.
+        keeps working. A finished answer the provider reported no usage for gets an
+        estimate (the last request prepared for its agent plus the answer itself,
+        marked ``estimated``, announced by a :class:`~mimo_ctx.events.UsageEstimated`
+        event), so the writer and the trigger line still fire before the provider
+        overflows.
         """
+        if lacks_usage(message):
+            message = await self._estimate_usage(message)
         existing = await self._store.get_message(message.id)
         if existing is None:
             await self._store.append_messages([message])
@@ -370,6 +384,28 @@ class ContextMiddleware:
             async with state.lock:
                 window = await self._windows.refresh(message.session_id, state, MAIN_AGENT)
                 await self._maybe_start_writer(message.session_id, window)
+
+    async def _estimate_usage(self, message: Message) -> Message:
+        state = self._state(message.session_id)
+        request = state.sent_tokens.get(message.agent)
+        if request is None:
+            # Nothing prepared here for this agent (another worker sent it): the
+            # request it would be now, without this answer.
+            async with state.lock:
+                window = await self._windows.refresh(message.session_id, state, message.agent)
+                request = (await self._windows.view(message.session_id, state, window)).tokens
+        usage = estimated_usage(message, request)
+        await self._events.emit(
+            UsageEstimated(
+                session_id=message.session_id,
+                time=now_ms(),
+                message_id=message.id,
+                agent=message.agent,
+                tokens=usage.context_tokens,
+                request_tokens=request,
+            )
+        )
+        return message.model_copy(update={"usage": usage})
 
     # -- the hot path -----------------------------------------------------------------
     async def prepare(self, session_id: str, *, agent: str = MAIN_AGENT) -> RequestView:
@@ -533,6 +569,7 @@ class ContextMiddleware:
     # -- steps -----------------------------------------------------------------------
     async def _view(self, session_id: str, state: LiveSession, window: LiveWindow) -> RequestView:
         view = await self._windows.view(session_id, state, window)
+        state.sent_tokens[window.agent] = view.tokens
         boundary_id = window.boundary.id if window.boundary is not None else None
         return RequestView(
             session_id, window.agent, view.prefix, view.messages, view.tokens, boundary_id

@@ -18,7 +18,8 @@ How the replay is made faithful and deterministic (our choices):
   and tools included. It is used as long as neither side has compacted — until
   our first rebuild, or the transcript's own first compaction, whichever comes
   first; from then on that figure describes a context we no longer send, and
-  each recorded message gets an estimate instead: the prepared request's
+  each recorded message is recorded without one and gets the middleware's
+  estimate instead (as for a provider that reports none): the prepared request's
   estimated tokens as input plus the message's own estimate as output.
   Messages without usage (SWE-agent, OpenAI chat) always get the estimate.
 * **Ids.** Messages are appended with fresh ascending ids, made when they are
@@ -67,7 +68,6 @@ from mimo_ctx.messages import (
     ReasoningPart,
     SubtaskPart,
     TextPart,
-    TokenUsage,
     ToolPart,
     ToolResultPart,
     ToolStateCompleted,
@@ -77,7 +77,7 @@ from mimo_ctx.messages import (
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.store.in_memory import InMemoryStore
 from mimo_ctx.tokens import TokenCounter, estimate_message_tokens, js_json
-from mimo_ctx.triggers import ModelLimits
+from mimo_ctx.triggers import ModelLimits, lacks_usage
 from mimo_ctx.typed_input import TypedInput, newest_words, run_share, typed_inputs
 
 __all__ = [
@@ -649,7 +649,7 @@ async def _replay(transcript: ImportedTranscript, options: _Options, root: Path)
 
             own_usage_valid = (
                 options.use_transcript_usage
-                and message.usage is not None
+                and not lacks_usage(message)
                 and not rebuilds
                 and (first_own_compaction is None or index < first_own_compaction)
             )
@@ -657,9 +657,10 @@ async def _replay(transcript: ImportedTranscript, options: _Options, root: Path)
                 if own_usage_valid:
                     transcript_turns += 1
                 else:
+                    # Recorded without a usage: the middleware estimates it from the
+                    # request just prepared, as for a provider that reports none.
                     estimated_turns += 1
-                    usage = TokenUsage(input=view.tokens, output=estimate_message_tokens(message))
-                    message = message.model_copy(update={"usage": usage})
+                    message = message.model_copy(update={"usage": None})
             await middleware.record(message)
             await _settle(middleware, session_id)
 

@@ -13,13 +13,16 @@ from typing import Final
 
 from mimo_ctx.config import RebuildConfig, parse_token_amount
 from mimo_ctx.errors import ConfigError
-from mimo_ctx.messages import Message
+from mimo_ctx.messages import Message, TokenUsage
+from mimo_ctx.tokens import estimate_message_tokens
 
 __all__ = [
     "OUTPUT_TOKEN_MAX",
     "ModelLimits",
     "due_thresholds",
+    "estimated_usage",
     "is_recovered",
+    "lacks_usage",
     "pressure_level",
     "usable_tokens",
     "usage_tokens",
@@ -104,6 +107,28 @@ def usage_tokens(message: Message | None) -> int | None:
     if message.summary or message.usage is None:
         return None
     return message.usage.context_tokens
+
+
+def lacks_usage(message: Message) -> bool:
+    """True for a finished assistant answer whose provider reported no usage.
+
+    Some OpenAI-compatible servers send no ``usage`` (or only zeros). Such an
+    answer gets :func:`estimated_usage`, or neither the writer thresholds nor the
+    trigger line could ever fire. A compaction summary's usage never triggers, so
+    it needs none.
+    """
+    if message.role != "assistant" or message.finish is None or message.summary:
+        return False
+    return message.usage is None or message.usage.context_tokens == 0
+
+
+def estimated_usage(message: Message, request_tokens: int) -> TokenUsage:
+    """The usage of an answer the provider reported none for.
+
+    ``request_tokens`` (the estimate of the request that was sent) as input, the
+    answer's own estimate (SPEC R2.2) as output, marked ``estimated``.
+    """
+    return TokenUsage(input=request_tokens, output=estimate_message_tokens(message), estimated=True)
 
 
 def writer_thresholds(usable: int, config: RebuildConfig | None = None) -> list[int]:
