@@ -32,7 +32,9 @@ from mimo_ctx.tokens import (
 )
 
 __all__ = [
+    "TAIL_MAX_SHARE",
     "TAIL_MAX_TOKENS",
+    "TAIL_MIN_SHARE",
     "TAIL_MIN_TEXT_BLOCK_MESSAGES",
     "TAIL_MIN_TOKENS",
     "BoundaryError",
@@ -40,6 +42,7 @@ __all__ = [
     "compute_boundary",
     "has_text_blocks",
     "message_token_counts",
+    "scale_tail",
 ]
 
 TAIL_MIN_TOKENS: Final = 10000
@@ -48,6 +51,37 @@ TAIL_MAX_TOKENS: Final = 20000
 """Soft ceiling: the tail stops growing once it holds this many tokens (SPEC R2.3)."""
 TAIL_MIN_TEXT_BLOCK_MESSAGES: Final = 5
 """The tail grows until it holds this many text/reasoning messages (SPEC R2.3)."""
+
+
+TAIL_MAX_SHARE: Final = 0.25
+"""**beyond**: the tail ceiling is at most this share of the trigger line."""
+TAIL_MIN_SHARE: Final = 0.125
+"""**beyond**: the tail floor is at most this share of the trigger line."""
+
+
+def scale_tail(tail: TailConfig, usable: int) -> TailConfig:
+    """The tail constants for a trigger line of ``usable`` tokens (**beyond** R2.3).
+
+    The SPEC's 10000 / 20000 suit large windows; under a small trigger line they
+    would keep a live tail larger than the line itself (a 10000-token floor under
+    a 4000-token line), so no rebuild or compaction could ever bring the request
+    below it. The floor is capped at :data:`TAIL_MIN_SHARE` and the ceiling at
+    :data:`TAIL_MAX_SHARE` of ``usable``: with the defaults both caps bind below
+    a trigger line of 80000 tokens and never above it, so large windows keep
+    the original's numbers. The text-block count is not scaled.
+
+    Args:
+        tail: The configured constants.
+        usable: The trigger line in tokens (SPEC R1.2).
+
+    Returns:
+        ``tail`` itself when nothing changes, else a copy with the capped bounds.
+    """
+    min_tokens = min(tail.min_tokens, int(usable * TAIL_MIN_SHARE))
+    max_tokens = min(tail.max_tokens, int(usable * TAIL_MAX_SHARE))
+    if (min_tokens, max_tokens) == (tail.min_tokens, tail.max_tokens):
+        return tail
+    return tail.model_copy(update={"min_tokens": min_tokens, "max_tokens": max_tokens})
 
 
 class BoundaryError(MimoCtxError, ValueError):

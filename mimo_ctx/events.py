@@ -164,7 +164,11 @@ class UsageEstimated(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextRebuilt(Event):
-    """A rebuild finished with ``outcome``; ``boundary_id`` is the marker's position."""
+    """A rebuild finished with ``outcome``; ``boundary_id`` is the marker's position.
+
+    ``over_line`` says the rebuilt request is still estimated above the trigger
+    line (what stays live after the watermark leaves no room for the body).
+    """
 
     outcome: str
     manual: bool
@@ -174,6 +178,7 @@ class ContextRebuilt(Event):
     tokens_after: int | None = None
     compacted_results: int = 0
     writer: str | None = None
+    over_line: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -40,6 +40,7 @@ from anyio.abc import TaskGroup
 
 from mimo_ctx._util import now_ms
 from mimo_ctx._window import LiveSession, LiveWindow, Windows
+from mimo_ctx.boundary import scale_tail
 from mimo_ctx.checkpoint import CheckpointWriter, StartResult, WaitResult, WriterLease
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
@@ -157,10 +158,11 @@ class ContextMiddleware:
         self._writer: CheckpointWriter = writer or OfflineCheckpointWriter()
         self._usable = usable_tokens(self._limits, config)
         self._thresholds = writer_thresholds(self._usable, config)
+        steps = config.model_copy(update={"tail": scale_tail(config.tail, self._usable)})
         self._coordinator = WriterCoordinator(
             store,
             layout,
-            config,
+            steps,
             self._writer,
             events,
             fallback=_fallback_writer(writer, fallback_writer),
@@ -172,7 +174,7 @@ class ContextMiddleware:
             windows=self._windows,
             store=store,
             layout=layout,
-            config=config,
+            config=steps,
             events=events,
             coordinator=self._coordinator,
             memory_index=self._memory_index,
@@ -366,46 +368,20 @@ class ContextMiddleware:
 
         When the message finished with provider usage, the writer thresholds are
         checked right away (SPEC A3), so the checkpoint writer runs while the agent
-        keeps working. A finished answer the provider reported no usage for gets an
-        estimate (the last request prepared for its agent plus the answer itself,
-        marked ``estimated``, announced by a :class:`~mimo_ctx.events.UsageEstimated`
-        event), so the writer and the trigger line still fire before the provider
-        overflows.
+        keeps working. An answer without provider usage gets an estimate first.
         """
+        state = self._state(message.session_id)
         if lacks_usage(message):
-            message = await self._estimate_usage(message)
+            message = await _with_estimated_usage(self._windows, self._events, state, message)
         existing = await self._store.get_message(message.id)
         if existing is None:
             await self._store.append_messages([message])
         else:
             await self._store.update_messages([message])
         if message.agent == MAIN_AGENT and usage_tokens(message) is not None:
-            state = self._state(message.session_id)
             async with state.lock:
                 window = await self._windows.refresh(message.session_id, state, MAIN_AGENT)
                 await self._maybe_start_writer(message.session_id, window)
-
-    async def _estimate_usage(self, message: Message) -> Message:
-        state = self._state(message.session_id)
-        request = state.sent_tokens.get(message.agent)
-        if request is None:
-            # Nothing prepared here for this agent (another worker sent it): the
-            # request it would be now, without this answer.
-            async with state.lock:
-                window = await self._windows.refresh(message.session_id, state, message.agent)
-                request = (await self._windows.view(message.session_id, state, window)).tokens
-        usage = estimated_usage(message, request)
-        await self._events.emit(
-            UsageEstimated(
-                session_id=message.session_id,
-                time=now_ms(),
-                message_id=message.id,
-                agent=message.agent,
-                tokens=usage.context_tokens,
-                request_tokens=request,
-            )
-        )
-        return message.model_copy(update={"usage": usage})
 
     # -- the hot path -----------------------------------------------------------------
     async def prepare(self, session_id: str, *, agent: str = MAIN_AGENT) -> RequestView:
@@ -574,6 +550,35 @@ class ContextMiddleware:
         return RequestView(
             session_id, window.agent, view.prefix, view.messages, view.tokens, boundary_id
         )
+
+
+async def _with_estimated_usage(
+    windows: Windows, events: EventBus, state: LiveSession, message: Message
+) -> Message:
+    """``message`` with the usage its provider did not report, announced by an event.
+
+    Without one neither the writer thresholds nor the trigger line could fire.
+    The input is the last request prepared for the message's agent in this
+    process; when there is none (another worker sent it), the request the live
+    window would give now, without this answer.
+    """
+    request = state.sent_tokens.get(message.agent)
+    if request is None:
+        async with state.lock:
+            window = await windows.refresh(message.session_id, state, message.agent)
+            request = (await windows.view(message.session_id, state, window)).tokens
+    usage = estimated_usage(message, request)
+    await events.emit(
+        UsageEstimated(
+            session_id=message.session_id,
+            time=now_ms(),
+            message_id=message.id,
+            agent=message.agent,
+            tokens=usage.context_tokens,
+            request_tokens=request,
+        )
+    )
+    return message.model_copy(update={"usage": usage})
 
 
 def _fallback_writer(

@@ -34,6 +34,7 @@ from mimo_ctx._window import LiveSession, Windows
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint import WriterRequest
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
+from mimo_ctx.checkpoint.document import is_index_line, render_checkpoint, section_budgets
 from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import PathEscapeError
@@ -58,12 +59,17 @@ from mimo_ctx.messages import (
     ToolStateCompleted,
     new_message_id,
 )
-from mimo_ctx.reminders import TOOL_CALL_FINISH_REASONS
+from mimo_ctx.reminders import TOOL_CALL_FINISH_REASONS, per_turn_reminder
 from mimo_ctx.render import RenderedBody, render_rebuild_context
 from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
 from mimo_ctx.session import Session
 from mimo_ctx.store.base import Store
-from mimo_ctx.tokens import TokenCounter, estimate_message_tokens, estimate_text_tokens
+from mimo_ctx.tokens import (
+    TokenCounter,
+    estimate_message_tokens,
+    estimate_part_tokens,
+    estimate_text_tokens,
+)
 from mimo_ctx.view import apply_send_rules
 
 __all__ = [
@@ -121,6 +127,10 @@ class RebuildReport:
         compacted_results: Tool results micro-compaction cleared.
         sections: Per-section figures of the rendered body.
         fallback: ``compaction`` when a plain compaction was inserted instead.
+        over_line: The rebuilt request is still estimated above the trigger line:
+            what stays live after the watermark (the user's own messages, an open
+            tool round) leaves no room, so even the smallest body cannot fit. The
+            next automatic rebuild would not help either; the loop guard sees it.
     """
 
     outcome: RebuildOutcome
@@ -132,6 +142,7 @@ class RebuildReport:
     compacted_results: int = 0
     sections: RenderedBody | None = None
     fallback: Literal["compaction"] | None = None
+    over_line: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +361,7 @@ class Rebuilder:
             outcome="compacted",
             trigger="usage",
             before=before,
+            prefix_tokens=state.prefix_tokens or 0,
         )
         return await self._adopt(session_id, state, result)
 
@@ -393,6 +405,7 @@ class Rebuilder:
                 outcome="checkpoint-off",
                 trigger=trigger,
                 before=before,
+                prefix_tokens=prefix_tokens,
             )
         store, coordinator = self._store, self._coordinator
         checkpoint_path = self._layout.checkpoint_path(session_id)
@@ -421,6 +434,7 @@ class Rebuilder:
                     outcome="writer-failed",
                     trigger=trigger,
                     before=before,
+                    prefix_tokens=prefix_tokens,
                 )
         else:
             latest = await store.latest_boundary(session_id)
@@ -467,11 +481,16 @@ class Rebuilder:
         outcome: RebuildOutcome,
         trigger: Trigger,
         before: int,
+        prefix_tokens: int,
     ) -> _Result:
         """Insert a plain compaction (SPEC R1.4a): sub-agents, and the fallback of A3.
 
         The summary is the offline writer's over the history up to a freshly
         computed watermark; nothing is inserted when no watermark can be found.
+        Like a rebuild body (R5.9 beyond) the summary gets only the room the live
+        messages after the watermark leave under the trigger line: the writer's
+        section budgets shrink in proportion, and the spill-over index lines are
+        dropped (a compaction writes no spill-over file for them to name).
         """
         session = await self._session(session_id)
         store = self._store
@@ -483,6 +502,15 @@ class Rebuilder:
         boundary_id = adjust_boundary_for_api_invariants(history, boundary_id)
         watermark = next(m for m in history if m.id == boundary_id)
         covered = [m for m in history if m.id <= boundary_id]
+        live = [m for m in history if m.id > boundary_id]
+        fixed = (
+            prefix_tokens
+            + sum(estimate_message_tokens(m) for m in apply_send_rules(live))
+            + self._reminder_tokens(session_id)
+        )
+        budgets = _fitted_budgets(
+            section_budgets(self._config.push_caps), self._usable - fixed - _SUMMARY_MARGIN
+        )
         layout = self._layout
         draft = OfflineCheckpointWriter().build(
             WriterRequest(
@@ -497,18 +525,17 @@ class Rebuilder:
                 project_memory_path=layout.project_memory_path(session.project_id),
                 notes_path=layout.notes_path(session_id),
                 tasks_dir=layout.tasks_dir(session_id),
-                budgets={},
+                budgets=budgets,
             )
         )
+        summary = "\n".join(line for line in draft.text.split("\n") if not is_index_line(line))
         message = build_compaction_message(
             watermark=watermark,
-            summary=draft.text,
+            summary=summary,
             auto=True,
             newer_than=max((m.id for m in history), default=None),
         )
-        after = estimate_message_tokens(message) + sum(
-            estimate_message_tokens(m) for m in history if m.id > boundary_id
-        )
+        after = fixed + estimate_message_tokens(message)
         report = RebuildReport(
             outcome=outcome,
             trigger=trigger,
@@ -517,6 +544,7 @@ class Rebuilder:
             tokens_before=before,
             tokens_after=after,
             fallback="compaction",
+            over_line=after > self._usable,
         )
         return await self._commit(
             session, usage_key=usage_key, committed=_Committed(message, []), report=report
@@ -530,6 +558,7 @@ class Rebuilder:
         outcome: RebuildOutcome,
         trigger: Trigger,
         before: int,
+        prefix_tokens: int,
     ) -> _Result:
         """A3: outcomes other than rebuilt/insert-failed fall back to a plain compaction."""
         return await self._compact(
@@ -539,6 +568,7 @@ class Rebuilder:
             outcome=outcome,
             trigger=trigger,
             before=before,
+            prefix_tokens=prefix_tokens,
         )
 
     async def _wait_for_writer(self, session_id: str, timeout: float) -> None:  # noqa: ASYNC109
@@ -547,6 +577,15 @@ class Rebuilder:
             WaitingForWriter(session_id=session_id, time=now_ms(), timeout=timeout)
         )
         await self._coordinator.wait(session_id, timeout)
+
+    def _reminder_tokens(self, session_id: str) -> int:
+        """What the per-turn reminder (R8.3) adds to every request after the insert.
+
+        Counted whether or not the session has memory files yet (a safe upper
+        bound): after a rebuild ``checkpoint.md`` is one, so it is always sent.
+        """
+        text = per_turn_reminder(str(self._layout.session_dir(session_id)))
+        return estimate_part_tokens(TextPart(text=text, synthetic=True))
 
     async def _insert(
         self,
@@ -612,6 +651,7 @@ class Rebuilder:
         fixed = (
             prefix_tokens
             + live_tokens
+            + self._reminder_tokens(session_id)
             + estimate_text_tokens(index_text)
             + estimate_text_tokens(actors_text)
             + 64
@@ -664,6 +704,7 @@ class Rebuilder:
             tokens_after=after,
             compacted_results=_count_compacted(compacted, now),
             sections=rendered,
+            over_line=after > self._usable,
         )
         return await self._commit(
             session,
@@ -719,6 +760,7 @@ class Rebuilder:
                 tokens_before=report.tokens_before,
                 tokens_after=report.tokens_after,
                 compacted_results=report.compacted_results,
+                over_line=report.over_line,
             )
         )
         if disable and not session.state.auto_rebuild_disabled:
@@ -735,6 +777,27 @@ class Rebuilder:
                 )
             )
         return _Result(report, committed)
+
+
+_SUMMARY_MARGIN: Final = 64
+"""Tokens kept free under the line for the summary message's own framing."""
+
+
+def _fitted_budgets(budgets: dict[int, int], room: int) -> dict[int, int]:
+    """Section budgets shrunk in proportion so the bodies add up to at most ``room``.
+
+    The skeleton (topic, headings, instruction lines) comes on top: a summary
+    never fits in less than that, and ``room`` below it leaves every body empty.
+    """
+    total = sum(budgets.values())
+    room = max(0, room - _SKELETON_TOKENS)
+    if total <= room:
+        return budgets
+    return {number: budget * room // total for number, budget in budgets.items()}
+
+
+_SKELETON_TOKENS: Final = estimate_text_tokens(render_checkpoint("", {}))
+"""Tokens of an empty A14 checkpoint: the part of a summary no budget shrinks."""
 
 
 def _open_tool_round(tail: Sequence[Message]) -> list[Message]:
