@@ -93,7 +93,8 @@ async def test_an_8k_window_without_a_checkpoint_keeps_going(
     assert len(rebuilds) >= 3
     assert {e.outcome for e in rebuilds} == {case}
     for event in rebuilds:
-        assert event.tokens_after is not None and event.tokens_after <= mw.usable
+        assert event.tokens_after is not None
+        assert event.tokens_after <= mw.usable
         assert not event.over_line
     assert model.overflow_errors == 0
     assert max(r.tokens for r in model.requests) <= window
@@ -115,9 +116,11 @@ async def test_a_tail_that_cannot_fit_is_reported(tmp_path: Path) -> None:
         report = await mw.rebuild(session.id)
     assert report.outcome == "rebuilt"
     assert report.over_line
-    assert report.tokens_after is not None and report.tokens_after > mw.usable
+    assert report.tokens_after is not None
+    assert report.tokens_after > mw.usable
     last = [e for e in events if isinstance(e, ContextRebuilt)][-1]
-    assert last.manual and last.over_line
+    assert last.manual
+    assert last.over_line
 
 
 SWEAGENT = ("pydicom__pydicom-1458.traj", "swe-agent__test-repo-i1.traj")

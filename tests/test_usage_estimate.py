@@ -83,12 +83,14 @@ async def test_a_provider_without_usage_still_rebuilds_before_overflowing(tmp_pa
     assert model.overflow_errors == 0
     assert max(r.tokens for r in model.requests) <= mw.usable
     rebuilds = [e for e in events if isinstance(e, ContextRebuilt)]
-    assert rebuilds and all(not e.manual for e in rebuilds)
+    assert rebuilds
+    assert all(not e.manual for e in rebuilds)
     estimates = [e for e in events if isinstance(e, UsageEstimated)]
     answers = [m for m in stored if m.role == "assistant"]
     assert len(estimates) == len(answers) == 40
     for answer, event in zip(answers, estimates, strict=True):
-        assert answer.usage is not None and answer.usage.estimated
+        assert answer.usage is not None
+        assert answer.usage.estimated
         assert event.message_id == answer.id
         assert event.tokens == answer.usage.context_tokens
     # The estimate's input is the request the model actually got.
@@ -106,7 +108,8 @@ async def test_a_reported_usage_is_kept(tmp_path: Path) -> None:
         answer = _answer(session.id, TokenUsage(input=777))
         await mw.record(answer)
         stored = await mw.store.get_message(answer.id)
-    assert stored is not None and stored.usage == TokenUsage(input=777)
+    assert stored is not None
+    assert stored.usage == TokenUsage(input=777)
     assert not any(isinstance(e, UsageEstimated) for e in events)
 
 
@@ -120,6 +123,8 @@ async def test_an_answer_recorded_without_a_prepare_here_is_estimated_from_the_w
         await mw.record(answer)
         stored = await mw.store.get_message(answer.id)
         view = await mw.prepare(session.id)
-    assert stored is not None and stored.usage is not None and stored.usage.estimated
+    assert stored is not None
+    assert stored.usage is not None
+    assert stored.usage.estimated
     # The window held the user message when the answer came: the view now adds the answer.
     assert stored.usage.input == view.tokens - estimate_message_tokens(stored)
