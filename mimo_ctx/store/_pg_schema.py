@@ -146,7 +146,14 @@ _V1: Final[tuple[str, ...]] = (
     )""",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1,)
+_V2: Final[tuple[str, ...]] = (
+    # The main history's user messages, for the rebuild's "Recent user input" over
+    # the whole history without reading every message.
+    """CREATE INDEX messages_user ON {s}.messages (session_id, agent, time_created, id)
+        WHERE role = 'user' AND NOT is_boundary""",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2)
 """Statements of each schema version, oldest first."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -17,12 +17,9 @@ from typing import Final, Literal, TypeVar
 
 from mimo_ctx.errors import StoreError
 
-__all__ = ["SCHEMA_VERSION", "open_database", "write_transaction"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "open_database", "write_transaction"]
 
 _T = TypeVar("_T")
-
-SCHEMA_VERSION: Final = 1
-"""The schema version this module writes (``PRAGMA user_version``)."""
 
 # Our tables: a database holding other tables but not these is someone else's.
 _OUR_TABLES: Final = frozenset({"counters", "sessions", "messages", "rebuilds", "tasks", "actors"})
@@ -85,6 +82,19 @@ _SCHEMA: Final = (
     )""",
     "CREATE INDEX actors_by_session ON actors (session_id, time_created, id)",
 )
+
+_USER_MESSAGES_INDEX: Final = (
+    # Version 2: the main history's user messages, for the rebuild's "Recent user
+    # input" over the whole history without reading every message.
+    """CREATE INDEX IF NOT EXISTS messages_user ON messages (session_id, agent, time_created, id)
+        WHERE role = 'user' AND is_boundary = 0""",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_SCHEMA, _USER_MESSAGES_INDEX)
+"""Statements of each schema version, oldest first: version ``n`` is ``MIGRATIONS[n - 1]``."""
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+"""The schema version this module writes (``PRAGMA user_version``)."""
 
 
 def write_transaction(conn: sqlite3.Connection, body: Callable[[], _T]) -> _T:
@@ -197,6 +207,7 @@ def _create_schema(conn: sqlite3.Connection) -> None:
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version >= SCHEMA_VERSION:
         return
-    for statement in _SCHEMA:
-        conn.execute(statement)
+    for step in MIGRATIONS[version:]:
+        for statement in step:
+            conn.execute(statement)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -52,6 +52,7 @@ __all__ = [
     "Task",
     "TaskStatus",
     "check_rebuild_arguments",
+    "check_user_message_window",
 ]
 
 
@@ -128,6 +129,32 @@ class Store(Protocol):
             since: Only messages whose ``(time_created, id)`` is >= this key.
             last: Only the newest ``last`` of the selected messages (still returned
                 oldest first).
+        """
+        ...
+
+    async def list_user_messages(
+        self,
+        session_id: str,
+        *,
+        agent: str = MAIN_AGENT,
+        first: int | None = None,
+        last: int | None = None,
+        before: tuple[int, str] | None = None,
+    ) -> list[Message]:
+        """List an agent's user messages that are not boundaries, by ``(time_created, id)``.
+
+        Indexed, so a call costs what it returns, not the history: the rebuild reads
+        "Recent user input" over the whole history this way (newest pages first).
+
+        Args:
+            session_id: The session.
+            agent: Whose user messages.
+            first: Only the oldest ``first`` of them.
+            last: Only the newest ``last`` of them (still returned oldest first).
+            before: Only those whose ``(time_created, id)`` is < this key (paging).
+
+        Raises:
+            StoreError: Both ``first`` and ``last`` are given, or one is negative.
         """
         ...
 
@@ -233,3 +260,20 @@ def check_rebuild_arguments(
         )
     if any(m.id == boundary.id for m in updated):
         raise StoreError(f"commit_rebuild: the boundary {boundary.id!r} is also in `updated`")
+
+
+def check_user_message_window(first: int | None, last: int | None) -> int | None:
+    """Check the ``first`` / ``last`` arguments of :meth:`Store.list_user_messages`.
+
+    Returns:
+        The limit they set (``None``: no limit).
+
+    Raises:
+        StoreError: Both are given, or one is negative.
+    """
+    if first is not None and last is not None:
+        raise StoreError("list_user_messages: give first or last, not both")
+    limit = first if first is not None else last
+    if limit is not None and limit < 0:
+        raise StoreError(f"list_user_messages: first/last must be >= 0, got {limit}")
+    return limit

@@ -30,7 +30,7 @@ import anyio
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
 from mimo_ctx.session import ACTIVE_ACTOR_STATUSES, Actor, Session, Task, task_order_key
-from mimo_ctx.store.base import check_rebuild_arguments
+from mimo_ctx.store.base import check_rebuild_arguments, check_user_message_window
 
 __all__ = ["InMemoryStore"]
 
@@ -55,6 +55,7 @@ class _IndexKey(NamedTuple):
     time_created: int
     finished_assistant: bool
     main_boundary: bool
+    user: bool
 
     @classmethod
     def of(cls, message: Message) -> _IndexKey:
@@ -64,6 +65,7 @@ class _IndexKey(NamedTuple):
             message.time_created,
             message.role == "assistant" and message.finish is not None,
             message.agent == MAIN_AGENT and message.is_boundary,
+            message.role == "user" and not message.is_boundary,
         )
 
 
@@ -79,6 +81,10 @@ class _SessionIndex:
     finished_any: list[str] = field(default_factory=list[str])
     # Ids of main-agent boundary messages, sorted.
     boundaries: list[str] = field(default_factory=list[str])
+    # (time_created, id) of user messages that are not boundaries, sorted, per agent.
+    users: dict[str, list[tuple[int, str]]] = field(
+        default_factory=dict[str, list[tuple[int, str]]]
+    )
     # id -> seq of its last write; insertion order is write order, so the
     # entries are sorted by seq and changes_since reads a suffix.
     written: OrderedDict[str, int] = field(default_factory=OrderedDict[str, int])
@@ -90,6 +96,8 @@ class _SessionIndex:
             bisect.insort(self.finished_any, message_id)
         if key.main_boundary:
             bisect.insort(self.boundaries, message_id)
+        if key.user:
+            bisect.insort(self.users.setdefault(key.agent, []), (key.time_created, message_id))
         self.written.pop(message_id, None)
         self.written[message_id] = seq
 
@@ -101,6 +109,8 @@ class _SessionIndex:
             _remove_sorted(self.finished_any, message_id)
         if key.main_boundary:
             _remove_sorted(self.boundaries, message_id)
+        if key.user:
+            _remove_sorted(self.users.get(key.agent, []), (key.time_created, message_id))
 
 
 class InMemoryStore:
@@ -306,6 +316,33 @@ class InMemoryStore:
                         break
             newest.reverse()
             return newest
+
+    async def list_user_messages(
+        self,
+        session_id: str,
+        *,
+        agent: str = MAIN_AGENT,
+        first: int | None = None,
+        last: int | None = None,
+        before: tuple[int, str] | None = None,
+    ) -> list[Message]:
+        """The agent's user messages that are not boundaries, by ``(time_created, id)``.
+
+        See :meth:`mimo_ctx.store.base.Store.list_user_messages`.
+        """
+        limit = check_user_message_window(first, last)
+        async with self._lock:
+            self._check_open()
+            index = self._index.get(session_id)
+            keys = index.users.get(agent, []) if index is not None else []
+            end = len(keys) if before is None else bisect.bisect_left(keys, before)
+            if first is not None:
+                chosen = keys[: min(end, first)]
+            elif limit is not None:
+                chosen = keys[max(0, end - limit) : end]
+            else:
+                chosen = keys[:end]
+            return [self._messages[mid] for _, mid in chosen]
 
     async def count_messages(self, session_id: str, *, agent: str | None = None) -> int:
         """Count a session's messages (of one agent, or of all when ``agent`` is None)."""

@@ -108,7 +108,7 @@ from mimo_ctx.store._pg_schema import (
     stored_version,
     upgrade,
 )
-from mimo_ctx.store.base import check_rebuild_arguments
+from mimo_ctx.store.base import check_rebuild_arguments, check_user_message_window
 from mimo_ctx.tokens import estimate_message_tokens
 
 __all__ = [
@@ -585,6 +585,45 @@ class PostgresStore:
         )
         if last is not None:
             params.append(last)
+            sql += f" LIMIT ${len(params)}"
+        async with self._connection() as conn:
+            rows = await conn.fetch(sql, *params)
+        messages = [self._load_message(r[0], r[1]) for r in rows]
+        if last is not None:
+            messages.reverse()
+        return messages
+
+    async def list_user_messages(
+        self,
+        session_id: str,
+        *,
+        agent: str = MAIN_AGENT,
+        first: int | None = None,
+        last: int | None = None,
+        before: tuple[int, str] | None = None,
+    ) -> list[Message]:
+        """The agent's user messages that are not boundaries, by ``(time_created, id)``.
+
+        See :meth:`mimo_ctx.store.base.Store.list_user_messages`; read through the
+        ``messages_user`` partial index (schema version 2).
+        """
+        limit = check_user_message_window(first, last)
+        self._check_open()
+        if limit == 0:
+            return []
+        where = "session_id = $1 AND agent = $2 AND role = 'user' AND NOT is_boundary"
+        params: list[object] = [session_id, agent]
+        if before is not None:
+            params.extend(before)
+            where += f" AND (time_created, id) < (${len(params) - 1}, ${len(params)})"
+        order = "DESC" if last is not None else "ASC"
+        sql = render(
+            f"SELECT token_estimate, payload FROM {{s}}.messages WHERE {where}"
+            f" ORDER BY time_created {order}, id {order}",
+            self._schema,
+        )
+        if limit is not None:
+            params.append(limit)
             sql += f" LIMIT ${len(params)}"
         async with self._connection() as conn:
             rows = await conn.fetch(sql, *params)

@@ -44,7 +44,7 @@ from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
 from mimo_ctx.session import ACTIVE_ACTOR_STATUSES, Actor, Session, Task, task_order_key
 from mimo_ctx.store._sqlite_schema import SCHEMA_VERSION, open_database, write_transaction
-from mimo_ctx.store.base import check_rebuild_arguments
+from mimo_ctx.store.base import check_rebuild_arguments, check_user_message_window
 from mimo_ctx.tokens import estimate_message_tokens
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -445,6 +445,45 @@ class SQLiteStore(SQLiteWorker):
             sql += " LIMIT ?"
             # A huge configured window means "no limit"; SQLite integers are 64-bit.
             params.append(min(last, _SQLITE_MAX_INT))
+
+        def run(conn: sqlite3.Connection) -> list[Message]:
+            messages = [self._load_message(r) for r in conn.execute(sql, params)]
+            if last is not None:
+                messages.reverse()
+            return messages
+
+        return await self._run(run)
+
+    async def list_user_messages(
+        self,
+        session_id: str,
+        *,
+        agent: str = MAIN_AGENT,
+        first: int | None = None,
+        last: int | None = None,
+        before: tuple[int, str] | None = None,
+    ) -> list[Message]:
+        """The agent's user messages that are not boundaries, by ``(time_created, id)``.
+
+        See :meth:`mimo_ctx.store.base.Store.list_user_messages`; read through the
+        ``messages_user`` partial index.
+        """
+        limit = check_user_message_window(first, last)
+        if limit == 0:
+            return []
+        where = "session_id = ? AND agent = ? AND role = 'user' AND is_boundary = 0"
+        params: list[object] = [session_id, agent]
+        if before is not None:
+            where += " AND (time_created, id) < (?, ?)"
+            params.extend(before)
+        order = "DESC" if last is not None else "ASC"
+        sql = (
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {where}"
+            f" ORDER BY time_created {order}, id {order}"
+        )
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(min(limit, _SQLITE_MAX_INT))
 
         def run(conn: sqlite3.Connection) -> list[Message]:
             messages = [self._load_message(r) for r in conn.execute(sql, params)]

@@ -232,6 +232,36 @@ async def test_list_messages_since_last_and_agent_filters(store: Store) -> None:
     assert await store.count_messages("ses_unknown") == 0
 
 
+async def test_list_user_messages_over_the_whole_history(store: Store) -> None:
+    # Issue 14 finding 2: "Recent user input" reads the whole main history's user
+    # messages through an index, newest pages first, not the newest 200 messages.
+    s = await new_session(store)
+    users = [user(s.id, f"u{i}", t=T0 + 100 * i) for i in range(5)]
+    answers = [assistant(s.id, "ok", t=T0 + 100 * i + 1) for i in range(5)]
+    sub = [user(s.id, f"s{i}", t=T0 + 100 * i + 2, agent="sub-1") for i in range(2)]
+    marker = boundary(s.id, users[2].id, t=T0 + 201)
+    await store.append_messages([m for pair in zip(users, answers, strict=True) for m in pair])
+    await store.append_messages([*sub, marker])
+
+    assert ids_of(await store.list_user_messages(s.id)) == ids_of(users)  # no boundary
+    assert ids_of(await store.list_user_messages(s.id, first=2)) == ids_of(users[:2])
+    assert ids_of(await store.list_user_messages(s.id, last=2)) == ids_of(users[3:])
+    key = (users[3].time_created, users[3].id)
+    assert ids_of(await store.list_user_messages(s.id, last=2, before=key)) == ids_of(users[1:3])
+    assert ids_of(await store.list_user_messages(s.id, before=key)) == ids_of(users[:3])
+    assert ids_of(await store.list_user_messages(s.id, agent="sub-1")) == ids_of(sub)
+    assert await store.list_user_messages(s.id, last=0) == []
+    assert await store.list_user_messages("ses_unknown") == []
+    # An update that turns a user message into something else leaves the index.
+    changed = users[4].model_copy(update={"role": "assistant"})
+    await store.update_messages([changed])
+    assert ids_of(await store.list_user_messages(s.id, last=1)) == [users[3].id]
+    with pytest.raises(StoreError, match="first or last"):
+        await store.list_user_messages(s.id, first=1, last=1)
+    with pytest.raises(StoreError, match=">= 0"):
+        await store.list_user_messages(s.id, last=-1)
+
+
 async def test_returned_lists_are_new(store: Store) -> None:
     s = await new_session(store)
     await store.append_messages([user(s.id, f"m{i}", t=T0 + i) for i in range(3)])

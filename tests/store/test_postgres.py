@@ -56,6 +56,7 @@ def _unavailable(reason: str) -> None:
 
 try:
     from mimo_ctx.store import _pg_driver as pg_driver
+    from mimo_ctx.store import _pg_schema as pg_schema
     from mimo_ctx.store.postgres import (
         SCHEMA_VERSION,
         PostgresStore,
@@ -407,6 +408,34 @@ async def test_upgrade_creates_the_schema_idempotently_and_concurrently(
         assert await store.upgrade() == SCHEMA_VERSION
         await store.create_session(make_session())
         assert len(await store.list_sessions()) == 1
+
+
+async def test_version_1_schema_is_upgraded_to_the_user_messages_index(
+    schemas: _Schemas,
+) -> None:
+    # Schema step 2 (issue 14): an index of the main history's user messages.
+    name = schemas.new()
+    quoted = f'"{name}"'
+    await _admin(
+        schemas.dsn,
+        f"CREATE SCHEMA {quoted}",
+        f"CREATE TABLE {quoted}.schema_version (one boolean PRIMARY KEY DEFAULT true CHECK (one),"
+        " version integer NOT NULL, time_upgraded timestamptz NOT NULL DEFAULT clock_timestamp())",
+        f"INSERT INTO {quoted}.schema_version (version) VALUES (1)",
+        *(pg_schema.render(statement, name) for statement in pg_schema.MIGRATIONS[0]),
+    )
+    with pytest.raises(StoreError, match="older than"):
+        await PostgresStore.open(schemas.dsn, schema=name)
+    assert await upgrade(schemas.dsn, schema=name) == SCHEMA_VERSION
+    rows = await _admin(
+        schemas.dsn, f"SELECT indexname FROM pg_indexes WHERE schemaname = '{name}'"
+    )
+    assert ("messages_user",) in rows[0]
+    async with PostgresStore(schemas.dsn, schema=name) as store:
+        session = make_session()
+        await store.create_session(session)
+        await store.append_messages([user(session.id, "hello", t=T0)])
+        assert len(await store.list_user_messages(session.id, last=5)) == 1
 
 
 async def test_newer_schema_version_is_refused(schemas: _Schemas) -> None:

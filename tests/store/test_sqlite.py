@@ -19,6 +19,7 @@ import pytest
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
 from mimo_ctx.store import SCHEMA_VERSION, InMemoryStore, SQLiteStore, open_store
+from mimo_ctx.store import _sqlite_schema as sqlite_schema
 from mimo_ctx.store import sqlite as sqlite_module
 from mimo_ctx.tokens import estimate_message_tokens
 
@@ -402,3 +403,31 @@ def test_two_processes_share_one_file(tmp_path: Path) -> None:
             assert len(changed) == 2 * count + 1
 
     anyio.run(check)
+
+
+async def test_version_1_file_is_migrated_to_the_user_messages_index(tmp_path: Path) -> None:
+    # Schema step 2 (issue 14): an index of the main history's user messages.
+    path = tmp_path / "v1.db"
+    raw = sqlite3.connect(path)
+    try:
+        for statement in sqlite_schema.MIGRATIONS[0]:
+            raw.execute(statement)
+        raw.execute("PRAGMA user_version = 1")
+        raw.commit()
+    finally:
+        raw.close()
+    async with SQLiteStore(path) as store:
+        session = make_session()
+        await store.create_session(session)
+        await store.append_messages([user(session.id, "hello", t=T0)])
+        assert [m.id for m in await store.list_user_messages(session.id)]
+    raw = sqlite3.connect(path)
+    try:
+        assert raw.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        plan = raw.execute(
+            "EXPLAIN QUERY PLAN SELECT id FROM messages WHERE session_id = 's' AND agent = 'main'"
+            " AND role = 'user' AND is_boundary = 0 ORDER BY time_created DESC, id DESC LIMIT 5"
+        ).fetchall()
+        assert any("messages_user" in str(row) for row in plan), plan
+    finally:
+        raw.close()
