@@ -577,21 +577,7 @@ class PostgresStore:
             # from that key.
             params.extend(since)
             where.append(f"(time_created, id) >= (${len(params) - 1}, ${len(params)})")
-        order = "DESC" if last is not None else "ASC"
-        sql = render(
-            f"SELECT token_estimate, payload FROM {{s}}.messages WHERE {' AND '.join(where)}"
-            f" ORDER BY time_created {order}, id {order}",
-            self._schema,
-        )
-        if last is not None:
-            params.append(last)
-            sql += f" LIMIT ${len(params)}"
-        async with self._connection() as conn:
-            rows = await conn.fetch(sql, *params)
-        messages = [self._load_message(r[0], r[1]) for r in rows]
-        if last is not None:
-            messages.reverse()
-        return messages
+        return await self._select_messages(" AND ".join(where), params, last=last, newest=True)
 
     async def list_user_messages(
         self,
@@ -616,19 +602,29 @@ class PostgresStore:
         if before is not None:
             params.extend(before)
             where += f" AND (time_created, id) < (${len(params) - 1}, ${len(params)})"
-        order = "DESC" if last is not None else "ASC"
+        return await self._select_messages(where, params, last=limit, newest=last is not None)
+
+    async def _select_messages(
+        self, where: str, params: list[object], *, last: int | None, newest: bool
+    ) -> list[Message]:
+        """Messages matching ``where`` by ``(time_created, id)``, at most ``last`` of them.
+
+        ``newest``: the newest ``last`` (read backwards, returned oldest first);
+        otherwise the oldest.
+        """
+        order = "DESC" if newest and last is not None else "ASC"
         sql = render(
             f"SELECT token_estimate, payload FROM {{s}}.messages WHERE {where}"
             f" ORDER BY time_created {order}, id {order}",
             self._schema,
         )
-        if limit is not None:
-            params.append(limit)
+        if last is not None:
+            params = [*params, last]
             sql += f" LIMIT ${len(params)}"
         async with self._connection() as conn:
             rows = await conn.fetch(sql, *params)
         messages = [self._load_message(r[0], r[1]) for r in rows]
-        if last is not None:
+        if order == "DESC":
             messages.reverse()
         return messages
 

@@ -436,23 +436,7 @@ class SQLiteStore(SQLiteWorker):
             # Row-value comparison: SQLite turns it into an index range scan.
             where.append("(time_created, id) >= (?, ?)")
             params.extend(since)
-        order = "DESC" if last is not None else "ASC"
-        sql = (
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {' AND '.join(where)}"
-            f" ORDER BY time_created {order}, id {order}"
-        )
-        if last is not None:
-            sql += " LIMIT ?"
-            # A huge configured window means "no limit"; SQLite integers are 64-bit.
-            params.append(min(last, _SQLITE_MAX_INT))
-
-        def run(conn: sqlite3.Connection) -> list[Message]:
-            messages = [self._load_message(r) for r in conn.execute(sql, params)]
-            if last is not None:
-                messages.reverse()
-            return messages
-
-        return await self._run(run)
+        return await self._select_messages(" AND ".join(where), params, last=last, newest=True)
 
     async def list_user_messages(
         self,
@@ -476,18 +460,29 @@ class SQLiteStore(SQLiteWorker):
         if before is not None:
             where += " AND (time_created, id) < (?, ?)"
             params.extend(before)
-        order = "DESC" if last is not None else "ASC"
+        return await self._select_messages(where, params, last=limit, newest=last is not None)
+
+    async def _select_messages(
+        self, where: str, params: list[object], *, last: int | None, newest: bool
+    ) -> list[Message]:
+        """Messages matching ``where`` by ``(time_created, id)``, at most ``last`` of them.
+
+        ``newest``: the newest ``last`` (read backwards, returned oldest first);
+        otherwise the oldest.
+        """
+        order = "DESC" if newest and last is not None else "ASC"
         sql = (
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {where}"
             f" ORDER BY time_created {order}, id {order}"
         )
-        if limit is not None:
+        if last is not None:
             sql += " LIMIT ?"
-            params.append(min(limit, _SQLITE_MAX_INT))
+            # A huge configured window means "no limit"; SQLite integers are 64-bit.
+            params = [*params, min(last, _SQLITE_MAX_INT)]
 
         def run(conn: sqlite3.Connection) -> list[Message]:
             messages = [self._load_message(r) for r in conn.execute(sql, params)]
-            if last is not None:
+            if order == "DESC":
                 messages.reverse()
             return messages
 
