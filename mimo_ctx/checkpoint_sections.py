@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -62,6 +62,7 @@ __all__ = [
     "ITEM_LIMITS",
     "QUOTE_HEADER",
     "RenderedSections",
+    "refer_to_quoted",
     "render_sections",
     "state_from_checkpoint",
     "task_tree_lines",
@@ -72,6 +73,9 @@ ITEM_LIMITS: Final[Mapping[int, int]] = {3: 20, 5: 16, 6: 30, 7: 12, 8: 12, 9: 1
 
 QUOTE_HEADER: Final = re.compile(r"^- (?P<label>[^(]+) \(user message (?P<id>[^)\s]+)\):$")
 """The line that opens a quoted user message in §1 (its ``> `` lines follow)."""
+
+_INLINE_QUOTE = re.compile(r'\(user message (?P<id>[^)\s]+)\): ".*"$')
+_QUOTE_LINE = re.compile(r"^  (?:>|\[…elided )")
 
 PLAN_ICONS: Final[Mapping[str, str]] = {
     "completed": "✅",
@@ -378,6 +382,43 @@ def _read_line(paths: Sequence[str], budget: int) -> str:
     more = len(paths) - len(kept)
     tail = f" (and {more} more)" if more else ""
     return f"- Read only: {', '.join(kept)}{tail}"
+
+
+def refer_to_quoted(text: str, quoted: Collection[str], where: str) -> str:
+    """``text`` with the quotes of ``quoted`` messages replaced by a pointer to ``where``.
+
+    The rebuild body quotes each user message once: where "Recent user
+    input" already holds a message word for word, the checkpoint's §1 block
+    (header and ``> `` lines) and inline quotes (``(user message <id>): "…"``) of it
+    become ``(user message <id>): quoted under <where>``. Lines that are not such
+    quotes are kept as they are.
+    """
+    if not quoted:
+        return text
+    wanted = set(quoted)
+    out: list[str] = []
+    skipping = False
+    for line in text.split("\n"):
+        if skipping and _QUOTE_LINE.match(line):
+            continue
+        skipping = False
+        header = QUOTE_HEADER.match(line)
+        if header is not None and header.group("id") in wanted:
+            out.append(
+                f"- {header.group('label')} (user message {header.group('id')}): "
+                f"quoted under {where}"
+            )
+            skipping = True
+            continue
+        inline = _INLINE_QUOTE.search(line)
+        if inline is not None and inline.group("id") in wanted:
+            out.append(
+                line[: inline.start()]
+                + f"(user message {inline.group('id')}): quoted under {where}"
+            )
+        else:
+            out.append(line)
+    return "\n".join(out)
 
 
 def state_from_checkpoint(text: str | None) -> CheckpointState:

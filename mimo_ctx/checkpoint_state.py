@@ -70,8 +70,8 @@ from mimo_ctx.messages import (
     ToolResultPart,
     ToolStateCompleted,
     ToolStateError,
+    user_input_text,
 )
-from mimo_ctx.sections import user_input_text
 
 __all__ = [
     "STATE_VERSION",

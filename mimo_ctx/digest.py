@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 import re
 import reprlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -61,6 +61,7 @@ from mimo_ctx.messages import (
     ToolResultPart,
     ToolStateCompleted,
     ToolStateError,
+    user_input_text,
 )
 from mimo_ctx.tokens import js_json
 
@@ -70,6 +71,7 @@ __all__ = [
     "DEFAULT_MAX_LINES",
     "DEFAULT_TEXT_CHARS",
     "INTERRUPTED_NOTE",
+    "USER_QUOTED_WHERE",
     "WORD_REACH",
     "DigestLine",
     "TailDigest",
@@ -353,10 +355,15 @@ def digest_lines(
     *,
     text_chars: int = DEFAULT_TEXT_CHARS,
     arg_chars: int = DEFAULT_ARG_CHARS,
+    quoted: Collection[str] | None = None,
 ) -> list[DigestLine]:
     """Every activity line of ``messages``, oldest first, with no line limit.
 
-    SPEC R7.1, R7.2, A9: user messages and boundary messages are skipped; assistant
+    SPEC R7.1, R7.2, A9: boundary messages are skipped, and user messages too unless
+    ``quoted`` is given (**beyond**: the list then shows where each typed
+    user message falls — ``user message <id> (quoted under Recent user input)`` for
+    the ids in ``quoted``, ``user: <text>`` cut like assistant text for the others —
+    so the model can tell which request the activity after it answers); assistant
     text becomes ``assistant: <text>``, a sub-task ``subtask: <command or agent>``,
     a tool call ``tool(args)`` with `` → error: <message>`` or `` → interrupted``
     appended when it failed or did not finish. Reasoning, file and tool-result
@@ -366,6 +373,8 @@ def digest_lines(
         messages: The tail: messages after the watermark, in order.
         text_chars: Cut length of assistant text and sub-task lines.
         arg_chars: Cut length of each tool argument and error message.
+        quoted: Ids of the user messages the body quotes elsewhere; ``None`` leaves
+            user messages out.
 
     Raises:
         ValueError: A cut length is smaller than 1.
@@ -379,6 +388,11 @@ def digest_lines(
     widths = _path_widths(messages, arg_chars)
     lines: list[DigestLine] = []
     for message in messages:
+        if quoted is not None and message.role == "user":
+            typed = user_input_text(message)
+            if typed is not None:
+                lines.append(_user_line(message.id, typed, quoted, text_chars))
+            continue
         if message.role != "assistant" or message.is_boundary:
             continue
         for part in message.parts:
@@ -394,6 +408,16 @@ def digest_lines(
     return lines
 
 
+USER_QUOTED_WHERE: Final = "Recent user input"
+"""Where the body quotes the user messages the activity list points at."""
+
+
+def _user_line(message_id: str, text: str, quoted: Collection[str], text_chars: int) -> DigestLine:
+    if message_id in quoted:
+        return DigestLine(f"user message {message_id} (quoted under {USER_QUOTED_WHERE})")
+    return DigestLine(f"user: {truncate(text, text_chars)}")
+
+
 def omitted_note(count: int) -> str:
     """The line that stands for ``count`` older activity lines left out (wording ours)."""
     noun = "line" if count == 1 else "lines"
@@ -406,6 +430,7 @@ def build_tail_digest(
     max_lines: int = DEFAULT_MAX_LINES,
     text_chars: int = DEFAULT_TEXT_CHARS,
     arg_chars: int = DEFAULT_ARG_CHARS,
+    quoted: Collection[str] | None = None,
 ) -> TailDigest:
     """Render section 9, "# Recent activity", and report what it holds (SPEC R7.1, R7.2).
 
@@ -420,6 +445,7 @@ def build_tail_digest(
         max_lines: Line limit of the list; 0 disables the section.
         text_chars: Cut length of assistant text.
         arg_chars: Cut length of each tool argument and error message.
+        quoted: See :func:`digest_lines`.
 
     Returns:
         The digest; its ``text`` is ``""`` when nothing was listed.
@@ -429,7 +455,7 @@ def build_tail_digest(
     """
     if max_lines < 0:
         raise ValueError(f"max_lines must not be negative, got {max_lines!r}")
-    every = digest_lines(messages, text_chars=text_chars, arg_chars=arg_chars)
+    every = digest_lines(messages, text_chars=text_chars, arg_chars=arg_chars, quoted=quoted)
     if not every or max_lines == 0:
         return TailDigest(text="", lines=(), omitted=len(every))
     omitted = 0

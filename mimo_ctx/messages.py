@@ -19,7 +19,7 @@ mutation of ``parts`` would leave that cache stale.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -49,6 +49,7 @@ __all__ = [
     "ToolTime",
     "new_message_id",
     "new_part_id",
+    "user_input_text",
 ]
 
 MAIN_AGENT = "main"
@@ -360,3 +361,26 @@ class Message(_Model):
             if isinstance(p, CheckpointPart | CompactionPart):
                 return p.covered_up_to
         return None
+
+
+_NOT_USER_INPUT: Final = frozenset({"tool", "tool_result", "checkpoint", "compaction"})
+
+
+def user_input_text(message: Message) -> str | None:
+    """The words the user typed in ``message``, or ``None`` when it holds none (SPEC R5.5).
+
+    A main-agent user message without tool, tool-result, checkpoint or compaction
+    parts; its text is its non-synthetic, non-ignored text parts joined by ``\\n``;
+    a blank text is ``None``. This is what "Recent user input", the checkpoint's
+    quotes and the activity list's user lines treat as the user's own words.
+    """
+    if message.role != "user" or message.agent != MAIN_AGENT:
+        return None
+    if any(p.type in _NOT_USER_INPUT for p in message.parts):
+        return None
+    text = "\n".join(
+        p.text
+        for p in message.parts
+        if isinstance(p, TextPart) and not p.synthetic and not p.ignored
+    )
+    return text if text.strip() else None

@@ -3,9 +3,14 @@
 * The closing sentence after the body's sections (SPEC R5.7), copied verbatim
   from the original in both variants.
 * A reminder chosen by the shape of the last tail message (SPEC R5.8): the
-  original's autonomous-loop reminder (verbatim) when the model was mid-loop, a
-  progress check (wording ours) when it had finished, nothing after a user
-  message.
+  original's autonomous-loop reminder (verbatim) when the model was mid-loop;
+  nothing after a user message. **Beyond**: after a turn that
+  finished, the closing and the reminder follow :class:`OpenWork` — a progress
+  check naming the open task's ``progress.md`` only when that file exists, a
+  pointer to the next open plan item or task otherwise, and when nothing is open
+  a closing that says the last request was answered instead of "resume" (the
+  original told the model to resume, and it re-ran finished work). An unanswered
+  user message at the end gets a closing that says so.
 * The per-turn reminder (SPEC R8.3, A12, wording ours), appended in memory only
   to the last user message of every request; a fixed marker line makes it
   recognisable so it is never added twice.
@@ -23,18 +28,22 @@ from mimo_ctx.messages import Message, TextPart, ToolPart
 
 __all__ = [
     "AUTONOMOUS_LOOP_REMINDER",
+    "CLOSING_ANSWER_USER",
+    "CLOSING_NOTHING_OPEN",
     "CLOSING_WITHOUT_ACTIVITY",
     "CLOSING_WITH_ACTIVITY",
     "PER_TURN_MARKER",
-    "PROGRESS_CHECK_REMINDER",
     "TOOL_CALL_FINISH_REASONS",
     "LastMessageInfo",
+    "OpenWork",
     "append_per_turn_reminder",
     "closing_line",
     "closing_text",
     "compute_last_message_info",
     "has_per_turn_reminder",
+    "next_step_reminder",
     "per_turn_reminder",
+    "progress_check_reminder",
     "reminder_for",
 ]
 
@@ -61,16 +70,72 @@ AUTONOMOUS_LOOP_REMINDER: Final = "\n".join(
 )
 """Reminder after a tool-calls turn (SPEC R5.8; the original's four lines, verbatim)."""
 
-PROGRESS_CHECK_REMINDER: Final = "\n".join(
-    [
-        "<system-reminder>",
-        "Your last turn ended without a tool call. Before you stop, open the current task's",
-        "progress.md and check it against the task's spec. Stop only if every requirement is",
-        "truly done; otherwise continue with the next unfinished step.",
-        "</system-reminder>",
-    ]
+_ACTIVITY_CLAUSE: Final = " and the recent activity list"
+
+CLOSING_NOTHING_OPEN: Final = (
+    "This session is continued from a checkpoint. The blocks above cover earlier history{}. "
+    "The last request was answered and no work is open: wait for the user's next message "
+    "and do not redo finished work. Do not recap this dump."
 )
-"""Reminder after a turn that finished otherwise (SPEC R5.8; wording ours)."""
+"""Closing when the last turn finished and nothing is open (ours; ``{}`` takes the
+activity clause)."""
+
+CLOSING_ANSWER_USER: Final = (
+    "This session is continued from a checkpoint. The blocks above cover earlier history{}. "
+    "The user's latest message, after this summary, is not answered yet: answer it. "
+    "Do not recap this dump."
+)
+"""Closing when the tail ends with an unanswered user message (ours)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenWork:
+    """What is still open when a rebuild happens after a finished turn.
+
+    Attributes:
+        next_item: The first open item of the host agent's plan, or the first open
+            task of the registry (``T1: summary``); ``None`` when none is open.
+        progress_file: The ``progress.md`` of that open task, when it exists on disk.
+    """
+
+    next_item: str | None = None
+    progress_file: str | None = None
+
+    @property
+    def open(self) -> bool:
+        """True when some work is left."""
+        return self.next_item is not None or self.progress_file is not None
+
+
+def progress_check_reminder(path: str) -> str:
+    """The progress check of R5.8 naming the open task's ``progress.md`` (wording ours).
+
+    Given only when that file exists (the original pointed every finished
+    turn at a ``progress.md`` that most sessions do not have).
+    """
+    return "\n".join(
+        [
+            "<system-reminder>",
+            "Your last turn ended without a tool call. Before you stop, open",
+            f"{path} and check it against the task's spec. Stop only if every",
+            "requirement is truly done; otherwise continue with the next unfinished step.",
+            "</system-reminder>",
+        ]
+    )
+
+
+def next_step_reminder(item: str) -> str:
+    """The reminder after a finished turn while a plan item or task is open (ours)."""
+    return "\n".join(
+        [
+            "<system-reminder>",
+            "Your last turn ended without a tool call, but work is still open:",
+            f"{item}",
+            "Continue with it unless the user's latest message says otherwise.",
+            "</system-reminder>",
+        ]
+    )
+
 
 TOOL_CALL_FINISH_REASONS: Final = frozenset({"tool-calls", "tool_calls", "tool_use"})
 """Finish reasons meaning "the model asked for tools": the original's ``tool-calls``
@@ -128,19 +193,26 @@ def compute_last_message_info(messages: Sequence[Message]) -> LastMessageInfo | 
     )
 
 
-def reminder_for(info: LastMessageInfo | None) -> str:
+def reminder_for(info: LastMessageInfo | None, work: OpenWork | None = None) -> str:
     """The R5.8 reminder for the last tail message; ``""`` after a user message.
 
     Mid-loop (see :attr:`LastMessageInfo.mid_loop`) gives
-    :data:`AUTONOMOUS_LOOP_REMINDER`; any other assistant message gives
-    :data:`PROGRESS_CHECK_REMINDER`; a user message or no message gives ``""``.
+    :data:`AUTONOMOUS_LOOP_REMINDER`. After an assistant message that finished
+    otherwise: :func:`progress_check_reminder` when ``work`` names an existing
+    ``progress.md``, :func:`next_step_reminder` when it names an open item, and
+    ``""`` when nothing is open (no reminder leads to a file that does not exist or
+    replays finished work). A user message or no message gives ``""``.
     """
     if info is None:
         return ""
     if info.mid_loop:
         return AUTONOMOUS_LOOP_REMINDER
-    if info.role == "assistant":
-        return PROGRESS_CHECK_REMINDER
+    if info.role != "assistant" or work is None:
+        return ""
+    if work.progress_file is not None:
+        return progress_check_reminder(work.progress_file)
+    if work.next_item is not None:
+        return next_step_reminder(work.next_item)
     return ""
 
 
@@ -149,20 +221,41 @@ def closing_line(has_activity: bool) -> str:
     return CLOSING_WITH_ACTIVITY if has_activity else CLOSING_WITHOUT_ACTIVITY
 
 
-def closing_text(has_activity: bool, info: LastMessageInfo | None) -> str:
+def closing_text(
+    has_activity: bool, info: LastMessageInfo | None, work: OpenWork | None = None
+) -> str:
     """The end of the rebuild body: the closing sentence and the R5.8 reminder.
+
+    The closing is R5.7's (resume) when the model was mid-loop, when work is open
+    or when nothing is known; :data:`CLOSING_ANSWER_USER` when the tail ends with a
+    user message; :data:`CLOSING_NOTHING_OPEN` when the last turn finished and
+    ``work`` has nothing open (an idle or manual rebuild must not end by
+    telling the model to act on a request it already answered).
 
     Args:
         has_activity: A "# Recent activity" section was rendered.
         info: The last tail message's shape (:func:`compute_last_message_info`).
+        work: What is open after a finished turn; ``None``: not known.
 
     Returns:
         The closing sentence, followed by a blank line and the reminder when one
         applies. No leading or trailing newline: the renderer puts a blank line
         between the last section and this text.
     """
-    reminder = reminder_for(info)
-    line = closing_line(has_activity)
+    clause = _ACTIVITY_CLAUSE if has_activity else ""
+    if info is not None and info.role == "user":
+        line = CLOSING_ANSWER_USER.format(clause)
+    elif (
+        info is not None
+        and info.role == "assistant"
+        and not info.mid_loop
+        and work is not None
+        and not work.open
+    ):
+        line = CLOSING_NOTHING_OPEN.format(clause)
+    else:
+        line = closing_line(has_activity)
+    reminder = reminder_for(info, work)
     return f"{line}\n\n{reminder}" if reminder else line
 
 

@@ -1,10 +1,26 @@
-"""The rebuild body (SPEC R5): gather every source under its cap and assemble it.
+"""The rebuild body (SPEC R5): gather every source, then assemble it under the caps.
 
-:func:`render_rebuild_context` reads the sources (task registry, actors, recent
-user messages from the store; ``checkpoint.md``, project and global
-``MEMORY.md``, ``notes.md`` and the memory-file list from disk) and hands them
-to the pure formatters of :mod:`mimo_ctx.sections`, :mod:`mimo_ctx.budget` and
-:mod:`mimo_ctx.digest`.
+Two steps. :func:`gather_sources` does all the I/O: the task registry, actors and
+user messages from the store, ``checkpoint.md`` (and the offline writer's state
+beside it), project and global ``MEMORY.md``, ``notes.md``, the memory-file list
+and whether the open task's ``progress.md`` exists; it returns a
+:class:`RebuildSources`. :func:`assemble_body` is pure and synchronous: it turns
+those sources into the body with the formatters of :mod:`mimo_ctx.sections`,
+:mod:`mimo_ctx.budget`, :mod:`mimo_ctx.digest` and :mod:`mimo_ctx.reminders`, so
+the budget properties are tested without a store. :func:`render_rebuild_context`
+is the two in a row.
+
+**Recent user input** is read over the whole main history through
+:meth:`~mimo_ctx.store.base.Store.list_user_messages`: the newest user messages,
+page by page, until the section's cap is covered (at most
+``recent_user_window`` of them), plus the session's task-defining request — the
+first substantive one (:func:`~mimo_ctx.checkpoint_evidence.is_continuation`) —
+which is pinned: taken before the newest. Each user message appears once in the
+body: the checkpoint's quotes of a message that section holds become pointers to
+it (:func:`~mimo_ctx.checkpoint_sections.refer_to_quoted`), and the activity list
+marks where each typed user message of the tail falls with a pointer too. The
+newest user message is labelled as answered, being worked on or not answered yet,
+and the closing line follows (:func:`~mimo_ctx.reminders.closing_text`).
 
 Beyond the original (R5.9): ``max_tokens`` bounds the whole body. When the
 sections add up to more, they are shrunk one at a time in this order, least
@@ -17,11 +33,14 @@ checkpoint go last because they are what the model cannot recover elsewhere.
 from __future__ import annotations
 
 import logging
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
+
+import anyio
 
 from mimo_ctx.budget import (
     SectionCap,
@@ -29,34 +48,66 @@ from mimo_ctx.budget import (
     read_budgeted,
     read_budgeted_section_aware,
 )
+from mimo_ctx.checkpoint_evidence import PlanItem, is_continuation, plan_items
+from mimo_ctx.checkpoint_sections import refer_to_quoted
+from mimo_ctx.checkpoint_state import CheckpointState
 from mimo_ctx.config import RebuildConfig
-from mimo_ctx.digest import build_tail_digest
+from mimo_ctx.digest import USER_QUOTED_WHERE, build_tail_digest
 from mimo_ctx.errors import PathEscapeError
 from mimo_ctx.memory import MemoryLayout, list_memory_files, read_text
 from mimo_ctx.memory_index import MemoryIndex
-from mimo_ctx.messages import MAIN_AGENT, Message
-from mimo_ctx.reminders import closing_text, compute_last_message_info
+from mimo_ctx.messages import (
+    MAIN_AGENT,
+    Message,
+    ToolPart,
+    user_input_text,
+)
+from mimo_ctx.reminders import (
+    TOOL_CALL_FINISH_REASONS,
+    OpenWork,
+    closing_text,
+    compute_last_message_info,
+)
 from mimo_ctx.sections import (
     BODY_INTRO,
     HEADING_CHECKPOINT,
     HEADING_GLOBAL_MEMORY,
     HEADING_NOTES,
     HEADING_PROJECT_MEMORY,
+    recent_user_input,
     render_active_actors_section,
     render_memory_keys_index,
-    render_recent_user_input,
     render_section,
     render_tasks_ledger,
 )
-from mimo_ctx.store.base import Session, Store
+from mimo_ctx.session import TERMINAL_TASK_STATUSES, Actor, Session, Task
+from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import TokenCounter, estimate_text_tokens
 
-__all__ = ["SHRINK_ORDER", "RenderedBody", "SectionFigure", "render_rebuild_context"]
+__all__ = [
+    "SHRINK_ORDER",
+    "MemoryFile",
+    "RebuildSources",
+    "RenderedBody",
+    "SectionFigure",
+    "assemble_body",
+    "gather_sources",
+    "render_rebuild_context",
+]
 
 _log = logging.getLogger("mimo_ctx")
 
 MAX_FILE_CHARS: Final = 8_000_000
 """Memory files are read up to this many characters (bounded memory)."""
+
+USER_PAGE: Final = 50
+"""User messages read per store call while filling "Recent user input"."""
+
+PIN_LOOKAHEAD: Final = 20
+"""The task-defining request is looked for among this many oldest user messages."""
+
+_STATE_CHARS: Final = 4_000_000
+_TOPIC_LINE = re.compile(r"^Topic:[^\n]*\n?", re.MULTILINE)
 
 SHRINK_ORDER: Final[tuple[str, ...]] = (
     "memory_titles",
@@ -112,6 +163,57 @@ class RenderedBody:
     tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryFile:
+    """A memory file as read for the body.
+
+    Attributes:
+        path: Its path.
+        text: Its content (``""`` when missing or unreadable).
+        problem: Why it could not be read, if it could not.
+    """
+
+    path: str
+    text: str = ""
+    problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildSources:
+    """Everything the body is made of, read by :func:`gather_sources`.
+
+    Attributes:
+        session_id: The session rebuilt.
+        tasks: Its task registry, finished tasks included.
+        actors: Its active background actors.
+        user_messages: Candidates for "Recent user input", oldest first.
+        pinned: Ids among them of the task-defining request(s).
+        checkpoint: ``checkpoint.md``.
+        project: The project's ``MEMORY.md``.
+        global_memory: The global ``MEMORY.md``.
+        notes: ``notes.md``.
+        memory_files: Paths for the memory keys index, relative to the root.
+        tail: The messages the activity list digests, oldest first.
+        reminder_tail: The whole tail (the open tool round too): the closing and the
+            latest request's state are read from it.
+        work: What is open if the last turn finished.
+    """
+
+    session_id: str
+    tasks: Sequence[Task] = ()
+    actors: Sequence[Actor] = ()
+    user_messages: Sequence[Message] = ()
+    pinned: frozenset[str] = frozenset()
+    checkpoint: MemoryFile = MemoryFile("checkpoint.md")
+    project: MemoryFile = MemoryFile("MEMORY.md")
+    global_memory: MemoryFile = MemoryFile("MEMORY.md")
+    notes: MemoryFile = MemoryFile("notes.md")
+    memory_files: Sequence[str] = ()
+    tail: Sequence[Message] = ()
+    reminder_tail: Sequence[Message] = ()
+    work: OpenWork = field(default_factory=OpenWork)
+
+
 @dataclass(slots=True)
 class _Slot:
     key: str
@@ -137,7 +239,7 @@ async def render_rebuild_context(
     counter: TokenCounter | None = None,
     memory_index: MemoryIndex | None = None,
 ) -> RenderedBody:
-    """Render the rebuild body of SPEC R5.
+    """Render the rebuild body of SPEC R5: :func:`gather_sources`, then :func:`assemble_body`.
 
     Args:
         store: The session's store.
@@ -158,29 +260,55 @@ async def render_rebuild_context(
     Returns:
         The body with per-section figures.
     """
+    del watermark  # the tail starts after it; kept for the signature callers use
     if agent != MAIN_AGENT:
         return RenderedBody(text="", has_activity=False)
     config = config or RebuildConfig()
-    caps = config.push_caps
-    count = counter.count if counter is not None else estimate_text_tokens
-    session_id = session.id
+    sources = await gather_sources(
+        store=store,
+        layout=layout,
+        session=session,
+        tail=tail,
+        reminder_tail=reminder_tail,
+        config=config,
+        counter=counter,
+        memory_index=memory_index,
+    )
+    return assemble_body(sources, config=config, max_tokens=max_tokens, counter=counter)
 
+
+async def gather_sources(
+    *,
+    store: Store,
+    layout: MemoryLayout,
+    session: Session,
+    tail: Sequence[Message],
+    reminder_tail: Sequence[Message] | None = None,
+    config: RebuildConfig | None = None,
+    counter: TokenCounter | None = None,
+    memory_index: MemoryIndex | None = None,
+) -> RebuildSources:
+    """Read everything the body is made of (the I/O half of the render).
+
+    Args:
+        store: The session's store.
+        layout: The memory layout.
+        session: The session rebuilt.
+        tail: The messages the activity list digests.
+        reminder_tail: The whole tail, when it differs from ``tail``.
+        config: Caps and limits.
+        counter: Token counter for the user-input cap.
+        memory_index: The FTS5 memory index (R5.6); without one the root is walked.
+    """
+    config = config or RebuildConfig()
+    session_id = session.id
     tasks = await store.list_tasks(session_id)
     actors = await store.list_actors(session_id, active_only=True)
-    recent = (
-        await store.list_messages(session_id, agent=MAIN_AGENT, last=config.recent_user_window)
-        if config.recent_user_window
-        else []
-    )
-    checkpoint_path = layout.checkpoint_path(session_id)
-    project_path = layout.project_memory_path(session.project_id)
-    global_path = layout.global_memory_path()
-    notes_path = layout.notes_path(session_id)
-    problems: dict[str, str] = {}
-    checkpoint = await _read_memory_file(checkpoint_path, layout, problems)
-    project = await _read_memory_file(project_path, layout, problems)
-    global_memory = await _read_memory_file(global_path, layout, problems)
-    notes = await _read_memory_file(notes_path, layout, problems)
+    users, pinned = await _user_messages(store, session_id, config, counter)
+    checkpoint = await _read_memory_file(layout.checkpoint_path(session_id), layout)
+    project = await _read_memory_file(layout.project_memory_path(session.project_id), layout)
+    global_memory = await _read_memory_file(layout.global_memory_path(), layout)
+    notes = await _read_memory_file(layout.notes_path(session_id), layout)
     if memory_index is not None:
         # R5.6: reconcile first, so files written outside the tools appear.
         await memory_index.reconcile(layout, session_id=session_id, project_id=session.project_id)
@@ -189,43 +317,187 @@ async def render_rebuild_context(
         memory_files = await list_memory_files(
             layout, session_id=session_id, project_id=session.project_id
         )
-    digest = build_tail_digest(
-        tail,
-        max_lines=config.activity_max_lines,
-        text_chars=config.activity_text_chars,
-        arg_chars=config.activity_arg_chars,
+    whole_tail = tail if reminder_tail is None else reminder_tail
+    work = await _open_work(layout, session_id, tasks, whole_tail)
+    return RebuildSources(
+        session_id=session_id,
+        tasks=tasks,
+        actors=actors,
+        user_messages=users,
+        pinned=pinned,
+        checkpoint=checkpoint,
+        project=project,
+        global_memory=global_memory,
+        notes=notes,
+        memory_files=memory_files,
+        tail=tail,
+        reminder_tail=whole_tail,
+        work=work,
     )
 
+
+async def _user_messages(
+    store: Store, session_id: str, config: RebuildConfig, counter: TokenCounter | None
+) -> tuple[list[Message], frozenset[str]]:
+    """The candidates of "Recent user input" and the pinned request among them.
+
+    Newest pages first until the cap is covered, so a rebuild reads what the section
+    can hold (at most ``recent_user_window`` messages), never the whole history.
+    """
+    caps = config.push_caps
+    if not config.recent_user_window or not caps.recent_user:
+        return [], frozenset()
+    count = counter.count if counter is not None else estimate_text_tokens
+    per_message = min(caps.recent_user_per_msg, caps.recent_user)
+    newest: list[Message] = []
+    covered = 0
+    before: tuple[int, str] | None = None
+    left = config.recent_user_window
+    while left > 0 and covered < caps.recent_user:
+        page = await store.list_user_messages(session_id, last=min(USER_PAGE, left), before=before)
+        for message in reversed(page):
+            text = user_input_text(message)
+            if text is not None:
+                covered += min(count(text), per_message) + 8
+            newest.append(message)
+        left -= len(page)
+        if len(page) < USER_PAGE:
+            break
+        before = (page[0].time_created, page[0].id)
+    newest.reverse()
+    first = next(iter(newest), None)
+    pinned: Message | None = None
+    for message in await store.list_user_messages(session_id, first=PIN_LOOKAHEAD):
+        text = user_input_text(message)
+        if text is not None and not is_continuation(text):
+            pinned = message
+            break
+    if pinned is None:
+        return newest, frozenset()
+    if first is None or (pinned.time_created, pinned.id) < (first.time_created, first.id):
+        newest.insert(0, pinned)
+    return newest, frozenset({pinned.id})
+
+
+async def _open_work(
+    layout: MemoryLayout, session_id: str, tasks: Sequence[Task], tail: Sequence[Message]
+) -> OpenWork:
+    """What is open: the newest plan's first open item, else the first open task."""
+    plan = _newest_plan(tail)
+    if plan is None:
+        state = CheckpointState.from_json(
+            await _read_quietly(layout.checkpoint_state_path(session_id), layout)
+        )
+        plan = state.plan_items if state is not None else []
+    item = next((i for i in plan if i.status == "in_progress"), None) or next(
+        (i for i in plan if i.status == "pending"), None
+    )
+    if item is not None:
+        return OpenWork(next_item=f"plan item: {item.text}")
+    open_tasks = [t for t in tasks if t.status not in TERMINAL_TASK_STATUSES]
+    if not open_tasks:
+        return OpenWork()
+    task = next((t for t in open_tasks if t.status == "in_progress"), open_tasks[0])
+    progress = layout.task_progress_path(session_id, task.id)
+    exists = await anyio.Path(progress).is_file()
+    return OpenWork(
+        next_item=f"task {task.id} ({task.status}): {' '.join(task.summary.split())}".rstrip(": "),
+        progress_file=str(progress) if exists else None,
+    )
+
+
+def _newest_plan(messages: Sequence[Message]) -> list[PlanItem] | None:
+    for message in reversed(messages):
+        for part in reversed(message.parts):
+            if isinstance(part, ToolPart):
+                items = plan_items(part.tool, part.state.input)
+                if items is not None:
+                    return items
+    return None
+
+
+def _latest_request_note(
+    users: Sequence[Message], tail: Sequence[Message]
+) -> tuple[str, str] | None:
+    """The newest typed user message and whether the messages after it answer it."""
+    newest = next((m for m in reversed(users) if user_input_text(m) is not None), None)
+    if newest is None:
+        return None
+    after = [m for m in tail if (m.time_created, m.id) > (newest.time_created, newest.id)]
+    if not after:
+        in_tail = any(m.id == newest.id for m in tail)
+        return newest.id, "the latest request; not answered yet" if in_tail else "answered"
+    last = after[-1]
+    if last.role != "assistant" or last.finish is None or last.finish in TOOL_CALL_FINISH_REASONS:
+        return newest.id, "the latest request; being worked on"
+    return newest.id, "the latest request; answered"
+
+
+def assemble_body(
+    sources: RebuildSources,
+    *,
+    config: RebuildConfig | None = None,
+    max_tokens: int | None = None,
+    counter: TokenCounter | None = None,
+) -> RenderedBody:
+    """Assemble the body from gathered sources: pure, synchronous, no I/O.
+
+    Every section is rendered under its cap; with ``max_tokens`` (R5.9 beyond)
+    sections then shrink in :data:`SHRINK_ORDER` until the body fits. The
+    checkpoint's quotes and the activity list point at "Recent user input" for the
+    messages it holds, so each user message appears once.
+    """
+    config = config or RebuildConfig()
+    caps = config.push_caps
+    count = counter.count if counter is not None else estimate_text_tokens
+    note = _latest_request_note(sources.user_messages, sources.reminder_tail)
+    quoted: set[str] = set()
+
     def file_section(
-        heading: str, text: str, path: str, *, section_aware: bool
+        source: MemoryFile, heading: str, *, section_aware: bool, refer: bool = False
     ) -> Callable[[int], str]:
         def render(cap: int) -> str:
-            if path in problems:
+            if source.problem is not None:
                 # Degrade visibly: the section stays, says why it is empty.
-                notice = f"[this file could not be read: {problems[path]}]"
-                return render_section(heading, notice, file_path=path)
-            if not text.strip():
+                notice = f"[this file could not be read: {source.problem}]"
+                return render_section(heading, notice, file_path=source.path)
+            if not source.text.strip():
                 return ""
-            caps_for = (
-                checkpoint_section_caps(caps)
-                if section_aware and heading == HEADING_CHECKPOINT
-                else None
-            )
+            text = source.text
+            if refer:
+                # The boundary's "## Checkpoint" part already names the topic, and the
+                # user's words are quoted under "Recent user input": say each once.
+                text = refer_to_quoted(
+                    _TOPIC_LINE.sub("", text, count=1), quoted, USER_QUOTED_WHERE
+                )
+            caps_for = checkpoint_section_caps(caps) if refer else None
             body = _budgeted(
-                text, cap, path, counter, section_aware=section_aware, section_caps=caps_for
+                text, cap, source.path, counter, section_aware=section_aware, section_caps=caps_for
             )
-            return render_section(heading, body, file_path=path) if body.strip() else ""
+            return render_section(heading, body, file_path=source.path) if body.strip() else ""
 
         return render
 
+    def user_input(cap: int) -> str:
+        rendered = recent_user_input(
+            sources.user_messages,
+            budget=cap,
+            per_message_cap=min(caps.recent_user_per_msg, cap),
+            counter=counter,
+            pinned=sources.pinned,
+            notes=dict([note]) if note is not None else None,
+        )
+        quoted.clear()
+        quoted.update(rendered.quoted)
+        return rendered.text
+
     def activity(lines: int) -> str:
-        if lines == config.activity_max_lines:
-            return digest.text
         return build_tail_digest(
-            tail,
+            sources.tail,
             max_lines=lines,
             text_chars=config.activity_text_chars,
             arg_chars=config.activity_arg_chars,
+            quoted=quoted,
         ).text
 
     slots = [
@@ -234,15 +506,15 @@ async def render_rebuild_context(
             "Tasks ledger",
             "characters",
             caps.tasks_ledger,
-            lambda cap: render_tasks_ledger(tasks, cap_chars=cap),
+            lambda cap: render_tasks_ledger(sources.tasks, cap_chars=cap),
         ),
         _Slot(
             "checkpoint",
             HEADING_CHECKPOINT,
             "tokens",
             caps.checkpoint,
-            file_section(HEADING_CHECKPOINT, checkpoint, str(checkpoint_path), section_aware=True),
-            str(checkpoint_path),
+            file_section(sources.checkpoint, HEADING_CHECKPOINT, section_aware=True, refer=True),
+            sources.checkpoint.path,
         ),
         _Slot(
             "actor_ledger",
@@ -250,75 +522,67 @@ async def render_rebuild_context(
             "tokens",
             caps.actor_ledger,
             lambda cap: render_active_actors_section(
-                actors, session_id=session_id, budget=cap, counter=counter
+                sources.actors, session_id=sources.session_id, budget=cap, counter=counter
             ),
         ),
         _Slot(
-            "recent_user",
-            "Recent user input (verbatim)",
-            "tokens",
-            caps.recent_user,
-            lambda cap: render_recent_user_input(
-                recent,
-                budget=cap,
-                per_message_cap=min(caps.recent_user_per_msg, cap),
-                counter=counter,
-            ),
+            "recent_user", "Recent user input (verbatim)", "tokens", caps.recent_user, user_input
         ),
         _Slot(
             "memory",
             HEADING_PROJECT_MEMORY,
             "tokens",
             caps.memory,
-            file_section(HEADING_PROJECT_MEMORY, project, str(project_path), section_aware=True),
-            str(project_path),
+            file_section(sources.project, HEADING_PROJECT_MEMORY, section_aware=True),
+            sources.project.path,
         ),
         _Slot(
             "global",
             HEADING_GLOBAL_MEMORY,
             "tokens",
             caps.global_,
-            file_section(
-                HEADING_GLOBAL_MEMORY, global_memory, str(global_path), section_aware=True
-            ),
-            str(global_path),
+            file_section(sources.global_memory, HEADING_GLOBAL_MEMORY, section_aware=True),
+            sources.global_memory.path,
         ),
         _Slot(
             "notes",
             HEADING_NOTES,
             "tokens",
             caps.notes,
-            file_section(HEADING_NOTES, notes, str(notes_path), section_aware=False),
-            str(notes_path),
+            file_section(sources.notes, HEADING_NOTES, section_aware=False),
+            sources.notes.path,
         ),
         _Slot(
             "memory_titles",
             "Memory keys index",
             "tokens",
             caps.memory_titles,
-            lambda cap: render_memory_keys_index(memory_files, budget=cap, counter=counter),
+            lambda cap: render_memory_keys_index(sources.memory_files, budget=cap, counter=counter),
         ),
         _Slot("activity", "Recent activity", "lines", config.activity_max_lines, activity),
     ]
-    for slot in slots:
-        slot.text = slot.render(slot.cap)
     by_key = {slot.key: slot for slot in slots}
+    # "Recent user input" first: what it quotes decides the pointers of the others.
+    by_key["recent_user"].text = by_key["recent_user"].render(by_key["recent_user"].cap)
+    for slot in slots:
+        if slot.key != "recent_user":
+            slot.text = slot.render(slot.cap)
 
     # R5.1: nothing to inject (notes alone do not count, A6).
     if not (
-        tasks
-        or checkpoint.strip()
-        or project.strip()
-        or global_memory.strip()
+        sources.tasks
+        or sources.checkpoint.text.strip()
+        or sources.project.text.strip()
+        or sources.global_memory.text.strip()
         or by_key["actor_ledger"].text
         or by_key["recent_user"].text
     ):
         return RenderedBody(text="", has_activity=False)
 
-    last_info = compute_last_message_info(reminder_tail if reminder_tail is not None else tail)
-    closing = closing_text(bool(by_key["activity"].text), last_info)
+    last_info = compute_last_message_info(sources.reminder_tail)
 
     def assemble() -> str:
+        closing = closing_text(bool(by_key["activity"].text), last_info, sources.work)
         body = "".join(
             (s.text if s.text.endswith("\n\n") else s.text.rstrip("\n") + "\n\n")
             for s in slots
@@ -333,8 +597,11 @@ async def render_rebuild_context(
             if over <= 0:
                 break
             _shrink(by_key[key], over, count)
-            # Re-render the closing: dropping the activity changes its wording.
-            closing = closing_text(bool(by_key["activity"].text), last_info)
+            if key == "recent_user":
+                # Fewer messages quoted there: the pointers to them become quotes again.
+                for dependent in ("checkpoint", "activity"):
+                    slot = by_key[dependent]
+                    slot.text = slot.render(slot.cap) if slot.text else ""
             text = assemble()
     figures = [
         SectionFigure(
@@ -410,20 +677,29 @@ def _budgeted(
     return output
 
 
-async def _read_memory_file(path: Path, layout: MemoryLayout, problems: dict[str, str]) -> str:
+async def _read_memory_file(path: Path, layout: MemoryLayout) -> MemoryFile:
     """Read a memory file for the body: bounded, inside the root, never raising.
 
     A file that cannot be read (permissions, I/O errors, a symlink leading out of
-    the memory root) gives ``""``; the reason is logged with the path and recorded
-    in ``problems`` so its section can say so instead of failing the rebuild.
+    the memory root) gives no text; the reason is logged with the path and kept in
+    :attr:`MemoryFile.problem` so its section can say so instead of failing the
+    rebuild.
     """
     try:
-        return await read_text(path, max_chars=MAX_FILE_CHARS, root=layout.root) or ""
+        text = await read_text(path, max_chars=MAX_FILE_CHARS, root=layout.root) or ""
     except (OSError, PathEscapeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         _log.warning("mimo_ctx: memory file %s could not be read: %s", path, reason)
-        problems[str(path)] = reason
-        return ""
+        return MemoryFile(str(path), "", reason)
+    return MemoryFile(str(path), text)
+
+
+async def _read_quietly(path: Path, layout: MemoryLayout) -> str | None:
+    """A file only consulted (the writer's state): ``None`` when it cannot be read."""
+    try:
+        return await read_text(path, max_chars=_STATE_CHARS, root=layout.root)
+    except (OSError, PathEscapeError):
+        return None
 
 
 def _shrink(slot: _Slot, over: int, count: Callable[[str], int]) -> None:

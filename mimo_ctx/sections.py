@@ -45,13 +45,14 @@ exact characters except line breaks, which are written as escapes (``\\n``).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from mimo_ctx._util import ago, one_line
 from mimo_ctx.budget import scan_fences
 from mimo_ctx.errors import ConfigError, PathEscapeError
-from mimo_ctx.messages import MAIN_AGENT, Message, TextPart
+from mimo_ctx.messages import Message, user_input_text
 from mimo_ctx.session import ACTIVE_ACTOR_STATUSES, Actor, Task
 from mimo_ctx.tokens import TokenCounter, estimate_text_tokens
 
@@ -72,7 +73,9 @@ __all__ = [
     "LEDGER_TRUNCATION_NOTICE",
     "SECTION_HEADINGS",
     "TASK_STATUS_ICONS",
+    "RecentUserInput",
     "neutralise_structure",
+    "recent_user_input",
     "render_active_actors_part",
     "render_active_actors_section",
     "render_checkpoint_index",
@@ -81,7 +84,6 @@ __all__ = [
     "render_section",
     "render_tasks_ledger",
     "strip_level1_headings",
-    "user_input_text",
 ]
 
 BODY_INTRO: Final = (
@@ -142,7 +144,6 @@ ELISION_LINE: Final = (
 )
 """The line between head and tail of a long user message (A7); ``str.format`` fields."""
 
-_SKIP_USER_PART_TYPES: Final = frozenset({"tool", "tool_result", "checkpoint", "compaction"})
 _LEDGER_RESERVE: Final = 60
 _TOPIC_LINE = re.compile(r"^Topic:[ \t]*(\S.*?)\s*$")
 _TOPIC_MAX_CHARS: Final = 300
@@ -428,21 +429,6 @@ def render_active_actors_part(actors: Sequence[Actor], *, session_id: str, now_m
 # -- 4. recent user input --------------------------------------------------------------------
 
 
-def user_input_text(message: Message) -> str | None:
-    """The user's own words in ``message``, or ``None`` when it does not qualify (R5.5)."""
-    if message.role != "user" or message.agent != MAIN_AGENT:
-        return None
-    if any(p.type in _SKIP_USER_PART_TYPES for p in message.parts):
-        return None
-    texts = [
-        p.text
-        for p in message.parts
-        if isinstance(p, TextPart) and not p.synthetic and not p.ignored
-    ]
-    text = "\n".join(texts)
-    return text if text.strip() else None
-
-
 def _elide(text: str, message_id: str, cap: int, count: Callable[[str], int]) -> str:
     """Keep the head and tail of a message over ``cap`` tokens (A7)."""
     head_tokens, tail_tokens = cap * 6 // 10, cap * 3 // 10
@@ -461,37 +447,75 @@ def _elide(text: str, message_id: str, cap: int, count: Callable[[str], int]) ->
     return "\n".join(p for p in (head, line, tail) if p)
 
 
+@dataclass(frozen=True, slots=True)
+class RecentUserInput:
+    """Section 4 as rendered and the messages it quotes.
+
+    Attributes:
+        text: The section (``""`` when omitted).
+        quoted: Ids of the user messages it quotes.
+    """
+
+    text: str
+    quoted: frozenset[str]
+
+
 def render_recent_user_input(
     messages: Sequence[Message],
     *,
     budget: int,
     per_message_cap: int,
     counter: TokenCounter | None = None,
+    pinned: Collection[str] = (),
+    notes: Mapping[str, str] | None = None,
 ) -> str:
+    """The text of :func:`recent_user_input` (section 4)."""
+    return recent_user_input(
+        messages,
+        budget=budget,
+        per_message_cap=per_message_cap,
+        counter=counter,
+        pinned=pinned,
+        notes=notes,
+    ).text
+
+
+def recent_user_input(
+    messages: Sequence[Message],
+    *,
+    budget: int,
+    per_message_cap: int,
+    counter: TokenCounter | None = None,
+    pinned: Collection[str] = (),
+    notes: Mapping[str, str] | None = None,
+) -> RecentUserInput:
     """Render section 4, ``# Recent user input (verbatim)`` (R5.5, A7).
 
-    ``messages`` are the newest main-line messages (the caller picks the last
-    ``recent_user_window``). A message qualifies when its role is ``user``, its
-    agent is the main agent, and it has no tool, tool result, checkpoint or
-    compaction part; its text is its non-synthetic, non-ignored text parts joined
-    by ``\\n``, and a blank text is skipped. A text over ``per_message_cap`` tokens
-    keeps its first ``floor(cap*0.6)*4`` and last ``floor(cap*0.3)*4`` characters
-    with :data:`ELISION_LINE` between them, where ``N`` = the message's tokens
-    minus the tokens of the kept head and tail.
+    ``messages`` are candidates from the whole main history (the caller reads the
+    newest user messages through :meth:`~mimo_ctx.store.base.Store.list_user_messages`
+    and the task-defining request among the oldest). A message qualifies when
+    :func:`~mimo_ctx.messages.user_input_text` finds typed words in it. A text over
+    ``per_message_cap`` tokens keeps its first ``floor(cap*0.6)*4`` and last
+    ``floor(cap*0.3)*4`` characters with :data:`ELISION_LINE` between them, where
+    ``N`` = the message's tokens minus the tokens of the kept head and tail.
 
-    Each entry is ``[user message <id>]`` on its own line followed by the text,
-    passed through :func:`neutralise_structure`; entries are separated by a blank
-    line. Entries are taken newest first while the body stays within ``budget``
-    tokens (the first that does not fit ends the walk) and shown oldest first.
+    Each entry is ``[user message <id>]`` on its own line (``[user message <id> —
+    <note>]`` when ``notes`` has one for it) followed by the text, passed through
+    :func:`neutralise_structure`; entries are separated by a blank line. The
+    ``pinned`` messages (the session's task-defining request) are taken first, then
+    the others newest first, while the body stays within ``budget`` tokens (the
+    first that does not fit ends the walk); they are shown oldest first.
 
     Args:
         messages: Candidate messages, oldest first.
         budget: The ``recent_user`` cap in tokens; 0 disables the section.
         per_message_cap: The ``recent_user_per_msg`` cap in tokens.
         counter: Token counter; defaults to the chars/4 estimate.
+        pinned: Ids of messages taken before the newest ones.
+        notes: A short note per message id for its header line.
 
     Returns:
-        The section, or ``""`` when nothing qualifies or fits.
+        The section (``""`` when nothing qualifies or fits) and the ids it quotes.
 
     Raises:
         ConfigError: ``budget`` or ``per_message_cap`` is negative.
@@ -499,22 +523,37 @@ def render_recent_user_input(
     _check_tokens(budget, "budget")
     _check_tokens(per_message_cap, "per_message_cap")
     if budget == 0:
-        return ""
+        return RecentUserInput("", frozenset())
     count = _counter_fn(counter)
-    chosen: list[str] = []  # newest first
-    for message in reversed(messages):
+    entries: list[tuple[int, str]] = []  # (position, entry), oldest first
+    for position, message in enumerate(messages):
         text = user_input_text(message)
         if text is None:
             continue
         if count(text) > per_message_cap:
             text = _elide(text, message.id, per_message_cap, count)
-        entry = neutralise_structure(f"[user message {one_line(message.id)}]\n{text}")
-        if count("\n\n".join([entry, *reversed(chosen)])) > budget:
+        note = (notes or {}).get(message.id)
+        header = f"{one_line(message.id)} — {one_line(note)}" if note else one_line(message.id)
+        entries.append((position, neutralise_structure(f"[user message {header}]\n{text}")))
+    wanted = set(pinned)
+    order = [e for e in entries if messages[e[0]].id in wanted]
+    order += [e for e in reversed(entries) if messages[e[0]].id not in wanted]
+    chosen: list[tuple[int, str]] = []
+    used = 0
+    for position, entry in order:
+        # A running sum keeps the walk linear; the joined text is checked below.
+        cost = count(entry) + (1 if chosen else 0)
+        if used + cost > budget:
             break
-        chosen.append(entry)
+        chosen.append((position, entry))
+        used += cost
+    chosen.sort()
+    while chosen and count("\n\n".join(e for _, e in chosen)) > budget:
+        chosen.pop(0)  # a tokenizer that merges across the joins: drop the oldest
     if not chosen:
-        return ""
-    return render_section(HEADING_RECENT_USER, "\n\n".join(reversed(chosen)))
+        return RecentUserInput("", frozenset())
+    text = render_section(HEADING_RECENT_USER, "\n\n".join(e for _, e in chosen))
+    return RecentUserInput(text, frozenset(messages[p].id for p, _ in chosen))
 
 
 # -- 8. memory keys index ----------------------------------------------------------------------

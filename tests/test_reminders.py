@@ -10,17 +10,21 @@ from hypothesis import strategies as st
 from mimo_ctx.messages import Message, Part, TextPart, ToolPart, ToolStatePending
 from mimo_ctx.reminders import (
     AUTONOMOUS_LOOP_REMINDER,
+    CLOSING_ANSWER_USER,
+    CLOSING_NOTHING_OPEN,
     CLOSING_WITH_ACTIVITY,
     CLOSING_WITHOUT_ACTIVITY,
     PER_TURN_MARKER,
-    PROGRESS_CHECK_REMINDER,
     LastMessageInfo,
+    OpenWork,
     append_per_turn_reminder,
     closing_line,
     closing_text,
     compute_last_message_info,
     has_per_turn_reminder,
+    next_step_reminder,
     per_turn_reminder,
+    progress_check_reminder,
     reminder_for,
 )
 from mimo_ctx.tokens import estimate_text_tokens
@@ -73,12 +77,13 @@ def test_r5_8_autonomous_loop_reminder_verbatim() -> None:
     )
 
 
-def test_r5_8_progress_reminder_points_to_progress_md() -> None:
-    assert PROGRESS_CHECK_REMINDER.startswith("<system-reminder>\n")
-    assert PROGRESS_CHECK_REMINDER.endswith("\n</system-reminder>")
-    assert "progress.md" in PROGRESS_CHECK_REMINDER
-    assert "spec" in PROGRESS_CHECK_REMINDER
-    assert "truly done" in PROGRESS_CHECK_REMINDER
+def test_r5_8_progress_reminder_names_the_file() -> None:
+    reminder = progress_check_reminder("/m/sessions/s/tasks/T1/progress.md")
+    assert reminder.startswith("<system-reminder>\n")
+    assert reminder.endswith("\n</system-reminder>")
+    assert "/m/sessions/s/tasks/T1/progress.md" in reminder
+    assert "spec" in reminder
+    assert "truly done" in reminder
 
 
 def test_r5_8_compute_last_message_info() -> None:
@@ -105,29 +110,58 @@ def test_r5_8_reminder_for_each_shape() -> None:
         assert reminder_for(info_of(_msg(0, "assistant", finish=finish))) == (
             AUTONOMOUS_LOOP_REMINDER
         )
-    # assistant that finished otherwise -> progress check
+    # assistant that finished otherwise -> what is open decides (issue 14 finding 6)
+    progress = OpenWork(next_item="task T1", progress_file="/m/T1/progress.md")
     for finish in ("stop", "length", "end_turn"):
-        assert reminder_for(info_of(_msg(0, "assistant", finish=finish))) == (
-            PROGRESS_CHECK_REMINDER
+        info = info_of(_msg(0, "assistant", finish=finish))
+        assert reminder_for(info, progress) == progress_check_reminder("/m/T1/progress.md")
+        assert reminder_for(info, OpenWork(next_item="plan item: tests")) == (
+            next_step_reminder("plan item: tests")
         )
+        assert reminder_for(info, OpenWork()) == ""
+        assert reminder_for(info) == ""  # nothing known: no file named that may not exist
     # last message is a user message -> nothing
     assert reminder_for(info_of(_msg(0, "user"))) == ""
     assert reminder_for(None) == ""
     # ours: provider-form tool results waiting for the model -> mid-loop
     assert reminder_for(info_of(_msg(0, "tool"))) == AUTONOMOUS_LOOP_REMINDER
-    # ours: cut off while calling tools (no finish) -> mid-loop; without calls -> progress
+    # ours: cut off while calling tools (no finish) -> mid-loop; without calls -> as finished
     assert reminder_for(info_of(_msg(0, "assistant", [_call()]))) == AUTONOMOUS_LOOP_REMINDER
-    assert reminder_for(info_of(_msg(0, "assistant"))) == PROGRESS_CHECK_REMINDER
+    assert reminder_for(info_of(_msg(0, "assistant")), progress) == (
+        progress_check_reminder("/m/T1/progress.md")
+    )
 
 
 def test_r5_7_r5_8_closing_text() -> None:
     loop = LastMessageInfo(role="assistant", finish="tool-calls")
     done = LastMessageInfo(role="assistant", finish="stop")
-    user = LastMessageInfo(role="user")
     assert closing_text(True, loop) == f"{CLOSING_WITH_ACTIVITY}\n\n{AUTONOMOUS_LOOP_REMINDER}"
-    assert closing_text(False, done) == f"{CLOSING_WITHOUT_ACTIVITY}\n\n{PROGRESS_CHECK_REMINDER}"
-    assert closing_text(True, user) == CLOSING_WITH_ACTIVITY
+    # A mid-loop rebuild still says continue, whatever else is open.
+    assert closing_text(True, loop, OpenWork()) == (
+        f"{CLOSING_WITH_ACTIVITY}\n\n{AUTONOMOUS_LOOP_REMINDER}"
+    )
+    open_task = OpenWork(next_item="task T2", progress_file="/m/T2/progress.md")
+    assert closing_text(False, done, open_task) == (
+        f"{CLOSING_WITHOUT_ACTIVITY}\n\n{progress_check_reminder('/m/T2/progress.md')}"
+    )
     assert closing_text(False, None) == CLOSING_WITHOUT_ACTIVITY
+
+
+def test_finished_turn_with_nothing_open_does_not_say_resume() -> None:
+    # Issue 14 findings 4 and 6: an idle or manual rebuild after an answered request
+    # ended with "Resume the last task" and a reminder naming a missing progress.md.
+    done = LastMessageInfo(role="assistant", finish="stop")
+    text = closing_text(True, done, OpenWork())
+    assert text == CLOSING_NOTHING_OPEN.format(" and the recent activity list")
+    assert "Resume" not in text
+    assert "progress.md" not in text
+    assert "do not redo finished work" in text
+
+
+def test_an_unanswered_user_message_is_named_in_the_closing() -> None:
+    user = LastMessageInfo(role="user")
+    assert closing_text(True, user) == CLOSING_ANSWER_USER.format(" and the recent activity list")
+    assert closing_text(False, user, OpenWork()) == CLOSING_ANSWER_USER.format("")
 
 
 # ---------------------------------------------------------------- R8.3 per-turn reminder
