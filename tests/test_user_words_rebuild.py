@@ -9,6 +9,7 @@ machine text; in ae4a77f8 the ``/compact`` output, colour codes included, was se
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -57,10 +58,16 @@ async def test_queued_messages_reach_the_rebuild_at_claude_codes_compaction(
 async def test_a_slash_command_goal_is_the_users_words(transcripts_dir: Path) -> None:
     point = await _rebuild(transcripts_dir, "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl")
     body = _body(point)
-    assert "/orchestrator create TODO app by Next.js" in _recent_user_input(body)
-    # The checkpoint's intent quotes it too: it is no longer "(none)".
+    recent = _recent_user_input(body)
+    assert "/orchestrator create TODO app by Next.js" in recent
+    # The checkpoint's intent names it too: it is no longer "(none)". The words
+    # themselves appear once in the body, under Recent user input, which it points to.
     intent = body.split("Active intent", 1)[1].split("\n## ", 1)[0]
-    assert "/orchestrator create TODO app by Next.js" in intent
+    task = re.search(r"- Task \(user message (\S+)\): quoted under Recent user input", intent)
+    assert task is not None, intent
+    assert f"[user message {task.group(1)}" in recent
+    sections = body.split("The sections below are auto-loaded", 1)[1]  # after the index part
+    assert sections.count("/orchestrator create TODO app by Next.js") == 1
 
 
 async def test_command_output_and_colour_codes_are_not_the_users_words(
