@@ -30,8 +30,10 @@ from pydantic import (
 )
 
 from mimo_ctx.errors import ConfigError
+from mimo_ctx.view import COMPACTED_PLACEHOLDER
 
 __all__ = [
+    "DEFAULT_MICRO_COMPACT_EXCLUDE",
     "DEFAULT_MICRO_COMPACT_TOOLS",
     "PushCaps",
     "RebuildConfig",
@@ -56,6 +58,17 @@ DEFAULT_MICRO_COMPACT_TOOLS: Final[tuple[str, ...]] = (
     "codesearch",
 )
 """Tools whose completed results a rebuild clears (SPEC R4.5)."""
+
+DEFAULT_MICRO_COMPACT_EXCLUDE: Final[tuple[str, ...]] = (
+    "actor",
+    "task",
+    "question",
+    "skill",
+    "memory",
+)
+"""Stateful tools whose results are never cleared, whatever pattern matches them (R4.5)."""
+
+_PLACEHOLDER_CHARS: Final = 500
 
 _AMOUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 
@@ -202,7 +215,15 @@ class RebuildConfig(_Frozen):
         push_caps: Section caps (R5.3).
         tail: Watermark constants (R2.3).
         writer: Writer thresholds and wait bounds (A3, R3.2).
-        micro_compact_tools: Tools whose completed results a rebuild clears (R4.5).
+        micro_compact_tools: Tools whose completed results a rebuild clears (R4.5):
+            names and glob patterns (``"run_*"``), matched case-insensitively.
+        micro_compact_exclude: Names and patterns never cleared, even when
+            ``micro_compact_tools`` matches them (the stateful tools by default).
+        micro_compact_keep: The newest this many clearable results of each agent
+            stay uncleared (0: all are cleared, as in the original).
+        micro_compact_placeholder: What a cleared result reads when sent. It is
+            stored with the result when a rebuild clears it, so results cleared
+            earlier keep the text they were sent with (cached prompts stay valid).
         recent_user_window: How many newest main-line messages feed section 4.
         activity_max_lines: Line limit of the recent-activity section (R7.2).
         activity_text_chars: Cut length of assistant text in the digest.
@@ -219,12 +240,34 @@ class RebuildConfig(_Frozen):
     tail: TailConfig = Field(default_factory=TailConfig)
     writer: WriterConfig = Field(default_factory=WriterConfig)
     micro_compact_tools: tuple[str, ...] = DEFAULT_MICRO_COMPACT_TOOLS
+    micro_compact_exclude: tuple[str, ...] = DEFAULT_MICRO_COMPACT_EXCLUDE
+    micro_compact_keep: int = Field(default=0, ge=0)
+    micro_compact_placeholder: str = COMPACTED_PLACEHOLDER
     recent_user_window: int = Field(default=200, ge=0)
     activity_max_lines: int = Field(default=200, ge=0)
     activity_text_chars: int = Field(default=240, ge=2)
     activity_arg_chars: int = Field(default=80, ge=2)
     total_cap: int | None = Field(default=None, ge=0)
     min_freed_fraction: float = Field(default=0.10, ge=0, le=1)
+
+    @field_validator("micro_compact_tools", "micro_compact_exclude")
+    @classmethod
+    def _check_tool_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            if not pattern.strip():
+                raise ValueError("expected tool names or glob patterns, got an empty one")
+            if pattern.count("[") != pattern.count("]"):
+                raise ValueError(f"unbalanced brackets in the glob pattern {pattern!r}")
+        return value
+
+    @field_validator("micro_compact_placeholder")
+    @classmethod
+    def _check_placeholder(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("expected a non-empty placeholder text")
+        if len(value) > _PLACEHOLDER_CHARS:
+            raise ValueError(f"expected at most {_PLACEHOLDER_CHARS} characters, got {len(value)}")
+        return value
 
     @field_validator("max_context")
     @classmethod

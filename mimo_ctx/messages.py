@@ -126,11 +126,17 @@ class ReasoningPart(_Model):
 
 
 class ToolTime(_Model):
-    """Times of a tool run in epoch ms; ``compacted`` is set by micro-compaction (R4.5)."""
+    """Times of a tool run in epoch ms; ``compacted`` is set by micro-compaction (R4.5).
+
+    ``placeholder`` is the text a compacted result reads when sent, stored when the
+    result is cleared with a configured text other than the default
+    (:data:`~mimo_ctx.view.COMPACTED_PLACEHOLDER`, ``None`` here).
+    """
 
     start: int | None = None
     end: int | None = None
     compacted: int | None = None
+    placeholder: str | None = None
 
 
 class ToolStatePending(_Model):

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from fnmatch import fnmatchcase
+from typing import Final, Literal, TypeGuard
 
 import anyio
 
@@ -53,6 +54,7 @@ from mimo_ctx.messages import (
     CheckpointPart,
     CompactionPart,
     Message,
+    Part,
     TextPart,
     ToolPart,
     ToolResultPart,
@@ -70,7 +72,7 @@ from mimo_ctx.tokens import (
     estimate_part_tokens,
     estimate_text_tokens,
 )
-from mimo_ctx.view import apply_send_rules
+from mimo_ctx.view import COMPACTED_PLACEHOLDER, apply_send_rules
 
 __all__ = [
     "OPEN_ROUND_SHARE",
@@ -81,6 +83,7 @@ __all__ = [
     "Trigger",
     "build_boundary_message",
     "build_compaction_message",
+    "clearable_tool",
     "micro_compact",
 ]
 
@@ -169,6 +172,27 @@ class _Result:
     committed: _Committed | None = None
 
 
+def clearable_tool(name: str, *, tools: Collection[str], exclude: Collection[str] = ()) -> bool:
+    """True when results of the tool ``name`` may be cleared (SPEC R4.5).
+
+    ``tools`` and ``exclude`` hold names and glob patterns (``"run_*"``,
+    ``"mcp__*"``); matching is case-insensitive, since agents name the same tool
+    ``read`` or ``Read`` (Claude Code) and a rename must not keep old results
+    alive. ``exclude`` wins over ``tools``.
+    """
+    lowered = name.lower()
+    if any(fnmatchcase(lowered, pattern.lower()) for pattern in exclude):
+        return False
+    return any(fnmatchcase(lowered, pattern.lower()) for pattern in tools)
+
+
+def _uncleared_result(part: Part) -> TypeGuard[ToolPart | ToolResultPart]:
+    """A completed, successful tool result not compacted yet."""
+    if isinstance(part, ToolPart):
+        return isinstance(part.state, ToolStateCompleted) and part.state.time.compacted is None
+    return isinstance(part, ToolResultPart) and not part.is_error and part.time.compacted is None
+
+
 def micro_compact(
     messages: Sequence[Message],
     *,
@@ -176,50 +200,53 @@ def micro_compact(
     tools: Collection[str],
     now_ms: int,
     skip_ids: Collection[str] = (),
+    exclude: Collection[str] = (),
+    keep: int = 0,
+    placeholder: str | None = None,
 ) -> list[Message]:
     """Mark old tool results compacted (SPEC R4.5, A4).
 
     Selects messages created strictly later than ``after_time`` (the watermark's
     creation time; every agent of the session) and marks completed,
-    not-yet-compacted results of ``tools``.
+    not-yet-compacted results of the tools :func:`clearable_tool` accepts.
     ``skip_ids`` are left alone (the new boundary, and the open tool round a
-    mid-loop rebuild keeps live).
-    Tool names match case-insensitively: agents name the same tools ``read`` or
-    ``Read`` (Claude Code), and a rename must not keep old results alive.
+    mid-loop rebuild keeps live). The newest ``keep`` such results of each agent
+    stay uncleared. A ``placeholder`` other than the default
+    (:data:`~mimo_ctx.view.COMPACTED_PLACEHOLDER`) is stored with each result it
+    clears (``time.placeholder``), which is what the result then reads when sent.
 
     Returns:
         New copies of the messages that changed (inputs are never mutated).
     """
-    wanted = {tool.lower() for tool in tools}
     skip = set(skip_ids)
-    changed: list[Message] = []
-    for message in messages:
+    stored = None if placeholder in (None, COMPACTED_PLACEHOLDER) else placeholder
+    chosen: dict[str, list[tuple[int, int]]] = {}
+    for position, message in enumerate(messages):
         if message.time_created <= after_time or message.id in skip:
             continue
-        new_parts = list(message.parts)
-        touched = False
         for index, part in enumerate(message.parts):
-            if (
-                isinstance(part, ToolPart)
-                and part.tool.lower() in wanted
-                and isinstance(part.state, ToolStateCompleted)
-                and part.state.time.compacted is None
-            ):
-                time = part.state.time.model_copy(update={"compacted": now_ms})
+            if _uncleared_result(part) and clearable_tool(part.tool, tools=tools, exclude=exclude):
+                chosen.setdefault(message.agent, []).append((position, index))
+    marked: dict[int, set[int]] = {}
+    for spots in chosen.values():
+        for position, index in spots[: max(0, len(spots) - keep)]:
+            marked.setdefault(position, set()).add(index)
+    changed: list[Message] = []
+    for position in sorted(marked):
+        message = messages[position]
+        new_parts = list(message.parts)
+        for index in marked[position]:
+            part = message.parts[index]
+            if isinstance(part, ToolPart) and isinstance(part.state, ToolStateCompleted):
+                time = part.state.time.model_copy(
+                    update={"compacted": now_ms, "placeholder": stored}
+                )
                 state = part.state.model_copy(update={"time": time})
                 new_parts[index] = part.model_copy(update={"state": state})
-                touched = True
-            elif (
-                isinstance(part, ToolResultPart)
-                and part.tool.lower() in wanted
-                and not part.is_error
-                and part.time.compacted is None
-            ):
-                time = part.time.model_copy(update={"compacted": now_ms})
+            elif isinstance(part, ToolResultPart):
+                time = part.time.model_copy(update={"compacted": now_ms, "placeholder": stored})
                 new_parts[index] = part.model_copy(update={"time": time})
-                touched = True
-        if touched:
-            changed.append(message.model_copy(update={"parts": new_parts}))
+        changed.append(message.model_copy(update={"parts": new_parts}))
     return changed
 
 
@@ -642,6 +669,9 @@ class Rebuilder:
             tools=config.micro_compact_tools,
             now_ms=now,
             skip_ids=kept,
+            exclude=config.micro_compact_exclude,
+            keep=config.micro_compact_keep,
+            placeholder=config.micro_compact_placeholder,
         )
         compacted_by_id = {m.id: m for m in compacted}
         # What stays live after the insert: user messages of the tail (collapse

@@ -8,7 +8,8 @@ framework integration sends the same thing:
 * a ``checkpoint`` part reads :data:`CHECKPOINT_SUMMARY_HEADER`; a ``compaction``
   part reads :data:`COMPACTION_SUMMARY_HEADER`, a blank line and its summary;
 * a completed tool result marked compacted (``time.compacted``) reads
-  :data:`COMPACTED_PLACEHOLDER` and loses its attachments (SPEC R4.5);
+  :data:`COMPACTED_PLACEHOLDER` (or the text stored with it, ``time.placeholder``,
+  when the configured placeholder differs) and loses its attachments (SPEC R4.5);
 * a pending or running tool call becomes an error, :data:`INTERRUPTED_TOOL_ERROR`,
   so that every tool call sent has a result;
 * an assistant message with an error is skipped, unless it was aborted by the
@@ -139,13 +140,11 @@ def _send_tool_part(part: ToolPart, answered: set[str]) -> ToolPart:
         if time is not None:
             error = error.model_copy(update={"time": time})
         return part.model_copy(update={"state": error})
-    if (
-        isinstance(state, ToolStateCompleted)
-        and state.time.compacted is not None
-        and (state.output != COMPACTED_PLACEHOLDER or state.attachments)
-    ):
-        cleared = state.model_copy(update={"output": COMPACTED_PLACEHOLDER, "attachments": []})
-        return part.model_copy(update={"state": cleared})
+    if isinstance(state, ToolStateCompleted) and state.time.compacted is not None:
+        placeholder = state.time.placeholder or COMPACTED_PLACEHOLDER
+        if state.output != placeholder or state.attachments:
+            cleared = state.model_copy(update={"output": placeholder, "attachments": []})
+            return part.model_copy(update={"state": cleared})
     return part
 
 
@@ -209,12 +208,10 @@ def _send_tool_result(
     if part.call_id not in called or part.call_id in resolved:
         return None
     resolved.add(part.call_id)
-    if (
-        part.time.compacted is not None
-        and not part.is_error
-        and (part.output != COMPACTED_PLACEHOLDER or part.attachments)
-    ):
-        return part.model_copy(update={"output": COMPACTED_PLACEHOLDER, "attachments": None})
+    if part.time.compacted is not None and not part.is_error:
+        placeholder = part.time.placeholder or COMPACTED_PLACEHOLDER
+        if part.output != placeholder or part.attachments:
+            return part.model_copy(update={"output": placeholder, "attachments": None})
     return part
 
 

@@ -37,6 +37,7 @@ from mimo_ctx import (
     WriterRequest,
 )
 from mimo_ctx.testing import filler_text
+from mimo_ctx.view import apply_send_rules
 
 LIMITS = ModelLimits(100_000, input_limit=100_000)  # usable 90_000
 USABLE = 90_000
@@ -387,6 +388,28 @@ async def lease_lifetime(config: RebuildConfig, root: Path) -> object:
     return lease.ttls
 
 
+async def cleared_as(config: RebuildConfig, root: Path) -> object:
+    """What the results a rebuild cleared read in the next request's sources."""
+    store = InMemoryStore()
+    async with ContextMiddleware(store, root / "mem", model=LIMITS, config=config) as mw:
+        session = await mw.open_session(project_id="p")
+        await _history(mw, session.id, rounds=24)
+        report = (await mw.prepare(session.id)).rebuild
+        assert report is not None
+        assert report.compacted_results > 0
+        stored = await store.list_messages(session.id)
+    return sorted(
+        {
+            part.state.output
+            for message in apply_send_rules(stored)
+            for part in message.parts
+            if isinstance(part, ToolPart)
+            and isinstance(part.state, ToolStateCompleted)
+            and part.state.time.compacted is not None
+        }
+    )
+
+
 # --------------------------------------------------------------------------- #
 # The probes: one changed value per key, and what to watch
 # --------------------------------------------------------------------------- #
@@ -418,6 +441,9 @@ PROBES: dict[str, tuple[object, Observe]] = {
     "writer.reserved": (100_000, limits_figures),
     "writer.lease_ttl": (7.0, lease_lifetime),
     "micro_compact_tools": (("grep",), rebuild_fingerprint),
+    "micro_compact_exclude": (("read",), rebuild_fingerprint),
+    "micro_compact_keep": (3, rebuild_fingerprint),
+    "micro_compact_placeholder": ("[cleared]", cleared_as),
     "recent_user_window": (3, rebuild_fingerprint),
     "activity_max_lines": (2, rebuild_fingerprint),
     "activity_text_chars": (20, rebuild_fingerprint),

@@ -50,7 +50,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, cast
+from typing import Any, Final, TypeGuard, cast
 
 from mimo_ctx.errors import ContextOverflowError, MimoCtxError
 from mimo_ctx.integrations._sync import (
@@ -83,7 +83,7 @@ from mimo_ctx.providers import (
     make_data_url,
     tool_outcome,
 )
-from mimo_ctx.view import COMPACTED_PLACEHOLDER, apply_send_rules, tool_results_by_call
+from mimo_ctx.view import apply_send_rules, tool_results_by_call
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -412,20 +412,27 @@ def _convert(message: Message, parts: Sequence[Part]) -> list[BaseMessage]:
     return [AIMessage(content=text, tool_calls=calls)]
 
 
+def _is_cleared(part: Part) -> TypeGuard[ToolResultPart]:
+    """A tool result the send rules replaced by its placeholder (SPEC R4.5)."""
+    return (
+        isinstance(part, ToolResultPart) and part.time.compacted is not None and not part.is_error
+    )
+
+
 def _from_origin(item: OutgoingItem, origin: BaseMessage) -> BaseMessage:
     """The framework's message, edited where the send rules changed it."""
     assert item.message is not None  # callers pass view messages only
     stored = {slot.part_id for slot in item.slots}
     sent = item.message.parts
     message = origin
-    cleared = any(isinstance(p, ToolResultPart) and p.output == COMPACTED_PLACEHOLDER for p in sent)
+    cleared = next((p.output for p in sent if _is_cleared(p)), None)
     if (
-        cleared
+        cleared is not None
         and isinstance(origin, ToolMessage)
-        and _text_of(origin.content) != COMPACTED_PLACEHOLDER
+        and _text_of(origin.content) != cleared
     ):
         # A copy: the graph state keeps the full result.
-        message = origin.model_copy(update={"content": COMPACTED_PLACEHOLDER})
+        message = origin.model_copy(update={"content": cleared})
     extra = [p for p in sent if p.id not in stored]
     if extra:
         # Parts LangChain never had (the per-turn reminder) are appended.

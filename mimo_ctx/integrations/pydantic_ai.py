@@ -95,7 +95,7 @@ from mimo_ctx.providers import (
     parse_data_url,
     tool_outcome,
 )
-from mimo_ctx.view import COMPACTED_PLACEHOLDER, apply_send_rules, tool_results_by_call
+from mimo_ctx.view import apply_send_rules, tool_results_by_call
 
 try:
     import pydantic
@@ -468,11 +468,13 @@ def _response_part(part: Part) -> list[Any]:
 
 def _edited(original: object, sent: Part) -> object:
     """The original framework part, edited where the send rules changed its stored part."""
-    if not (isinstance(sent, ToolResultPart) and sent.output == COMPACTED_PLACEHOLDER):
+    if not (
+        isinstance(sent, ToolResultPart) and sent.time.compacted is not None and not sent.is_error
+    ):
         return original
-    if _is_tool_result(original) and _content(original) != COMPACTED_PLACEHOLDER:
+    if _is_tool_result(original) and _content(original) != sent.output:
         # A copy: the original stays in the run's history with its full content.
-        return _with_content(original, COMPACTED_PLACEHOLDER)
+        return _with_content(original, sent.output)
     return original
 
 

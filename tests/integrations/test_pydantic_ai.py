@@ -208,6 +208,28 @@ async def test_r4_5_compacted_results_are_sent_as_placeholders(tmp_path: Path) -
         assert all(p.content != COMPACTED_PLACEHOLDER for p in tool_returns(result.all_messages()))
 
 
+async def test_clearing_knobs_placeholder_and_keep_reach_the_request(tmp_path: Path) -> None:
+    """The configured placeholder is what cleared results read; the newest N stay."""
+    config = RebuildConfig(
+        activity_max_lines=0,
+        micro_compact_placeholder="[cleared: fetch it with the history tool]",
+        micro_compact_keep=2,
+    )
+    async with running(tmp_path, config=config) as engine:
+        model = ScriptedFunction(rounds=36)
+        agent = build_agent(engine, model, session_id="s1")
+        result = await agent.run(TASK)
+        after = tool_returns(model.received[rebuilt_index(model)])
+        contents = [p.content for p in after]
+        assert COMPACTED_PLACEHOLDER not in contents
+        cleared = [c for c in contents if c == "[cleared: fetch it with the history tool]"]
+        assert len(cleared) >= 3
+        # The open round and the two newest results before it are sent in full.
+        assert len(cleared) == len(after) - 3
+        assert all(len(str(c)) > 10_000 for c in contents[-3:])
+        assert all(len(str(p.content)) > 10_000 for p in tool_returns(result.all_messages()))
+
+
 async def test_r1_1b_overflow_is_recovered_exactly_once(tmp_path: Path) -> None:
     """A provider overflow below the trigger line: one rebuild, one retry, and the
     agent finishes (R1.1 (b), A11)."""
