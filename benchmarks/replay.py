@@ -42,8 +42,7 @@ from typing import Any, cast
 import anyio
 import anyio.lowlevel
 
-from mimo_ctx.checkpoint import WriterRequest
-from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
+from mimo_ctx.checkpoint import OfflineCheckpointWriter, WriterRequest
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import InvalidRequestError
 from mimo_ctx.importers import ImportedTranscript, TranscriptCompaction, load_transcript

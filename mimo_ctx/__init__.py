@@ -15,10 +15,11 @@ from mimo_ctx.checkpoint import (
     CheckpointWriter,
     InMemoryWriterLease,
     LeaseInfo,
+    LLMCheckpointWriter,
+    OfflineCheckpointWriter,
     WriterLease,
     WriterRequest,
 )
-from mimo_ctx.checkpoint_writers import LLMCheckpointWriter, OfflineCheckpointWriter
 from mimo_ctx.config import PushCaps, RebuildConfig, TailConfig, WriterConfig, load_config
 from mimo_ctx.digest import build_tail_digest, collapse_checkpoint_tail, render_tail_digest
 from mimo_ctx.errors import (

@@ -41,9 +41,14 @@ from anyio.abc import TaskGroup
 from mimo_ctx._util import now_ms
 from mimo_ctx._window import LiveSession, LiveWindow, Windows
 from mimo_ctx.boundary import scale_tail
-from mimo_ctx.checkpoint import CheckpointWriter, StartResult, WaitResult, WriterLease
+from mimo_ctx.checkpoint import (
+    CheckpointWriter,
+    OfflineCheckpointWriter,
+    StartResult,
+    WaitResult,
+    WriterLease,
+)
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
-from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import ContextOverflowError, MimoCtxError, StoreError
 from mimo_ctx.events import (

@@ -33,10 +33,9 @@ import anyio
 from mimo_ctx._util import now_ms
 from mimo_ctx._window import LiveSession, Windows
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
-from mimo_ctx.checkpoint import WriterRequest
+from mimo_ctx.checkpoint import OfflineCheckpointWriter, WriterRequest
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.checkpoint.document import is_index_line, render_checkpoint, section_budgets
-from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import PathEscapeError
 from mimo_ctx.events import (

@@ -14,10 +14,10 @@ is the two in a row.
 :meth:`~mimo_ctx.store.base.Store.list_user_messages`: the newest user messages,
 page by page, until the section's cap is covered (at most
 ``recent_user_window`` of them), plus the session's task-defining request — the
-first substantive one (:func:`~mimo_ctx.checkpoint_evidence.is_continuation`) —
+first substantive one (:func:`~mimo_ctx.checkpoint.evidence.is_continuation`) —
 which is pinned: taken before the newest. Each user message appears once in the
 body: the checkpoint's quotes of a message that section holds become pointers to
-it (:func:`~mimo_ctx.checkpoint_sections.refer_to_quoted`), and the activity list
+it (:func:`~mimo_ctx.checkpoint.sections.refer_to_quoted`), and the activity list
 marks where each typed user message of the tail falls with a pointer too. The
 newest user message is labelled as answered, being worked on or not answered yet,
 and the closing line follows (:func:`~mimo_ctx.reminders.closing_text`).
@@ -48,9 +48,9 @@ from mimo_ctx.budget import (
     read_budgeted,
     read_budgeted_section_aware,
 )
-from mimo_ctx.checkpoint_evidence import PlanItem, is_continuation, plan_items
-from mimo_ctx.checkpoint_sections import refer_to_quoted
-from mimo_ctx.checkpoint_state import CheckpointState
+from mimo_ctx.checkpoint.evidence import PlanItem, is_continuation, plan_items
+from mimo_ctx.checkpoint.sections import refer_to_quoted
+from mimo_ctx.checkpoint.state import CheckpointState
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.digest import USER_QUOTED_WHERE, build_tail_digest
 from mimo_ctx.errors import PathEscapeError

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import json_objects, texts
 
-from mimo_ctx.checkpoint_evidence import (
+from mimo_ctx.checkpoint.evidence import (
     PlanItem,
     clean_resource,
     command_of,

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from strategies import make_id
 
 from mimo_ctx.checkpoint import CHECKPOINT_SECTIONS, section_budgets
-from mimo_ctx.checkpoint_sections import render_sections
-from mimo_ctx.checkpoint_state import CheckpointState, fold_messages, fold_notes
+from mimo_ctx.checkpoint.sections import render_sections
+from mimo_ctx.checkpoint.state import CheckpointState, fold_messages, fold_notes
 from mimo_ctx.messages import (
     CheckpointPart,
     Message,

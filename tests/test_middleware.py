@@ -15,8 +15,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from mimo_ctx.checkpoint import CheckpointDraft, WriterRequest
-from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
+from mimo_ctx.checkpoint import CheckpointDraft, OfflineCheckpointWriter, WriterRequest
 from mimo_ctx.config import RebuildConfig, WriterConfig
 from mimo_ctx.errors import ContextOverflowError, MimoCtxError
 from mimo_ctx.events import (

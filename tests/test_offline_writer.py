@@ -16,10 +16,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mimo_ctx.checkpoint import CheckpointDraft, WriterRequest, parse_checkpoint, section_budgets
+from mimo_ctx.checkpoint import (
+    CheckpointDraft,
+    OfflineCheckpointWriter,
+    WriterRequest,
+    parse_checkpoint,
+    section_budgets,
+)
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
-from mimo_ctx.checkpoint_state import CheckpointState
-from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
+from mimo_ctx.checkpoint.state import CheckpointState
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.events import EventBus
 from mimo_ctx.importers import load_transcript

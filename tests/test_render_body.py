@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import make_id
 
-from mimo_ctx.checkpoint_doc import section_budgets
-from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
+from mimo_ctx.checkpoint import OfflineCheckpointWriter, WriterRequest
+from mimo_ctx.checkpoint.document import section_budgets
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.memory import MemoryLayout, write_text_atomic
 from mimo_ctx.messages import (
@@ -36,7 +36,6 @@ from mimo_ctx.render import (
     render_rebuild_context,
 )
 from mimo_ctx.store import InMemoryStore, Session, Task
-from mimo_ctx.writer import WriterRequest
 
 T0 = 1_700_000_000_000
 

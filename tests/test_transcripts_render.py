@@ -15,8 +15,7 @@ import pytest
 from conftest import main_transcripts
 
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
-from mimo_ctx.checkpoint import WriterRequest, section_budgets
-from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
+from mimo_ctx.checkpoint import OfflineCheckpointWriter, WriterRequest, section_budgets
 from mimo_ctx.importers import load_transcript
 from mimo_ctx.memory import MemoryLayout, write_text_atomic
 from mimo_ctx.messages import MAIN_AGENT, ToolPart, ToolResultPart

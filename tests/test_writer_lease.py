@@ -21,10 +21,10 @@ from mimo_ctx.checkpoint import (
     CheckpointDraft,
     InMemoryWriterLease,
     LeaseInfo,
+    OfflineCheckpointWriter,
     WriterLease,
     WriterRequest,
 )
-from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig, WriterConfig, load_config
 from mimo_ctx.errors import ConfigError, StoreError
 from mimo_ctx.events import ContextRebuilt, Event, WriterFailed, WriterFinished, WriterStarted

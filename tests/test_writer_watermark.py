@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
+from mimo_ctx.checkpoint import OfflineCheckpointWriter
 from mimo_ctx.checkpoint._coordinator import WATERMARK_WINDOW, WriterCoordinator
-from mimo_ctx.checkpoint_writers import OfflineCheckpointWriter
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.events import EventBus
 from mimo_ctx.memory import MemoryLayout

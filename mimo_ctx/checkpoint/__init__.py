@@ -9,7 +9,10 @@
   middleware: one per session plus a one-slot queue, the usage thresholds, the
   waits, the lease.
 
-The built-in writers (offline, LLM) are in :mod:`mimo_ctx.checkpoint_writers`.
+* the built-in writers: :mod:`~mimo_ctx.checkpoint.offline` (no model; its rules in
+  :mod:`~mimo_ctx.checkpoint.evidence`, its state in :mod:`~mimo_ctx.checkpoint.state`,
+  its sections in :mod:`~mimo_ctx.checkpoint.sections`, all pure) and
+  :mod:`~mimo_ctx.checkpoint.llm` (any model call).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from mimo_ctx.checkpoint.document import (
     topic_of,
 )
 from mimo_ctx.checkpoint.lease import InMemoryWriterLease, LeaseHolder, LeaseInfo, WriterLease
+from mimo_ctx.checkpoint.llm import CompletionFn, LLMCheckpointWriter, parse_llm_answer
+from mimo_ctx.checkpoint.offline import OfflineCheckpointWriter
 from mimo_ctx.checkpoint.protocol import CheckpointDraft, CheckpointWriter, WriterRequest
 
 __all__ = [
@@ -31,14 +36,18 @@ __all__ = [
     "CheckpointDraft",
     "CheckpointSection",
     "CheckpointWriter",
+    "CompletionFn",
     "InMemoryWriterLease",
+    "LLMCheckpointWriter",
     "LeaseHolder",
     "LeaseInfo",
+    "OfflineCheckpointWriter",
     "StartResult",
     "WaitResult",
     "WriterLease",
     "WriterRequest",
     "parse_checkpoint",
+    "parse_llm_answer",
     "render_checkpoint",
     "section_budgets",
     "topic_of",

@@ -2,8 +2,8 @@
 
 A writer turns a session's history up to the watermark into ``checkpoint.md``.
 The built-in ones are the offline writer (no model) and the LLM writer
-(:mod:`mimo_ctx.checkpoint_writers`); a host may bring its own by implementing
-:class:`CheckpointWriter`.
+(:mod:`mimo_ctx.checkpoint.offline`, :mod:`mimo_ctx.checkpoint.llm`); a host may
+bring its own by implementing :class:`CheckpointWriter`.
 """
 
 from __future__ import annotations

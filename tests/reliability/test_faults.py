@@ -26,10 +26,11 @@ import anyio
 import pytest
 
 from mimo_ctx import memory
-from mimo_ctx.checkpoint import CheckpointDraft, WriterRequest
-from mimo_ctx.checkpoint_writers import (
+from mimo_ctx.checkpoint import (
+    CheckpointDraft,
     LLMCheckpointWriter,
     OfflineCheckpointWriter,
+    WriterRequest,
     parse_llm_answer,
 )
 from mimo_ctx.config import RebuildConfig, WriterConfig

@@ -14,8 +14,12 @@ from typing import Any
 
 import pytest
 
-from mimo_ctx.checkpoint import CheckpointDraft, WriterRequest
-from mimo_ctx.checkpoint_writers import LLMCheckpointWriter, OfflineCheckpointWriter
+from mimo_ctx.checkpoint import (
+    CheckpointDraft,
+    LLMCheckpointWriter,
+    OfflineCheckpointWriter,
+    WriterRequest,
+)
 from mimo_ctx.errors import ContextOverflowError, PathEscapeError
 from mimo_ctx.events import REDACTED, Event, WriterFailed, redact_secrets
 from mimo_ctx.memory import MemoryLayout, list_memory_files, read_text, write_text_atomic

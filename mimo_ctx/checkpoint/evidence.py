@@ -1,7 +1,7 @@
 """What the offline checkpoint writer reads in one message or one tool call (pure).
 
 Every function here is synchronous, does no I/O and looks at one piece of text or
-one tool call; :mod:`mimo_ctx.checkpoint_state` folds their answers over a
+one tool call; :mod:`mimo_ctx.checkpoint.state` folds their answers over a
 session's messages. The rules are deliberately plain so that a reader can predict
 what lands in ``checkpoint.md``:
 

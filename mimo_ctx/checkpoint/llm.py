@@ -1,15 +1,9 @@
-"""The two built-in checkpoint writers (SPEC A3, A14).
-
-:class:`OfflineCheckpointWriter` needs no model: it fills the A14 layout
-deterministically from evidence in the messages (the user's requests verbatim,
-standing instructions, the host's plan, what was done, files and why, errors with
-their fixes, the assistant's own findings and decisions, the next action), folding
-each run's new messages into the state the previous run left. It is the default when no model is
-configured and the fallback when the model-backed writer fails.
+"""The model-backed checkpoint writer (SPEC A3, A14).
 
 :class:`LLMCheckpointWriter` asks a model, through any async completion callable,
-for a checkpoint in the same layout (instructions in our own words), and checks
-the answer's structure before accepting it.
+for a checkpoint in the A14 layout (instructions in our own words), and checks the
+answer's structure before accepting it (:func:`parse_llm_answer`); the middleware
+falls back to the offline writer when it fails.
 """
 
 from __future__ import annotations
@@ -19,18 +13,10 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
-from mimo_ctx.checkpoint_doc import (
-    CHECKPOINT_SECTIONS,
-    parse_checkpoint,
-    render_checkpoint,
-)
-from mimo_ctx.checkpoint_sections import render_sections, state_from_checkpoint, task_tree_lines
-from mimo_ctx.checkpoint_state import (
-    CheckpointState,
-    checkpoint_digest,
-    fold_messages,
-    fold_notes,
-)
+from mimo_ctx._util import one_line
+from mimo_ctx.checkpoint.document import CHECKPOINT_SECTIONS, parse_checkpoint
+from mimo_ctx.checkpoint.protocol import CheckpointDraft, WriterRequest
+from mimo_ctx.checkpoint.sections import task_tree_lines
 from mimo_ctx.errors import MimoCtxError
 from mimo_ctx.messages import (
     Message,
@@ -42,69 +28,15 @@ from mimo_ctx.messages import (
     ToolStateCompleted,
     ToolStateError,
 )
-from mimo_ctx.writer import CheckpointDraft, WriterRequest
 
-__all__ = ["CompletionFn", "LLMCheckpointWriter", "OfflineCheckpointWriter", "task_tree_lines"]
+__all__ = ["CompletionFn", "LLMCheckpointWriter", "parse_llm_answer"]
 
 CompletionFn = Callable[[str, str], Awaitable[str]]
 """``async (system_prompt, user_prompt) -> text``: any model call."""
 
 
-class OfflineCheckpointWriter:
-    """A deterministic writer that needs no model (the default).
-
-    It keeps a :class:`~mimo_ctx.checkpoint_state.CheckpointState` beside
-    ``checkpoint.md`` (``checkpoint.state.json``), folds into it the messages the
-    request holds after the state's last message (rules:
-    :mod:`mimo_ctx.checkpoint_evidence`, :mod:`mimo_ctx.checkpoint_state`) and
-    renders the eleven sections from it (:mod:`mimo_ctx.checkpoint_sections`).
-    A run therefore needs only the previous state and the new messages. When the
-    state is missing or belongs to another ``checkpoint.md`` (an LLM writer wrote
-    the last one), the previous checkpoint's section lines are carried forward
-    instead and the request's messages are folded after them.
-    """
-
-    @property
-    def name(self) -> str:
-        """``offline``."""
-        return "offline"
-
-    async def write(self, request: WriterRequest) -> CheckpointDraft:
-        """Build the checkpoint from ``request`` (pure computation, no I/O)."""
-        return self.build(request)
-
-    def build(self, request: WriterRequest) -> CheckpointDraft:
-        """Synchronous core of :meth:`write`."""
-        previous_text = request.previous_checkpoint or ""
-        state = CheckpointState.from_json(request.previous_state)
-        if state is None or state.checkpoint_sha256 != checkpoint_digest(previous_text):
-            state = state_from_checkpoint(previous_text)
-        state = fold_notes(fold_messages(state, request.messages), request.notes)
-        rendered = render_sections(state, tasks=request.tasks, budgets=request.budgets)
-        topic = _topic(state)
-        text = render_checkpoint(topic, rendered.bodies)
-        saved = state.model_copy(update={"checkpoint_sha256": checkpoint_digest(text)})
-        return CheckpointDraft(
-            text=text,
-            extra_files=rendered.extra_files,
-            notes_folded=bool((request.notes or "").strip()),
-            state=saved.to_json(),
-        )
-
-
-def _topic(state: CheckpointState) -> str:
-    """The task-defining request's first line, else the carried topic or the plan's step."""
-    if state.request is not None:
-        first = next((line for line in state.request.text.splitlines() if line.strip()), "")
-        return _fold(first, 100)
-    if state.carried_topic:
-        return state.carried_topic
-    plan = next((i.text for i in state.plan if i.status == "in_progress"), None)
-    return _fold(plan, 100) if plan else "(unknown)"
-
-
 def _fold(text: str, limit: int) -> str:
-    text = " ".join(text.split())
+    text = one_line(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

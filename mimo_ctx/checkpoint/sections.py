@@ -46,14 +46,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from mimo_ctx.checkpoint_doc import (
+from mimo_ctx.checkpoint.document import (
     CHECKPOINT_SECTIONS,
     fit_items,
     is_index_line,
     parse_checkpoint,
     topic_of,
 )
-from mimo_ctx.checkpoint_state import CheckpointState, ErrorEntry, FileEntry, Quote
+from mimo_ctx.checkpoint.state import CheckpointState, ErrorEntry, FileEntry, Quote
 from mimo_ctx.sections import ELISION_LINE, TASK_STATUS_ICONS
 from mimo_ctx.session import TERMINAL_TASK_STATUSES, Task
 from mimo_ctx.tokens import estimate_text_tokens
@@ -320,7 +320,7 @@ def render_sections(
 
     Args:
         state: What the writer has folded so far (``notes.md`` included, see
-            :func:`~mimo_ctx.checkpoint_state.fold_notes`).
+            :func:`~mimo_ctx.checkpoint.state.fold_notes`).
         tasks: The session's task registry.
         budgets: Token budget per section number (A14 defaults where missing).
     """

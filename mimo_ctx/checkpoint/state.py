@@ -11,7 +11,7 @@ watermark, never the whole history.
 Folding is a left fold with every bound applied per message, so folding ``a``
 then ``b`` (with a JSON round trip in between) gives exactly the state folding
 ``a + b`` gives; the property tests check it. What each message contributes
-(rules in :mod:`mimo_ctx.checkpoint_evidence`):
+(rules in :mod:`mimo_ctx.checkpoint.evidence`):
 
 * a typed user message: the first substantive one is the task-defining request;
   each later substantive one becomes the latest instruction (a continuation such
@@ -44,7 +44,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mimo_ctx.checkpoint_evidence import (
+from mimo_ctx.checkpoint.evidence import (
     PlanItem,
     command_of,
     commit_subject,
@@ -253,7 +253,7 @@ class CheckpointState(_Model):
 
     @property
     def plan_items(self) -> list[PlanItem]:
-        """The host plan as :class:`~mimo_ctx.checkpoint_evidence.PlanItem` values."""
+        """The host plan as :class:`~mimo_ctx.checkpoint.evidence.PlanItem` values."""
         return [PlanItem(e.text, e.status) for e in self.plan]
 
 

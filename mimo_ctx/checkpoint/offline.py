@@ -1,0 +1,84 @@
+"""The offline checkpoint writer: no model, deterministic, incremental (SPEC A3, A14).
+
+:class:`OfflineCheckpointWriter` fills the A14 layout from evidence in the
+messages (the user's requests verbatim, standing instructions, the host's plan,
+what was done, files and why, errors with their fixes, the assistant's own
+findings and decisions, the next action): the rules are in
+:mod:`mimo_ctx.checkpoint.evidence`, the folding in :mod:`mimo_ctx.checkpoint.state`
+and the sections in :mod:`mimo_ctx.checkpoint.sections`. Each run folds the new
+messages into the state the previous run left beside ``checkpoint.md``. It is the
+default when no model is configured and the fallback when the model-backed
+writer (:mod:`mimo_ctx.checkpoint.llm`) fails.
+"""
+
+from __future__ import annotations
+
+from mimo_ctx.checkpoint.document import render_checkpoint
+from mimo_ctx.checkpoint.protocol import CheckpointDraft, WriterRequest
+from mimo_ctx.checkpoint.sections import render_sections, state_from_checkpoint
+from mimo_ctx.checkpoint.state import (
+    CheckpointState,
+    checkpoint_digest,
+    fold_messages,
+    fold_notes,
+)
+
+__all__ = ["OfflineCheckpointWriter"]
+
+
+class OfflineCheckpointWriter:
+    """A deterministic writer that needs no model (the default).
+
+    It keeps a :class:`~mimo_ctx.checkpoint.state.CheckpointState` beside
+    ``checkpoint.md`` (``checkpoint.state.json``), folds into it the messages the
+    request holds after the state's last message (rules:
+    :mod:`mimo_ctx.checkpoint.evidence`, :mod:`mimo_ctx.checkpoint.state`) and
+    renders the eleven sections from it (:mod:`mimo_ctx.checkpoint.sections`).
+    A run therefore needs only the previous state and the new messages. When the
+    state is missing or belongs to another ``checkpoint.md`` (an LLM writer wrote
+    the last one), the previous checkpoint's section lines are carried forward
+    instead and the request's messages are folded after them.
+    """
+
+    @property
+    def name(self) -> str:
+        """``offline``."""
+        return "offline"
+
+    async def write(self, request: WriterRequest) -> CheckpointDraft:
+        """Build the checkpoint from ``request`` (pure computation, no I/O)."""
+        return self.build(request)
+
+    def build(self, request: WriterRequest) -> CheckpointDraft:
+        """Synchronous core of :meth:`write`."""
+        previous_text = request.previous_checkpoint or ""
+        state = CheckpointState.from_json(request.previous_state)
+        if state is None or state.checkpoint_sha256 != checkpoint_digest(previous_text):
+            state = state_from_checkpoint(previous_text)
+        state = fold_notes(fold_messages(state, request.messages), request.notes)
+        rendered = render_sections(state, tasks=request.tasks, budgets=request.budgets)
+        topic = _topic(state)
+        text = render_checkpoint(topic, rendered.bodies)
+        saved = state.model_copy(update={"checkpoint_sha256": checkpoint_digest(text)})
+        return CheckpointDraft(
+            text=text,
+            extra_files=rendered.extra_files,
+            notes_folded=bool((request.notes or "").strip()),
+            state=saved.to_json(),
+        )
+
+
+def _topic(state: CheckpointState) -> str:
+    """The task-defining request's first line, else the carried topic or the plan's step."""
+    if state.request is not None:
+        first = next((line for line in state.request.text.splitlines() if line.strip()), "")
+        return _fold(first, 100)
+    if state.carried_topic:
+        return state.carried_topic
+    plan = next((i.text for i in state.plan if i.status == "in_progress"), None)
+    return _fold(plan, 100) if plan else "(unknown)"
+
+
+def _fold(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
