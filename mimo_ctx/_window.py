@@ -25,13 +25,14 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from mimo_ctx.digest import collapse_checkpoint_tail
+from mimo_ctx.digest import collapse_checkpoint_tail, is_digested
 from mimo_ctx.memory import MemoryLayout
-from mimo_ctx.messages import MAIN_AGENT, Message, ToolResultPart
+from mimo_ctx.messages import MAIN_AGENT, Message, ToolResultPart, written_after
 from mimo_ctx.reminders import append_per_turn_reminder
 from mimo_ctx.session import RequestPrefix, Session
 from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import estimate_message_tokens, estimate_text_tokens, js_json
+from mimo_ctx.triggers import is_recovered
 from mimo_ctx.view import apply_send_rules
 
 __all__ = [
@@ -94,13 +95,11 @@ class LiveWindow:
 
     @property
     def recovered(self) -> bool:
-        """True when the newest boundary already recovered the last usage.
+        """True when the newest boundary already recovered the last usage (R1.4).
 
-        R1.4: decided by ids, since the boundary's creation time is back-dated.
+        Decided by the store's write order (see :func:`~mimo_ctx.triggers.is_recovered`).
         """
-        if self.boundary is None or self.last_finished is None:
-            return False
-        return self.boundary.id > self.last_finished.id
+        return is_recovered(self.last_finished, self.boundary)
 
     def live(self, message: Message) -> bool:
         """True when ``message`` lists after the watermark (it belongs to the window)."""
@@ -188,13 +187,18 @@ class Windows:
                 continue
             if window.newest_id is None or message.id > window.newest_id:
                 window.newest_id = message.id
+            # "Newest" by the store's write order, never by ids (R1.4 as amended).
             if (
                 message.role == "assistant"
                 and message.finish is not None
-                and (window.last_finished is None or message.id >= window.last_finished.id)
+                and (
+                    window.last_finished is None or not written_after(window.last_finished, message)
+                )
             ):
                 window.last_finished = message
-            if message.is_boundary and (window.boundary is None or message.id > window.boundary.id):
+            if message.is_boundary and (
+                window.boundary is None or written_after(message, window.boundary)
+            ):
                 reload = True
             elif window.live(message):
                 window.put(message)
@@ -213,7 +217,7 @@ class Windows:
         else:
             boundary = None
             for message in await store.list_messages(session_id, agent=agent):
-                if message.is_boundary and (boundary is None or message.id > boundary.id):
+                if message.is_boundary and (boundary is None or written_after(message, boundary)):
                     boundary = message
         window.boundary = boundary
         if boundary is not None:
@@ -363,19 +367,10 @@ class Windows:
 def _collapse_appended(boundary: Message | None, appended: Sequence[Message]) -> list[Message]:
     """The appended messages the collapse keeps (R7.3), without older boundaries."""
     checkpoint = boundary.checkpoint_part if boundary is not None else None
-    covered = checkpoint.covered_up_to if checkpoint is not None else None
-    digest = checkpoint.digest_up_to if checkpoint is not None else None
     return [
         m
         for m in appended
-        if not m.is_boundary
-        and (
-            digest is None
-            or covered is None
-            or m.role == "user"
-            or m.id <= covered
-            or m.id > digest
-        )
+        if not m.is_boundary and (checkpoint is None or not is_digested(m, checkpoint))
     ]
 
 

@@ -54,6 +54,7 @@ from typing import Any, Final
 
 from mimo_ctx._util import one_line
 from mimo_ctx.messages import (
+    CheckpointPart,
     Message,
     SubtaskPart,
     TextPart,
@@ -80,6 +81,7 @@ __all__ = [
     "digest_lines",
     "elide_path",
     "format_tool_call",
+    "is_digested",
     "is_path_argument",
     "omitted_note",
     "render_tail_digest",
@@ -490,13 +492,35 @@ def render_tail_digest(
     ).text
 
 
+def is_digested(message: Message, part: CheckpointPart) -> bool:
+    """True when the boundary carrying ``part`` folded ``message`` into its digest (R7.3).
+
+    A message is digested when it is not a user message, its id lies in
+    ``(covered_up_to, digest_up_to]``, and (R7.3 amended, ours) the rebuild listed
+    it: its :attr:`~mimo_ctx.messages.Message.insert_seq` is at most the part's
+    ``digest_seq``. The id range alone is not what was listed: a message written
+    after the rebuild read the tail, but made earlier (or on a worker whose clock
+    lags), has an id inside the range, and hiding it would lose it (not sent, not
+    in the digest, not in the checkpoint). A message or part without write-order
+    numbers (not from a store, or from before this rule) falls back to the range.
+    """
+    digested = part.digest_up_to
+    if not digested or message.role == "user":
+        return False
+    if not part.covered_up_to < message.id <= digested:
+        return False
+    listed = part.digest_seq
+    return listed is None or message.insert_seq is None or message.insert_seq <= listed
+
+
 def collapse_checkpoint_tail(messages: list[Message]) -> list[Message]:
     """Drop the messages a rebuild digested from an outgoing request (SPEC R7.3).
 
     Finds the newest user message (last in list order) with a ``checkpoint`` part.
     Without one, or when its part has no ``digest_up_to``, ``messages`` itself is
-    returned. Otherwise a message is kept iff its id is ``<= covered_up_to``, or
-    ``> digest_up_to``, or its role is ``user``: the filter uses the id range, not
+    returned. Otherwise a message is dropped iff :func:`is_digested`: it is not a
+    user message, its id is in ``(covered_up_to, digest_up_to]`` and the rebuild
+    listed it (write order, R7.3 amended). The filter uses ids and write order, not
     list positions, because a message made in the same millisecond as the boundary
     can sort before it. User messages always stay (the last one carries the
     per-turn reminder).
@@ -523,11 +547,10 @@ def collapse_checkpoint_tail(messages: list[Message]) -> list[Message]:
     part = boundary.checkpoint_part if boundary is not None else None
     if part is None or not part.digest_up_to:
         return messages
-    covered, digested = part.covered_up_to, part.digest_up_to
     live: list[Message] = []
     removed_calls: set[str] = set()
     for message in messages:
-        if message.id <= covered or message.id > digested or message.role == "user":
+        if not is_digested(message, part):
             live.append(message)
         else:
             removed_calls.update(p.call_id for p in message.parts if isinstance(p, ToolPart))

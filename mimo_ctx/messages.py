@@ -49,7 +49,9 @@ __all__ = [
     "ToolTime",
     "new_message_id",
     "new_part_id",
+    "set_insert_seq",
     "user_input_text",
+    "written_after",
 ]
 
 MAIN_AGENT = "main"
@@ -236,14 +238,19 @@ class SubtaskPart(_Model):
 class CheckpointPart(_Model):
     """Marks a rebuild boundary message (SPEC R4.4).
 
-    ``covered_up_to`` is the watermark; ``digest_up_to`` is the newest message id at
-    insert time, set only when a recent-activity section was rendered (R7.3).
+    ``covered_up_to`` is the watermark; ``digest_up_to`` is the newest id among the
+    messages the recent-activity section digested, set only when that section was
+    rendered (R7.3). ``digest_seq`` (ours, R7.3 amended) is the newest
+    :attr:`Message.insert_seq` among them: a message written after the rebuild
+    listed the tail has a higher one, so it is not taken as digested even when its
+    id falls inside the range (it was built earlier, or on a lagging clock).
     """
 
     type: Literal["checkpoint"] = "checkpoint"
     id: str = Field(default_factory=new_part_id)
     covered_up_to: str
     digest_up_to: str | None = None
+    digest_seq: int | None = None
     directory: str = ""
     number: int = Field(default=0, ge=0)
 
@@ -337,13 +344,33 @@ class Message(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     _token_estimate: int | None = PrivateAttr(default=None)
+    _insert_seq: int | None = PrivateAttr(default=None)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
-        """Copy the message; an ``update`` drops the cached token estimate."""
+        """Copy the message; an ``update`` drops the cached token estimate.
+
+        The copy keeps :attr:`insert_seq` (a changed version of a stored message is
+        still that message), unless the update gives it another id or session.
+        """
         copy = super().model_copy(update=update, deep=deep)
         if update:
             copy._token_estimate = None
+            if "id" in update or "session_id" in update:
+                copy._insert_seq = None
         return copy
+
+    @property
+    def insert_seq(self) -> int | None:
+        """The store's write-order number of this message: when it was first written.
+
+        Every store numbers its writes from one store-wide sequence; this is the
+        number the message's insertion got (an update keeps it). Within a session
+        the numbers grow in commit order, whatever the clocks of the workers that
+        wrote the messages, so they, not ids, say which of two stored messages was
+        written later (SPEC R1.4, R7.3 as amended; see :func:`written_after`).
+        ``None`` for a message no store has written or returned.
+        """
+        return self._insert_seq
 
     @property
     def is_boundary(self) -> bool:
@@ -390,3 +417,27 @@ def user_input_text(message: Message) -> str | None:
         if isinstance(p, TextPart) and not p.synthetic and not p.ignored
     )
     return text if text.strip() else None
+
+
+def set_insert_seq(message: Message, seq: int) -> None:
+    """Record where a store's write order put ``message`` (for store implementations).
+
+    Stores call it on every message they return, and on the messages they were
+    given once the write committed, so :attr:`Message.insert_seq` is set wherever a
+    stored message is compared.
+    """
+    message._insert_seq = seq  # pyright: ignore[reportPrivateUsage]
+
+
+def written_after(a: Message, b: Message) -> bool:
+    """True when the store wrote ``a`` after ``b``: the one "newer than" of stored messages.
+
+    Decided by the store's write order (:attr:`Message.insert_seq`), never by ids
+    or clocks: a worker whose clock lags makes ids that sort early, yet what it
+    writes after a boundary is newer than that boundary (SPEC R1.4 as amended).
+    Only when either message was never written does the id decide (ids ascend in
+    creation order within one process, SPEC A1).
+    """
+    if a.insert_seq is not None and b.insert_seq is not None:
+        return a.insert_seq > b.insert_seq
+    return a.id > b.id

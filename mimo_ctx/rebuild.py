@@ -59,11 +59,13 @@ from mimo_ctx.messages import (
     ToolResultPart,
     ToolStateCompleted,
     new_message_id,
+    written_after,
 )
 from mimo_ctx.reminders import TOOL_CALL_FINISH_REASONS, per_turn_reminder
 from mimo_ctx.render import RenderedBody, render_rebuild_context
 from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
 from mimo_ctx.session import Session
+from mimo_ctx.session import SessionState as StoredState
 from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import (
     TokenCounter,
@@ -253,6 +255,7 @@ def build_boundary_message(
     *,
     watermark: Message,
     digest_up_to: str | None,
+    digest_seq: int | None = None,
     directory: str,
     number: int,
     index_text: str,
@@ -278,6 +281,7 @@ def build_boundary_message(
             CheckpointPart(
                 covered_up_to=watermark.id,
                 digest_up_to=digest_up_to,
+                digest_seq=digest_seq,
                 directory=directory,
                 number=number,
             ),
@@ -357,7 +361,7 @@ class Rebuilder:
         window = state.windows[MAIN_AGENT]
         usage_key = f"manual:{new_message_id()}" if trigger == "manual" else window.usage_key
         before = (await self._windows.view(session_id, state, window)).tokens
-        recovers = window.last_finished.id if window.last_finished and trigger != "manual" else None
+        recovers = window.last_finished if trigger != "manual" else None
         result = await self._rebuild(
             session_id,
             trigger=trigger,
@@ -411,7 +415,7 @@ class Rebuilder:
         *,
         trigger: Trigger,
         usage_key: str,
-        recovers: str | None,
+        recovers: Message | None,
         before: int,
         prefix_tokens: int,
     ) -> _Result:
@@ -464,11 +468,12 @@ class Rebuilder:
                 )
         else:
             latest = await store.latest_boundary(session_id)
-            if recovers is not None and latest is not None and latest.id > recovers:
+            if recovers is not None and latest is not None and written_after(latest, recovers):
                 # Another task or worker recovered this usage since the window was
-                # read (R1.4, by ids). Its boundary covers the watermark, which must
-                # not read as a stale checkpoint: starting a writer would only make
-                # this caller wait for it before the commit answers the same.
+                # read (R1.4, by the store's write order). Its boundary covers the
+                # watermark, which must not read as a stale checkpoint: starting a
+                # writer would only make this caller wait for it before the commit
+                # answers the same.
                 return _Result(RebuildReport(outcome="already-recovered", trigger=trigger))
             if (
                 not coordinator.in_flight(session_id)
@@ -712,10 +717,17 @@ class Rebuilder:
                     sections=rendered,
                 )
             )
-        digest_up_to = max(m.id for m in digested) if rendered.has_activity and digested else None
+        digest_up_to = digest_seq = None
+        if rendered.has_activity and digested:
+            digest_up_to = max(m.id for m in digested)
+            # What was listed, by write order: a message written after this listing
+            # may have an older id, and must not be taken as digested (R7.3 amended).
+            seqs = [m.insert_seq for m in digested]
+            digest_seq = None if None in seqs else max(s for s in seqs if s is not None)
         boundary = build_boundary_message(
             watermark=watermark,
             digest_up_to=digest_up_to,
+            digest_seq=digest_seq,
             directory=str(layout.session_dir(session_id)),
             number=session.state.rebuilds + 1,
             index_text=index_text,
@@ -745,36 +757,50 @@ class Rebuilder:
     async def _commit(
         self, session: Session, *, usage_key: str, committed: _Committed, report: RebuildReport
     ) -> _Result:
-        """One store transaction, then the loop guard's verdict and the events."""
+        """One store transaction, then the loop guard's verdict and the events.
+
+        The session's state is changed inside that transaction, from the state as
+        stored then (never from ``session``, read before the long waits): another
+        worker's rebuild or threshold mark in between is kept, and the loop guard
+        judges the rebuilds that really happened.
+        """
         boundary = committed.boundary
         config = self._config
         main = boundary.agent == MAIN_AGENT
         freed = 0.0
         if report.tokens_before and report.tokens_after is not None:
             freed = max(0.0, 1 - report.tokens_after / report.tokens_before)
-        fractions = [*session.state.freed_fractions, freed][-5:]
+        manual = report.trigger == "manual"
+        changes: list[tuple[StoredState, StoredState]] = []
+
+        def change(stored: StoredState) -> StoredState:
+            fractions = [*stored.freed_fractions, freed][-5:]
+            # The loop guard (R5.9 beyond): two rebuilds in a row that each freed
+            # too little stop automatic rebuilds; a manual one never does.
+            disable = (
+                not manual
+                and len(fractions) >= 2
+                and all(f < config.min_freed_fraction for f in fractions[-2:])
+            )
+            new = stored.model_copy(
+                update={
+                    "crossed_thresholds": [],
+                    "rebuilds": stored.rebuilds + 1,
+                    "freed_fractions": fractions,
+                    "auto_rebuild_disabled": stored.auto_rebuild_disabled or disable,
+                }
+            )
+            changes.append((stored, new))
+            return new
+
         # The loop guard and the threshold reset concern the main agent only; a
         # sub-agent's plain compaction leaves the session's state alone.
-        disable = (
-            main
-            and report.trigger != "manual"
-            and len(fractions) >= 2
-            and all(f < config.min_freed_fraction for f in fractions[-2:])
-        )
-        new_state = session.state.model_copy(
-            update={
-                "crossed_thresholds": [],
-                "rebuilds": session.state.rebuilds + 1,
-                "freed_fractions": fractions,
-                "auto_rebuild_disabled": session.state.auto_rebuild_disabled or disable,
-            }
-        )
         stored = await self._store.commit_rebuild(
             session.id,
             usage_key=usage_key,
             boundary=boundary,
             updated=committed.compacted,
-            session=session.model_copy(update={"state": new_state}) if main else None,
+            state=change if main else None,
         )
         if not stored:
             return _Result(RebuildReport(outcome="already-recovered", trigger=report.trigger))
@@ -792,12 +818,17 @@ class Rebuilder:
                 over_line=report.over_line,
             )
         )
-        if disable and not session.state.auto_rebuild_disabled:
+        # The state this commit changed: did it turn the loop guard on?
+        disabled_now = bool(changes) and (
+            changes[-1][1].auto_rebuild_disabled and not changes[-1][0].auto_rebuild_disabled
+        )
+        if disabled_now:
+            after = changes[-1][1]
             await self._events.emit(
                 AutoRebuildDisabled(
                     session_id=session.id,
                     time=now_ms(),
-                    freed_fractions=tuple(fractions[-2:]),
+                    freed_fractions=tuple(after.freed_fractions[-2:]),
                     reason=(
                         "two consecutive rebuilds each freed less than "
                         f"{config.min_freed_fraction:.0%} of the request; "

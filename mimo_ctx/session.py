@@ -9,7 +9,8 @@ store (:mod:`mimo_ctx.store`) persists them. Messages live in
 from __future__ import annotations
 
 import re
-from typing import Any, Final, Literal, cast
+from collections.abc import Callable
+from typing import Any, Final, Literal, TypeAlias, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -23,6 +24,7 @@ __all__ = [
     "RequestPrefix",
     "Session",
     "SessionState",
+    "StateChange",
     "Task",
     "TaskStatus",
     "task_order_key",
@@ -85,6 +87,15 @@ class SessionState(_Model):
             return data
         fields = cast("dict[str, Any]", data)
         return {k: v for k, v in fields.items() if k != _RETIRED_STATE_FIELD}
+
+
+StateChange: TypeAlias = Callable[[SessionState], SessionState]
+"""A change of a session's state: the new state computed from the state as stored.
+
+Pure and quick (a store may run it on a worker thread, inside its write
+transaction): it must not await, do I/O or depend on anything but its argument
+and values captured beforehand.
+"""
 
 
 class Session(_Model):

@@ -13,7 +13,7 @@ from typing import Final
 
 from mimo_ctx.config import RebuildConfig, parse_token_amount
 from mimo_ctx.errors import ConfigError
-from mimo_ctx.messages import Message, TokenUsage
+from mimo_ctx.messages import Message, TokenUsage, written_after
 from mimo_ctx.tokens import estimate_message_tokens
 
 __all__ = [
@@ -187,13 +187,15 @@ def pressure_level(usage: int, usable: int) -> int:
     return 3
 
 
-def is_recovered(last_finished_assistant_id: str | None, latest_boundary_id: str | None) -> bool:
-    """The once-per-usage rule (SPEC R1.4), decided by ids, never timestamps.
+def is_recovered(last_finished: Message | None, latest_boundary: Message | None) -> bool:
+    """The once-per-usage rule (SPEC R1.4, amended): decided by the store's write order.
 
-    A usage is recovered when a boundary (checkpoint or compaction) newer than the
-    last finished assistant message exists; the boundary's time is back-dated, so
-    only its id says it came after.
+    A usage is recovered when a boundary (checkpoint or compaction) was written
+    after the last finished assistant message. The boundary's time is back-dated,
+    so times cannot say it; ids cannot either, since they come from the clock of
+    the worker that made them (a lagging one makes new ids that sort early), so
+    the store's write order decides (:func:`~mimo_ctx.messages.written_after`).
     """
-    if latest_boundary_id is None or last_finished_assistant_id is None:
+    if latest_boundary is None or last_finished is None:
         return False
-    return latest_boundary_id > last_finished_assistant_id
+    return written_after(latest_boundary, last_finished)

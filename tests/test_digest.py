@@ -19,6 +19,7 @@ from mimo_ctx.digest import (
     digest_lines,
     elide_path,
     format_tool_call,
+    is_digested,
     is_path_argument,
     omitted_note,
     render_tail_digest,
@@ -39,6 +40,7 @@ from mimo_ctx.messages import (
     ToolStateError,
     ToolStatePending,
     ToolStateRunning,
+    set_insert_seq,
 )
 
 # --------------------------------------------------------------------------- helpers
@@ -621,6 +623,67 @@ def test_r7_3_newest_checkpoint_in_list_order_wins() -> None:
         "msg_0004",
         "msg_0006",
     ]
+
+
+def _written(message: Message, insert_seq: int) -> Message:
+    set_insert_seq(message, insert_seq)
+    return message
+
+
+def test_r7_3_a_message_written_after_the_listing_is_not_digested() -> None:
+    """R7.3 amended (issue 17 item 4): the id range alone is not what the rebuild
+    listed. msg_0003 was made before the rebuild but written after it listed the
+    tail (its write order is past ``digest_seq``): it stays, although its id lies in
+    the digested range; msg_0002, listed and digested, goes."""
+    boundary = Message(
+        id="msg_0009",
+        session_id="ses_test",
+        role="user",
+        time_created=1_002,
+        parts=[CheckpointPart(covered_up_to="msg_0001", digest_up_to="msg_0004", digest_seq=4)],
+    )
+    listed = _written(_msg(2, "assistant", [TextPart(text="digested")]), 2)
+    newest_listed = _written(_msg(4, "assistant", [TextPart(text="digested too")]), 4)
+    late = _written(_msg(3, "assistant", [TextPart(text="written after the listing")]), 6)
+    msgs = [_written(_msg(1, "assistant", [TextPart(text="covered")]), 1), boundary]
+    msgs += [listed, late, newest_listed]
+    part = boundary.checkpoint_part
+    assert part is not None
+    assert [is_digested(m, part) for m in msgs] == [False, False, True, False, True]
+    assert [m.id for m in collapse_checkpoint_tail(msgs)] == ["msg_0001", "msg_0009", "msg_0003"]
+    # Without write-order numbers (a part from before the rule, or messages no store
+    # wrote), the id range decides, as it always did.
+    legacy = part.model_copy(update={"digest_seq": None})
+    assert is_digested(late, legacy)
+    assert is_digested(_msg(3, "assistant", [TextPart(text="never stored")]), part)
+
+
+@settings(max_examples=200)
+@given(
+    seqs=st.lists(st.integers(1, 40), min_size=1, max_size=12, unique=True),
+    digest_seq=st.integers(0, 40),
+)
+def test_r7_3_nothing_written_after_the_listing_is_ever_collapsed(
+    seqs: list[int], digest_seq: int
+) -> None:
+    """Whatever the ids: a message whose write order is past the boundary's
+    ``digest_seq`` is kept by the collapse (it was never listed, so never digested)."""
+    boundary = Message(
+        id="msg_9999",
+        session_id="ses_test",
+        role="user",
+        time_created=1_000,
+        parts=[
+            CheckpointPart(covered_up_to="msg_0000", digest_up_to="msg_9998", digest_seq=digest_seq)
+        ],
+    )
+    msgs = [boundary] + [
+        _written(_msg(i + 1, "assistant", [TextPart(text=f"m{i}")]), seq)
+        for i, seq in enumerate(seqs)
+    ]
+    kept = {m.id for m in collapse_checkpoint_tail(msgs)}
+    for message in msgs[1:]:
+        assert (message.id in kept) == ((message.insert_seq or 0) > digest_seq)
 
 
 def test_r7_3_collapse_is_idempotent_and_keeps_inputs() -> None:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from mimo_ctx.config import RebuildConfig, WriterConfig
 from mimo_ctx.errors import ConfigError
-from mimo_ctx.messages import Message, TokenUsage
+from mimo_ctx.messages import Message, Role, TokenUsage, set_insert_seq
 from mimo_ctx.triggers import (
     ModelLimits,
     due_thresholds,
@@ -132,8 +132,23 @@ def test_a3_pressure_levels(share: float, level: int) -> None:
     assert pressure_level(int(share * 100_000), 100_000) == level
 
 
-def test_r1_4_recovered_by_ids_not_time() -> None:
-    assert is_recovered("msg_0002", "msg_0003")
-    assert not is_recovered("msg_0003", "msg_0002")
-    assert not is_recovered(None, "msg_0003")
-    assert not is_recovered("msg_0003", None)
+def _stored(message_id: str, role: Role, insert_seq: int | None) -> Message:
+    message = Message(id=message_id, session_id="ses_1", role=role, time_created=0)
+    if insert_seq is not None:
+        set_insert_seq(message, insert_seq)
+    return message
+
+
+def test_r1_4_recovered_by_write_order_not_ids_or_time() -> None:
+    """R1.4 as amended (issue 17): the store's write order decides. A usage written
+    after the boundary by a worker whose clock lags has the smaller id, yet it is
+    newer: not recovered."""
+    assert is_recovered(_stored("msg_0002", "assistant", 5), _stored("msg_0003", "user", 6))
+    assert not is_recovered(_stored("msg_0003", "assistant", 6), _stored("msg_0002", "user", 5))
+    lagging = _stored("msg_0001", "assistant", 7)  # smaller id, written later
+    assert not is_recovered(lagging, _stored("msg_0003", "user", 6))
+    assert is_recovered(_stored("msg_0009", "assistant", 5), _stored("msg_0003", "user", 6))
+    # Never written (no write order yet): the ids decide, as within one process.
+    assert is_recovered(_stored("msg_0002", "assistant", None), _stored("msg_0003", "user", None))
+    assert not is_recovered(None, _stored("msg_0003", "user", 6))
+    assert not is_recovered(_stored("msg_0003", "assistant", 6), None)

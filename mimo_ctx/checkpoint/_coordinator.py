@@ -240,10 +240,15 @@ class WriterCoordinator:
             return
         if await self.request(session_id, reason=f"usage {usage} >= {due[-1]}") == "skipped":
             return
-        crossed = sorted({*session.state.crossed_thresholds, *due})
-        slot.crossed = frozenset(crossed)
-        new_state = session.state.model_copy(update={"crossed_thresholds": crossed})
-        await self._store.update_session(session.model_copy(update={"state": new_state}))
+        # Marked in the state as stored now, not in the copy read above: a rebuild
+        # or another worker's mark since then is kept (no lost update).
+        marked = await self._store.update_session_state(
+            session_id,
+            lambda stored: stored.model_copy(
+                update={"crossed_thresholds": sorted({*stored.crossed_thresholds, *due})}
+            ),
+        )
+        slot.crossed = frozenset(marked.crossed_thresholds)
 
     def thresholds_cleared(self, session_id: str) -> None:
         """A rebuild cleared the session's marked thresholds: they may fire again."""

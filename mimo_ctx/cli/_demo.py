@@ -48,6 +48,7 @@ from mimo_ctx.cli._demo_script import (
 from mimo_ctx.cli._inspect import section_rows
 from mimo_ctx.cli._output import Output, dump_json, fmt_tokens
 from mimo_ctx.cli._render import default_memory_root
+from mimo_ctx.digest import is_digested
 from mimo_ctx.events import (
     AutoRebuildDisabled,
     ContextRebuilt,
@@ -381,12 +382,7 @@ async def _rebuild_figures(
             m for m in main if checkpoint.covered_up_to < m.id < boundary.id and not m.is_boundary
         ]
         tail_messages = len(tail)
-        digest_up_to = checkpoint.digest_up_to
-        tail_folded = sum(
-            1
-            for m in tail
-            if m.role != "user" and digest_up_to is not None and m.id <= digest_up_to
-        )
+        tail_folded = sum(1 for m in tail if is_digested(m, checkpoint))
         tail_kept = tail_messages - tail_folded
     return DemoRebuild(
         turn=turn,

@@ -48,7 +48,7 @@ __all__ = [
     "upgrade",
 ]
 
-CHANGES_QUERY: Final = (
+_CHANGES_QUERY_V1: Final = (
     # The session's messages written after $2 and the sequence's current value
     # on every row (one all-NULL message row when nothing changed).
     "SELECT m.token_estimate, m.payload, c.cur FROM"
@@ -56,23 +56,34 @@ CHANGES_QUERY: Final = (
     " LEFT JOIN LATERAL (SELECT token_estimate, payload, seq FROM {s}.messages"
     " WHERE session_id = $1 AND seq > $2) AS m ON true ORDER BY m.seq"
 )
+
+CHANGES_QUERY: Final = (
+    # As version 1's, with each message's insert_seq (its place in the write order).
+    "SELECT m.token_estimate, m.payload, c.cur, m.insert_seq FROM"
+    " (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS cur FROM {s}.message_seq) AS c"
+    " LEFT JOIN LATERAL (SELECT token_estimate, payload, seq, insert_seq FROM {s}.messages"
+    " WHERE session_id = $1 AND seq > $2) AS m ON true ORDER BY m.seq"
+)
 """The change-feed read; run by ``changes_since()`` after taking the session's lock."""
+
 
 # changes_since(session_id, seq, lock class, lock key): one round trip. A VOLATILE
 # function takes a fresh snapshot for each statement it runs, so the query sees
 # every write that committed before the shared lock was granted; the lock is
 # held until the calling statement's transaction ends. Under REPEATABLE READ or
 # SERIALIZABLE the snapshot would predate the lock, so those are refused.
-_CHANGES_FUNCTION: Final = (
-    "CREATE FUNCTION {s}.changes_since(text, bigint, integer, integer)"
-    " RETURNS TABLE (out_estimate integer, out_payload text, out_current bigint)"
-    " LANGUAGE plpgsql VOLATILE AS $fn$ BEGIN"
-    " IF current_setting('transaction_isolation') <> 'read committed' THEN"
-    " RAISE EXCEPTION 'mimo_ctx reads the change feed at READ COMMITTED, not %',"
-    " current_setting('transaction_isolation'); END IF;"
-    " PERFORM pg_advisory_xact_lock_shared($3, $4);"
-    f" RETURN QUERY {CHANGES_QUERY}; END $fn$"
-)
+def _changes_function(returns: str, query: str) -> str:
+    return (
+        "CREATE FUNCTION {s}.changes_since(text, bigint, integer, integer)"
+        f" RETURNS TABLE ({returns})"
+        " LANGUAGE plpgsql VOLATILE AS $fn$ BEGIN"
+        " IF current_setting('transaction_isolation') <> 'read committed' THEN"
+        " RAISE EXCEPTION 'mimo_ctx reads the change feed at READ COMMITTED, not %',"
+        " current_setting('transaction_isolation'); END IF;"
+        " PERFORM pg_advisory_xact_lock_shared($3, $4);"
+        f" RETURN QUERY {query}; END $fn$"
+    )
+
 
 _V1: Final[tuple[str, ...]] = (
     """CREATE TABLE {s}.sessions (
@@ -133,7 +144,9 @@ _V1: Final[tuple[str, ...]] = (
         payload text NOT NULL
     )""",
     "CREATE INDEX actors_by_session ON {s}.actors (session_id, time_created, id)",
-    _CHANGES_FUNCTION,
+    _changes_function(
+        "out_estimate integer, out_payload text, out_current bigint", _CHANGES_QUERY_V1
+    ),
     # Cross-worker writer leases (SPEC A3). A row is never deleted: a release
     # sets expires_at to -infinity, so the generation keeps counting up and a
     # waiter can tell "the holder it saw" from "a later holder".
@@ -153,7 +166,40 @@ _V2: Final[tuple[str, ...]] = (
         WHERE role = 'user' AND NOT is_boundary""",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2)
+_V3: Final[tuple[str, ...]] = (
+    # The write order of insertions decides "newer than" (R1.4 as amended), not
+    # ids, which come from the writing worker's clock. An update keeps it.
+    "ALTER TABLE {s}.messages ADD COLUMN insert_seq bigint",
+    # Rows written before: their insertion order was not kept; ids were the rule
+    # then, so rank them by id (1..n, below every value the sequence hands out).
+    """UPDATE {s}.messages AS m SET insert_seq = r.n
+        FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM {s}.messages) AS r
+        WHERE m.id = r.id""",
+    "ALTER TABLE {s}.messages ALTER COLUMN insert_seq SET NOT NULL",
+    """SELECT setval('{s}.message_seq', c.n) FROM (SELECT count(*) AS n FROM {s}.messages) AS c
+        WHERE c.n > (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {s}.message_seq)""",
+    "DROP INDEX {s}.messages_finished_by_agent",
+    "DROP INDEX {s}.messages_finished",
+    "DROP INDEX {s}.messages_boundaries",
+    """CREATE INDEX messages_finished_by_agent ON {s}.messages (session_id, agent, insert_seq)
+        WHERE is_finished_assistant""",
+    """CREATE INDEX messages_finished ON {s}.messages (session_id, insert_seq)
+        WHERE is_finished_assistant""",
+    """CREATE INDEX messages_boundaries ON {s}.messages (session_id, agent, insert_seq)
+        WHERE is_boundary""",
+    "DROP FUNCTION {s}.changes_since(text, bigint, integer, integer)",
+    _changes_function(
+        "out_estimate integer, out_payload text, out_current bigint, out_insert_seq bigint",
+        CHANGES_QUERY,
+    ),
+    # The session's state, apart from the payload like the watermark: only
+    # update_session_state and commit_rebuild write it, under the session's lock,
+    # so replacing the session from an older copy never rolls it back. NULL: the
+    # payload's state (sessions written before).
+    "ALTER TABLE {s}.sessions ADD COLUMN state text",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3)
 """Statements of each schema version, oldest first."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -206,6 +252,7 @@ class Statements:
     latest_boundary: str
     latest_finished: str
     latest_finished_by_agent: str
+    newer_boundary: str
     changes: str
     changes_call: str
     get_message: str
@@ -215,6 +262,8 @@ class Statements:
     check_new: str
     insert_session: str
     get_session: str
+    get_state: str
+    set_state: str
     update_session: str
     list_sessions: str
     get_watermark: str
@@ -232,32 +281,39 @@ class Statements:
 
     @classmethod
     def for_schema(cls, schema: str) -> Statements:
-        cols = "token_estimate, payload"
+        cols = "token_estimate, payload, insert_seq"
         active = ", ".join(f"'{s}'" for s in sorted(ACTIVE_ACTOR_STATUSES))
         statements = {
+            # "Newest" is the write order of insertions (R1.4 as amended), not ids.
             "latest_boundary": f"SELECT {cols} FROM {{s}}.messages WHERE session_id = $1"
-            " AND agent = $2 AND is_boundary ORDER BY id DESC LIMIT 1",
+            " AND agent = $2 AND is_boundary ORDER BY insert_seq DESC LIMIT 1",
             "latest_finished": f"SELECT {cols} FROM {{s}}.messages WHERE session_id = $1"
-            " AND is_finished_assistant ORDER BY id DESC LIMIT 1",
+            " AND is_finished_assistant ORDER BY insert_seq DESC LIMIT 1",
             "latest_finished_by_agent": f"SELECT {cols} FROM {{s}}.messages"
             " WHERE session_id = $1 AND agent = $2 AND is_finished_assistant"
-            " ORDER BY id DESC LIMIT 1",
+            " ORDER BY insert_seq DESC LIMIT 1",
+            # A boundary of agent $3 inserted after the usage message $2 (R1.4).
+            "newer_boundary": "SELECT EXISTS (SELECT 1 FROM {s}.messages AS u"
+            " JOIN {s}.messages AS b ON b.session_id = u.session_id AND b.agent = $3"
+            " AND b.is_boundary AND b.insert_seq > u.insert_seq"
+            " WHERE u.id = $2 AND u.session_id = $1)",
             "changes": CHANGES_QUERY,
-            "changes_call": "SELECT out_estimate, out_payload, out_current"
+            "changes_call": "SELECT out_estimate, out_payload, out_current, out_insert_seq"
             " FROM {s}.changes_since($1, $2, $3, $4)",
             "get_message": f"SELECT {cols} FROM {{s}}.messages WHERE id = $1",
             "insert_messages": _UNNEST_MESSAGES
             + " INSERT INTO {s}.messages (id, session_id, agent, role, time_created,"
-            " is_boundary, is_finished_assistant, token_estimate, payload, seq)"
+            " is_boundary, is_finished_assistant, token_estimate, payload, seq, insert_seq)"
             " SELECT id, session_id, agent, role, time_created, is_boundary,"
-            " is_finished_assistant, token_estimate, payload, seq FROM u ORDER BY ord"
-            " ON CONFLICT (id) DO NOTHING RETURNING id",
+            " is_finished_assistant, token_estimate, payload, seq, seq FROM u ORDER BY ord"
+            " ON CONFLICT (id) DO NOTHING RETURNING id, insert_seq",
             "update_messages": _UNNEST_MESSAGES
             + " UPDATE {s}.messages AS m SET agent = u.agent, role = u.role,"
             " time_created = u.time_created, is_boundary = u.is_boundary,"
             " is_finished_assistant = u.is_finished_assistant,"
             " token_estimate = u.token_estimate, payload = u.payload, seq = u.seq"
-            " FROM u WHERE m.id = u.id AND m.session_id = u.session_id RETURNING m.id",
+            " FROM u WHERE m.id = u.id AND m.session_id = u.session_id"
+            " RETURNING m.id, m.insert_seq",
             "message_sessions": "SELECT id, session_id FROM {s}.messages"
             " WHERE id = ANY($1::text[])",
             # (first unknown session, first id of the batch already stored)
@@ -267,11 +323,16 @@ class Statements:
             " ORDER BY w.ord LIMIT 1)",
             "insert_session": "INSERT INTO {s}.sessions (id, time_created, watermark, payload)"
             " VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING",
-            "get_session": "SELECT watermark, payload FROM {s}.sessions WHERE id = $1",
-            # The watermark column is left alone: only set_watermark moves it (R2.1).
-            "update_session": "UPDATE {s}.sessions SET time_created = $2, payload = $3"
-            " WHERE id = $1",
-            "list_sessions": "SELECT watermark, payload FROM {s}.sessions"
+            "get_session": "SELECT watermark, payload, state FROM {s}.sessions WHERE id = $1",
+            "get_state": "SELECT state, payload FROM {s}.sessions WHERE id = $1",
+            "set_state": "UPDATE {s}.sessions SET state = $2 WHERE id = $1",
+            # The watermark and state columns are left alone: only set_watermark
+            # moves the watermark (R2.1), only the state writes change the state;
+            # the state column is pinned to the state as stored (the old payload's,
+            # when no state write happened yet) before the payload is replaced.
+            "update_session": "UPDATE {s}.sessions SET time_created = $2, payload = $3,"
+            " state = COALESCE(state, (payload::json -> 'state')::text) WHERE id = $1",
+            "list_sessions": "SELECT watermark, payload, state FROM {s}.sessions"
             " ORDER BY time_created, id",
             "get_watermark": "SELECT watermark FROM {s}.sessions WHERE id = $1",
             "set_watermark": "UPDATE {s}.sessions SET watermark = $2 WHERE id = $1",

@@ -4,7 +4,8 @@ Opening reads before anything writes: a file that is not an SQLite database, or
 a database that is not ours (other tables, no version), is refused with a
 :class:`~mimo_ctx.errors.StoreError` and left byte-for-byte unchanged. A new
 file gets WAL mode and the schema in one ``BEGIN IMMEDIATE`` transaction; the
-version is ``PRAGMA user_version``.
+version is ``PRAGMA user_version``. An older file is upgraded step by step
+(:data:`MIGRATIONS`) in that transaction.
 """
 
 from __future__ import annotations
@@ -90,7 +91,33 @@ _USER_MESSAGES_INDEX: Final = (
         WHERE role = 'user' AND is_boundary = 0""",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_SCHEMA, _USER_MESSAGES_INDEX)
+
+_INSERT_ORDER: Final = (
+    # Version 3: the write order of insertions decides "newer than" (R1.4 as
+    # amended), not ids, which come from the writing worker's clock.
+    "ALTER TABLE messages ADD COLUMN insert_seq INTEGER NOT NULL DEFAULT 0",
+    # Rows written before: their insertion order was not kept; ids were the rule
+    # then, so rank them by id (1..n, below every number the counter hands out).
+    """UPDATE messages SET insert_seq = ranked.n
+        FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY id) AS n FROM messages) AS ranked
+        WHERE messages.id = ranked.id""",
+    "UPDATE counters SET value = MAX(value, (SELECT COUNT(*) FROM messages)) WHERE name = 'seq'",
+    "DROP INDEX messages_finished_by_agent",
+    "DROP INDEX messages_finished",
+    "DROP INDEX messages_boundaries",
+    """CREATE INDEX messages_finished_by_agent ON messages (session_id, agent, insert_seq)
+        WHERE is_finished_assistant = 1""",
+    """CREATE INDEX messages_finished ON messages (session_id, insert_seq)
+        WHERE is_finished_assistant = 1""",
+    """CREATE INDEX messages_boundaries ON messages (session_id, agent, insert_seq)
+        WHERE is_boundary = 1""",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    _SCHEMA,
+    _USER_MESSAGES_INDEX,
+    _INSERT_ORDER,
+)
 """Statements of each schema version, oldest first: version ``n`` is ``MIGRATIONS[n - 1]``."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

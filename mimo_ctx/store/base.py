@@ -7,18 +7,43 @@ only append a boundary message and mark tool results compacted.
 
 Ordering. Messages are listed by ``(time_created, id)``, the original's paging
 key (SPEC A1): a rebuild boundary is back-dated to the watermark's time + 1 ms,
-so it lists right after the watermark although its id is the newest.
+so it lists right after the watermark although it was written last.
 
-Change feed. Every write of a message gives it the store's next sequence number
-(``seq``). :meth:`Store.changes_since` returns what changed after a sequence
-number, so the middleware can keep its window current in O(new messages) per turn
-instead of re-reading the history.
+Write order. Every write of a message takes the store's next number from one
+store-wide sequence. A store applies the writes of one session one at a time
+(a write lock per session, or per file), so within a session those numbers grow
+in the order the writes committed, whatever the clocks of the workers that made
+them. Each message keeps two of them:
+
+* ``insert_seq`` (:attr:`~mimo_ctx.messages.Message.insert_seq`): the number of
+  its insertion, never changed by an update. **"Newer than" between stored
+  messages is decided by it** (:func:`~mimo_ctx.messages.written_after`), not by
+  ids: ids are made from the writing worker's clock, and a worker whose clock
+  lags would make a message it writes after a boundary look older than that
+  boundary. So the newest boundary and the newest finished assistant message
+  are the ones inserted last; a usage is recovered (SPEC R1.4, amended) when a
+  boundary of its agent was inserted after its assistant message; and a rebuild
+  digests exactly the messages it listed, which all have an ``insert_seq`` at
+  most its checkpoint part's ``digest_seq`` (R7.3, amended).
+* ``seq``: the number of its latest write (insert or update), for the change
+  feed: :meth:`Store.changes_since` returns what was written after a number, so
+  the middleware keeps its window current in O(new messages) per turn instead of
+  re-reading the history.
 
 Once per usage. :meth:`Store.commit_rebuild` writes a boundary and its
 micro-compaction in one transaction, keyed by the assistant usage it recovers; a
-second commit for the same key writes nothing and returns ``False``. The key is
-enforced by the store (a uniqueness constraint), not by check-then-insert, so
-concurrent tasks or processes cannot insert two boundaries for one usage.
+second commit for the same key writes nothing and returns ``False``, and so does
+a commit whose usage message is older (by write order) than a boundary of the
+same agent already stored: that usage was recovered by it. The key is enforced
+by the store (a uniqueness constraint), not by check-then-insert, and the
+newer-boundary check runs inside the same transaction, so concurrent tasks or
+processes cannot insert two boundaries for one usage.
+
+Session state. :class:`SessionState` (thresholds, loop guard, rebuild count) is
+changed only by :meth:`Store.update_session_state` and :meth:`Store.commit_rebuild`,
+which apply a change function to the state *as stored*, inside the write
+transaction: several workers changing it never lose each other's updates.
+:meth:`Store.update_session` keeps the stored state and watermark.
 """
 
 from __future__ import annotations
@@ -36,6 +61,7 @@ from mimo_ctx.session import (
     RequestPrefix,
     Session,
     SessionState,
+    StateChange,
     Task,
     TaskStatus,
 )
@@ -48,9 +74,11 @@ __all__ = [
     "RequestPrefix",
     "Session",
     "SessionState",
+    "StateChange",
     "Store",
     "Task",
     "TaskStatus",
+    "apply_state_change",
     "check_rebuild_arguments",
     "check_user_message_window",
 ]
@@ -76,8 +104,24 @@ class Store(Protocol):
     async def update_session(self, session: Session) -> None:
         """Replace a stored session. Raises ``StoreError`` if it does not exist.
 
-        The stored watermark is kept: only :meth:`set_watermark` changes it, so a
-        caller replacing the session from an older copy cannot roll it back.
+        The stored watermark and state are kept: only :meth:`set_watermark`,
+        :meth:`update_session_state` and :meth:`commit_rebuild` change them, so a
+        caller replacing the session from an older copy cannot roll them back.
+        """
+        ...
+
+    async def update_session_state(self, session_id: str, change: StateChange) -> SessionState:
+        """Apply ``change`` to the session's stored state in one write transaction.
+
+        ``change`` gets the state as stored when the transaction holds the
+        session's write lock, so concurrent changes (of other tasks or workers)
+        are never lost.
+
+        Returns:
+            The new state.
+
+        Raises:
+            StoreError: The session is unknown (nothing is called or written).
         """
         ...
 
@@ -165,11 +209,11 @@ class Store(Protocol):
     async def latest_finished_assistant(
         self, session_id: str, *, agent: str | None = MAIN_AGENT
     ) -> Message | None:
-        """The newest (by id) assistant message whose ``finish`` is set."""
+        """The assistant message whose ``finish`` is set that was inserted last (write order)."""
         ...
 
     async def latest_boundary(self, session_id: str) -> Message | None:
-        """The newest (by id) main-agent user message with a checkpoint or compaction part."""
+        """The main-agent boundary (checkpoint or compaction part) inserted last (write order)."""
         ...
 
     async def changes_since(self, session_id: str, seq: int) -> tuple[list[Message], int]:
@@ -188,22 +232,26 @@ class Store(Protocol):
         usage_key: str,
         boundary: Message,
         updated: Sequence[Message],
-        session: Session | None = None,
+        state: StateChange | None = None,
     ) -> bool:
         """Append ``boundary`` and replace ``updated`` in one transaction (SPEC R4).
 
         Args:
             session_id: The session rebuilt.
-            usage_key: What the rebuild recovers (the id of the assistant message
-                whose usage triggered it). At most one commit per key succeeds.
+            usage_key: What the rebuild recovers: the id of the assistant message
+                whose usage triggered it, or a key of the caller's (a manual
+                rebuild's) that names no message. At most one commit per key
+                succeeds.
             boundary: The new rebuild boundary message.
             updated: Messages changed by micro-compaction.
-            session: When given, the session row is replaced in the same transaction
-                (state such as ``rebuilds`` and ``freed_fractions``).
+            state: When given, applied to the session's stored state in the same
+                transaction (see :meth:`update_session_state`).
 
         Returns:
-            ``True`` when committed; ``False`` (nothing written) when a rebuild for
-            ``usage_key`` was already committed.
+            ``True`` when committed; ``False`` (nothing written, ``state`` not
+            called) when a rebuild for ``usage_key`` was already committed, or when
+            ``usage_key`` names a message of the session and a boundary of
+            ``boundary``'s agent was inserted after it (that usage is recovered).
         """
         ...
 
@@ -240,23 +288,17 @@ class Store(Protocol):
         ...
 
 
-def check_rebuild_arguments(
-    session_id: str, boundary: Message, updated: Sequence[Message], session: Session | None
-) -> None:
+def check_rebuild_arguments(session_id: str, boundary: Message, updated: Sequence[Message]) -> None:
     """The checks every store makes before :meth:`Store.commit_rebuild` writes anything.
 
     Raises:
-        StoreError: The boundary or ``session`` belongs to another session, or the
-            boundary is also listed in ``updated``.
+        StoreError: The boundary belongs to another session, or is also listed in
+            ``updated``.
     """
     if boundary.session_id != session_id:
         raise StoreError(
             f"commit_rebuild: boundary {boundary.id!r} belongs to session "
             f"{boundary.session_id!r}, not {session_id!r}"
-        )
-    if session is not None and session.id != session_id:
-        raise StoreError(
-            f"commit_rebuild: session {session.id!r} given for rebuild of {session_id!r}"
         )
     if any(m.id == boundary.id for m in updated):
         raise StoreError(f"commit_rebuild: the boundary {boundary.id!r} is also in `updated`")
@@ -277,3 +319,18 @@ def check_user_message_window(first: int | None, last: int | None) -> int | None
     if limit is not None and limit < 0:
         raise StoreError(f"list_user_messages: first/last must be >= 0, got {limit}")
     return limit
+
+
+def apply_state_change(session_id: str, stored: SessionState, change: StateChange) -> SessionState:
+    """Run a :data:`~mimo_ctx.session.StateChange` on the stored state and check its result.
+
+    Raises:
+        StoreError: ``change`` did not return a :class:`SessionState`.
+    """
+    new = change(stored.model_copy(deep=True))
+    if not isinstance(new, SessionState):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise StoreError(
+            f"session {session_id!r}: a state change returned {type(new).__name__}, "
+            "not a SessionState; nothing written"
+        )
+    return new

@@ -12,8 +12,10 @@ out: a caller editing a returned session cannot change what is stored. Every
 list returned is a new list.
 
 Per session the store keeps small sorted indexes (messages by ``(time_created,
-id)``, finished assistant ids, boundary ids, write order), so the queries the
-middleware runs on every turn cost O(log n) or O(changes), not O(history).
+id)``, finished assistants and boundaries by write order, last writes), so the
+queries the middleware runs on every turn cost O(log n) or O(changes), not
+O(history). Write order (:attr:`~mimo_ctx.messages.Message.insert_seq`) is the
+order of the calls, which the store's lock serialises.
 """
 
 from __future__ import annotations
@@ -28,13 +30,27 @@ from typing import NamedTuple, Self, TypeVar
 import anyio
 
 from mimo_ctx.errors import StoreError
-from mimo_ctx.messages import MAIN_AGENT, Message
-from mimo_ctx.session import ACTIVE_ACTOR_STATUSES, Actor, Session, Task, task_order_key
-from mimo_ctx.store.base import check_rebuild_arguments, check_user_message_window
+from mimo_ctx.messages import MAIN_AGENT, Message, set_insert_seq
+from mimo_ctx.session import (
+    ACTIVE_ACTOR_STATUSES,
+    Actor,
+    Session,
+    SessionState,
+    StateChange,
+    Task,
+    task_order_key,
+)
+from mimo_ctx.store.base import (
+    apply_state_change,
+    check_rebuild_arguments,
+    check_user_message_window,
+)
 
 __all__ = ["InMemoryStore"]
 
 _K = TypeVar("_K", str, tuple[int, str])
+_Ordered = tuple[int, str]
+"""(insert_seq, id): sorts by write order."""
 
 
 def _remove_sorted(items: list[_K], item: _K) -> None:
@@ -56,9 +72,10 @@ class _IndexKey(NamedTuple):
     finished_assistant: bool
     main_boundary: bool
     user: bool
+    insert_seq: int
 
     @classmethod
-    def of(cls, message: Message) -> _IndexKey:
+    def of(cls, message: Message, insert_seq: int) -> _IndexKey:
         return cls(
             message.session_id,
             message.agent,
@@ -66,6 +83,7 @@ class _IndexKey(NamedTuple):
             message.role == "assistant" and message.finish is not None,
             message.agent == MAIN_AGENT and message.is_boundary,
             message.role == "user" and not message.is_boundary,
+            insert_seq,
         )
 
 
@@ -75,12 +93,12 @@ class _SessionIndex:
 
     # (time_created, id) of every message, sorted: the listing order (SPEC A1).
     by_time: list[tuple[int, str]] = field(default_factory=list[tuple[int, str]])
-    # Ids of finished assistant messages, sorted, per agent.
-    finished: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
-    # Ids of finished assistant messages of every agent, sorted.
-    finished_any: list[str] = field(default_factory=list[str])
-    # Ids of main-agent boundary messages, sorted.
-    boundaries: list[str] = field(default_factory=list[str])
+    # Finished assistant messages by write order, per agent.
+    finished: dict[str, list[_Ordered]] = field(default_factory=dict[str, list[_Ordered]])
+    # Finished assistant messages of every agent by write order.
+    finished_any: list[_Ordered] = field(default_factory=list[_Ordered])
+    # Main-agent boundary messages by write order.
+    boundaries: list[_Ordered] = field(default_factory=list[_Ordered])
     # (time_created, id) of user messages that are not boundaries, sorted, per agent.
     users: dict[str, list[tuple[int, str]]] = field(
         default_factory=dict[str, list[tuple[int, str]]]
@@ -91,11 +109,12 @@ class _SessionIndex:
 
     def add(self, message_id: str, key: _IndexKey, seq: int) -> None:
         bisect.insort(self.by_time, (key.time_created, message_id))
+        ordered = (key.insert_seq, message_id)
         if key.finished_assistant:
-            bisect.insort(self.finished.setdefault(key.agent, []), message_id)
-            bisect.insort(self.finished_any, message_id)
+            bisect.insort(self.finished.setdefault(key.agent, []), ordered)
+            bisect.insort(self.finished_any, ordered)
         if key.main_boundary:
-            bisect.insort(self.boundaries, message_id)
+            bisect.insort(self.boundaries, ordered)
         if key.user:
             bisect.insort(self.users.setdefault(key.agent, []), (key.time_created, message_id))
         self.written.pop(message_id, None)
@@ -104,11 +123,12 @@ class _SessionIndex:
     def remove(self, message_id: str, key: _IndexKey) -> None:
         """Drop a message from the sorted indexes (before re-adding its new version)."""
         _remove_sorted(self.by_time, (key.time_created, message_id))
+        ordered = (key.insert_seq, message_id)
         if key.finished_assistant:
-            _remove_sorted(self.finished.get(key.agent, []), message_id)
-            _remove_sorted(self.finished_any, message_id)
+            _remove_sorted(self.finished.get(key.agent, []), ordered)
+            _remove_sorted(self.finished_any, ordered)
         if key.main_boundary:
-            _remove_sorted(self.boundaries, message_id)
+            _remove_sorted(self.boundaries, ordered)
         if key.user:
             _remove_sorted(self.users.get(key.agent, []), (key.time_created, message_id))
 
@@ -168,15 +188,35 @@ class InMemoryStore:
             return None if session is None else session.model_copy(deep=True)
 
     async def update_session(self, session: Session) -> None:
-        """Replace a stored session. Raises ``StoreError`` if it does not exist."""
+        """Replace a stored session, keeping its watermark and state.
+
+        Raises:
+            StoreError: The session does not exist.
+        """
         async with self._lock:
             self._check_open()
             stored = self._require_session(session.id)
-            # The watermark is the writer's (set_watermark): a caller replacing
-            # the session from an older copy must not roll it back.
+            # The watermark is the writer's (set_watermark), the state changes only
+            # field by field (update_session_state): a caller replacing the session
+            # from an older copy must not roll either back.
             self._sessions[session.id] = session.model_copy(
-                update={"watermark": stored.watermark}, deep=True
+                update={"watermark": stored.watermark, "state": stored.state}, deep=True
             )
+
+    async def update_session_state(self, session_id: str, change: StateChange) -> SessionState:
+        """Apply ``change`` to the stored state atomically; return the new state.
+
+        See :meth:`mimo_ctx.store.base.Store.update_session_state`.
+        """
+        async with self._lock:
+            self._check_open()
+            return self._change_state(session_id, change)
+
+    def _change_state(self, session_id: str, change: StateChange) -> SessionState:
+        stored = self._require_session(session_id)
+        new = apply_state_change(session_id, stored.state, change)
+        self._sessions[session_id] = stored.model_copy(update={"state": new.model_copy(deep=True)})
+        return new
 
     async def list_sessions(self) -> list[Session]:
         """Return copies of every session, oldest ``(time_created, id)`` first."""
@@ -241,7 +281,10 @@ class InMemoryStore:
         old = self._keys.get(message.id)
         if old is not None:
             index.remove(message.id, old)
-        key = _IndexKey.of(message)
+        # An update keeps the insertion's place in the write order.
+        insert_seq = self._seq if old is None else old.insert_seq
+        key = _IndexKey.of(message, insert_seq)
+        set_insert_seq(message, insert_seq)
         self._messages[message.id] = message
         self._keys[message.id] = key
         index.add(message.id, key, self._seq)
@@ -358,23 +401,23 @@ class InMemoryStore:
     async def latest_finished_assistant(
         self, session_id: str, *, agent: str | None = MAIN_AGENT
     ) -> Message | None:
-        """The newest (by id) assistant message whose ``finish`` is set."""
+        """The finished assistant message inserted last (write order)."""
         async with self._lock:
             self._check_open()
             index = self._index.get(session_id)
             if index is None:
                 return None
-            ids = index.finished_any if agent is None else index.finished.get(agent, [])
-            return self._messages[ids[-1]] if ids else None
+            ordered = index.finished_any if agent is None else index.finished.get(agent, [])
+            return self._messages[ordered[-1][1]] if ordered else None
 
     async def latest_boundary(self, session_id: str) -> Message | None:
-        """The newest (by id) main-agent user message with a checkpoint or compaction part."""
+        """The main-agent boundary inserted last (write order)."""
         async with self._lock:
             self._check_open()
             index = self._index.get(session_id)
             if index is None or not index.boundaries:
                 return None
-            return self._messages[index.boundaries[-1]]
+            return self._messages[index.boundaries[-1][1]]
 
     async def changes_since(self, session_id: str, seq: int) -> tuple[list[Message], int]:
         """Messages of the session written after ``seq``, in write order, and the current seq."""
@@ -398,35 +441,62 @@ class InMemoryStore:
         usage_key: str,
         boundary: Message,
         updated: Sequence[Message],
-        session: Session | None = None,
+        state: StateChange | None = None,
     ) -> bool:
         """Append ``boundary`` and replace ``updated`` atomically, once per usage key.
 
         See :meth:`mimo_ctx.store.base.Store.commit_rebuild`.
 
         Raises:
-            StoreError: The session is unknown, the boundary id exists, an updated
-                message is missing or belongs to another session, or ``session`` is
-                another session; nothing is written and the key stays unused.
+            StoreError: The session is unknown, the boundary id exists, or an
+                updated message is missing or belongs to another session; nothing
+                is written and the key stays unused.
         """
         async with self._lock:
             self._check_open()
-            check_rebuild_arguments(session_id, boundary, updated, session)
-            self._require_session(session_id)
-            if (session_id, usage_key) in self._rebuild_keys:
+            check_rebuild_arguments(session_id, boundary, updated)
+            stored = self._require_session(session_id)
+            if (session_id, usage_key) in self._rebuild_keys or self._recovered(
+                session_id, usage_key, boundary.agent
+            ):
                 return False
             self._check_new([boundary], "commit_rebuild")
             self._check_existing(updated, "commit_rebuild", session_id)
+            new_state = (
+                None if state is None else apply_state_change(session_id, stored.state, state)
+            )
             # Everything is validated: apply all of it (nothing below can fail).
             self._rebuild_keys.add((session_id, usage_key))
             self._write(boundary)
             for m in updated:
                 self._write(m)
-            if session is not None:
-                self._sessions[session_id] = session.model_copy(
-                    update={"watermark": self._sessions[session_id].watermark}, deep=True
-                )
+            if new_state is not None:
+                self._sessions[session_id] = stored.model_copy(update={"state": new_state})
             return True
+
+    def _recovered(self, session_id: str, usage_key: str, agent: str) -> bool:
+        """A boundary of ``agent`` was inserted after the usage message ``usage_key``."""
+        usage = self._keys.get(usage_key)
+        if usage is None or usage.session_id != session_id:
+            return False  # a key that names no message of the session (manual)
+        return any(
+            key.session_id == session_id
+            and key.agent == agent
+            and key.insert_seq > usage.insert_seq
+            and self._messages[mid].is_boundary
+            for mid, key in self._boundary_candidates(session_id, agent)
+        )
+
+    def _boundary_candidates(self, session_id: str, agent: str) -> list[tuple[str, _IndexKey]]:
+        index = self._index[session_id]
+        if agent == MAIN_AGENT:
+            return [(mid, self._keys[mid]) for _, mid in index.boundaries]
+        # Sub-agent compactions are rare and not indexed: look at the agent's messages.
+        return [
+            (mid, self._keys[mid])
+            for _, mid in index.by_time
+            if self._keys[mid].agent == agent and self._messages[mid].is_boundary
+        ]
 
     # -- tasks and actors ----------------------------------------------------
     async def upsert_task(self, task: Task) -> None:

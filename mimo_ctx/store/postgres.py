@@ -6,7 +6,7 @@ embedded stores give with in-process locks is given here by the database:
 * **Once per usage across workers** (SPEC R1.4, R4). :meth:`PostgresStore.commit_rebuild`
   inserts the rebuild's key into ``rebuilds``, whose primary key is
   ``(session_id, usage_key)``, in the same transaction as the boundary message,
-  the micro-compaction updates and the optional session replace. The key goes in
+  the micro-compaction updates and the session's state change. The key goes in
   first with ``ON CONFLICT DO NOTHING``: the constraint, not a prior check,
   decides which of several concurrent commits wins; the losers write nothing and
   get ``False``.
@@ -84,8 +84,8 @@ except ImportError as _exc:  # pragma: no cover - depends on the installed extra
 
 from mimo_ctx.checkpoint.lease import LeaseHolder
 from mimo_ctx.errors import StoreError
-from mimo_ctx.messages import MAIN_AGENT, Message
-from mimo_ctx.session import Actor, Session, Task, task_order_key
+from mimo_ctx.messages import MAIN_AGENT, Message, set_insert_seq
+from mimo_ctx.session import Actor, Session, SessionState, StateChange, Task, task_order_key
 from mimo_ctx.store._pg_driver import (
     DB_ERRORS,
     SESSION_LOCK_CLASS,
@@ -108,7 +108,11 @@ from mimo_ctx.store._pg_schema import (
     stored_version,
     upgrade,
 )
-from mimo_ctx.store.base import check_rebuild_arguments, check_user_message_window
+from mimo_ctx.store.base import (
+    apply_state_change,
+    check_rebuild_arguments,
+    check_user_message_window,
+)
 from mimo_ctx.tokens import estimate_message_tokens
 
 __all__ = [
@@ -161,6 +165,14 @@ def _reject_repeated_ids(messages: Sequence[Message], what: str) -> None:
         if m.id in seen:
             raise StoreError(f"{what}: message id {m.id!r} appears twice; nothing written")
         seen.add(m.id)
+
+
+def _stamp(messages: Sequence[Message], insert_seqs: dict[str, int]) -> None:
+    """Give the messages just written their place in the write order."""
+    for message in messages:
+        insert_seq = insert_seqs.get(message.id)
+        if insert_seq is not None:
+            set_insert_seq(message, insert_seq)
 
 
 def _last_versions(messages: Sequence[Message]) -> list[Message]:
@@ -385,17 +397,36 @@ class PostgresStore:
         async with self._connection() as conn:
             return await shielded(transaction(conn))
 
-    def _load_message(self, estimate: Any, payload: Any) -> Message:
+    def _load_message(self, estimate: Any, payload: Any, insert_seq: Any) -> Message:
         message = self._parse(Message, payload)
         # The row's estimate was computed from this very payload at write time.
         message._token_estimate = int(estimate)  # pyright: ignore[reportPrivateUsage]
+        set_insert_seq(message, int(insert_seq))
         return message
 
-    def _load_session(self, watermark: Any, payload: Any) -> Session:
+    def _load_session(self, watermark: Any, payload: Any, state: Any) -> Session:
         session = self._parse(Session, payload)
-        # The column is the truth: the payload's copy may predate set_watermark.
+        # The columns are the truth: the payload's copies may predate set_watermark
+        # and the state writes.
         session.watermark = None if watermark is None else str(watermark)
+        if state is not None:
+            session.state = self._parse(SessionState, state)
         return session
+
+    async def _change_state(
+        self, conn: Connection, session_id: str, change: StateChange
+    ) -> SessionState:
+        """Read, change and write the session's state. Inside a write transaction."""
+        row = await conn.fetchrow(self._sql.get_state, session_id)
+        if row is None:
+            raise StoreError(f"unknown session {session_id!r}")
+        if row[0] is not None:
+            stored = self._parse(SessionState, row[0])
+        else:
+            stored = self._parse(Session, row[1]).state
+        new = apply_state_change(session_id, stored, change)
+        await conn.execute(self._sql.set_state, session_id, new.model_dump_json())
+        return new
 
     def _parse(self, model: type[_M], payload: Any) -> _M:
         try:
@@ -405,8 +436,8 @@ class PostgresStore:
 
     async def _insert_messages(
         self, conn: Connection, messages: Sequence[Message], what: str
-    ) -> None:
-        """Validate and insert new messages. Inside a write transaction.
+    ) -> dict[str, int]:
+        """Validate and insert new messages; return their insert_seqs. Inside a write tx.
 
         Everything is checked before any sequence value is drawn: sequences are
         not rolled back, and a rejected write must not move the change feed.
@@ -427,17 +458,18 @@ class PostgresStore:
             written = {str(r[0]) for r in inserted}
             taken = next(m.id for m in messages if m.id not in written)
             raise StoreError(f"{what}: message id {taken!r} already exists; nothing written")
+        return {str(r[0]): int(r[1]) for r in inserted}
 
     async def _update_messages(
         self, conn: Connection, messages: Sequence[Message], what: str
-    ) -> None:
-        """Replace existing messages. Inside a write transaction.
+    ) -> dict[str, int]:
+        """Replace existing messages; return their insert_seqs. Inside a write transaction.
 
         Checked first, for the same reason as :meth:`_insert_messages`.
         """
         batch = _last_versions(messages)
         if not batch:
-            return
+            return {}
         stored = {
             str(r[0]): str(r[1])
             for r in await conn.fetch(self._sql.message_sessions, [m.id for m in batch])
@@ -453,6 +485,7 @@ class PostgresStore:
         updated = await conn.fetch(self._sql.update_messages, *_message_columns(batch))
         if len(updated) != len(batch):  # pragma: no cover - sessions never change under us
             raise StoreError(f"{what}: a message changed session meanwhile; nothing written")
+        return {str(r[0]): int(r[1]) for r in updated}
 
     # -- sessions -------------------------------------------------------------
     async def create_session(self, session: Session) -> None:
@@ -473,10 +506,10 @@ class PostgresStore:
         """Return the session, or ``None`` when there is none with that id."""
         async with self._connection() as conn:
             row = await conn.fetchrow(self._sql.get_session, session_id)
-        return None if row is None else self._load_session(row[0], row[1])
+        return None if row is None else self._load_session(row[0], row[1], row[2])
 
     async def update_session(self, session: Session) -> None:
-        """Replace a stored session, keeping its stored watermark (SPEC R2.1).
+        """Replace a stored session, keeping its stored watermark (SPEC R2.1) and state.
 
         Raises:
             StoreError: The session does not exist.
@@ -493,7 +526,7 @@ class PostgresStore:
         """Return every session, oldest ``(time_created, id)`` first."""
         async with self._connection() as conn:
             rows = await conn.fetch(self._sql.list_sessions)
-        return [self._load_session(r[0], r[1]) for r in rows]
+        return [self._load_session(r[0], r[1], r[2]) for r in rows]
 
     async def get_watermark(self, session_id: str) -> str | None:
         """Return the session's watermark; ``None`` when unset or the session is unknown."""
@@ -522,10 +555,10 @@ class PostgresStore:
             self._check_open()
             return
 
-        async def body(conn: Connection) -> None:
-            await self._insert_messages(conn, batch, "append_messages")
+        async def body(conn: Connection) -> dict[str, int]:
+            return await self._insert_messages(conn, batch, "append_messages")
 
-        await self._write([m.session_id for m in batch], body)
+        _stamp(batch, await self._write([m.session_id for m in batch], body))
 
     async def update_messages(self, messages: Sequence[Message]) -> None:
         """Replace stored messages (same ids) in one transaction.
@@ -539,16 +572,16 @@ class PostgresStore:
             self._check_open()
             return
 
-        async def body(conn: Connection) -> None:
-            await self._update_messages(conn, batch, "update_messages")
+        async def body(conn: Connection) -> dict[str, int]:
+            return await self._update_messages(conn, batch, "update_messages")
 
-        await self._write([m.session_id for m in batch], body)
+        _stamp(batch, await self._write([m.session_id for m in batch], body))
 
     async def get_message(self, message_id: str) -> Message | None:
         """Return one message by id, or ``None``."""
         async with self._connection() as conn:
             row = await conn.fetchrow(self._sql.get_message, message_id)
-        return None if row is None else self._load_message(row[0], row[1])
+        return None if row is None else self._load_message(row[0], row[1], row[2])
 
     async def list_messages(
         self,
@@ -614,7 +647,7 @@ class PostgresStore:
         """
         order = "DESC" if newest and last is not None else "ASC"
         sql = render(
-            f"SELECT token_estimate, payload FROM {{s}}.messages WHERE {where}"
+            f"SELECT token_estimate, payload, insert_seq FROM {{s}}.messages WHERE {where}"
             f" ORDER BY time_created {order}, id {order}",
             self._schema,
         )
@@ -623,7 +656,7 @@ class PostgresStore:
             sql += f" LIMIT ${len(params)}"
         async with self._connection() as conn:
             rows = await conn.fetch(sql, *params)
-        messages = [self._load_message(r[0], r[1]) for r in rows]
+        messages = [self._load_message(r[0], r[1], r[2]) for r in rows]
         if order == "DESC":
             messages.reverse()
         return messages
@@ -646,13 +679,13 @@ class PostgresStore:
                 row = await conn.fetchrow(self._sql.latest_finished, session_id)
             else:
                 row = await conn.fetchrow(self._sql.latest_finished_by_agent, session_id, agent)
-        return None if row is None else self._load_message(row[0], row[1])
+        return None if row is None else self._load_message(row[0], row[1], row[2])
 
     async def latest_boundary(self, session_id: str) -> Message | None:
         """The newest (by id) main-agent user message with a checkpoint or compaction part."""
         async with self._connection() as conn:
             row = await conn.fetchrow(self._sql.latest_boundary, session_id, MAIN_AGENT)
-        return None if row is None else self._load_message(row[0], row[1])
+        return None if row is None else self._load_message(row[0], row[1], row[2])
 
     async def changes_since(self, session_id: str, seq: int) -> tuple[list[Message], int]:
         """Messages of the session written after ``seq``, in write order, and the current seq.
@@ -669,7 +702,7 @@ class PostgresStore:
                 self._sql.changes_call, session_id, seq, SESSION_LOCK_CLASS, key
             )
         current = int(rows[0][2])
-        changed = [self._load_message(r[0], r[1]) for r in rows if r[1] is not None]
+        changed = [self._load_message(r[0], r[1], r[3]) for r in rows if r[1] is not None]
         return changed, current
 
     async def commit_rebuild(
@@ -679,48 +712,62 @@ class PostgresStore:
         usage_key: str,
         boundary: Message,
         updated: Sequence[Message],
-        session: Session | None = None,
+        state: StateChange | None = None,
     ) -> bool:
         """Append ``boundary`` and replace ``updated`` in one transaction, once per usage key.
 
         See :meth:`mimo_ctx.store.base.Store.commit_rebuild`. The key is claimed
         first, against the ``rebuilds`` primary key, by the same transaction that
         writes everything else: across processes and machines exactly one commit
-        per key succeeds (SPEC R1.4, R4).
+        per key succeeds (SPEC R1.4, R4). The newer-boundary check runs in that
+        transaction too, under the session's write lock, so no boundary can be
+        inserted between it and the commit.
 
         Raises:
-            StoreError: The session is unknown, the boundary id exists, an updated
-                message is missing or belongs to another session, or ``session`` is
-                another session; nothing is written and the key stays unused.
+            StoreError: The session is unknown, the boundary id exists, or an
+                updated message is missing or belongs to another session; nothing
+                is written and the key stays unused.
         """
         batch = list(updated)
-        check_rebuild_arguments(session_id, boundary, batch, session)
+        check_rebuild_arguments(session_id, boundary, batch)
         for m in batch:
             if m.session_id != session_id:
                 raise StoreError(
                     f"commit_rebuild: message {m.id!r} belongs to session {m.session_id!r}, "
                     f"not {session_id!r}; nothing written"
                 )
-        session_payload = None if session is None else session.model_dump_json()
 
-        async def body(conn: Connection) -> None:
+        async def body(conn: Connection) -> dict[str, int]:
             row = await conn.fetchrow(self._sql.claim_rebuild, session_id, usage_key, boundary.id)
             if row is None or not row[0]:
                 raise StoreError(f"commit_rebuild: unknown session {session_id!r}")
             if not row[1]:
                 raise _AlreadyCommitted
-            await self._insert_messages(conn, [boundary], "commit_rebuild")
-            await self._update_messages(conn, batch, "commit_rebuild")
-            if session is not None:
-                await conn.execute(
-                    self._sql.update_session, session_id, session.time_created, session_payload
-                )
+            if await conn.fetchval(self._sql.newer_boundary, session_id, usage_key, boundary.agent):
+                raise _AlreadyCommitted  # that usage was recovered (R1.4); the claim rolls back
+            written = await self._insert_messages(conn, [boundary], "commit_rebuild")
+            written.update(await self._update_messages(conn, batch, "commit_rebuild"))
+            if state is not None:
+                await self._change_state(conn, session_id, state)
+            return written
 
         try:
-            await self._write([session_id], body)
+            written = await self._write([session_id], body)
         except _AlreadyCommitted:
             return False
+        _stamp([boundary, *batch], written)
         return True
+
+    async def update_session_state(self, session_id: str, change: StateChange) -> SessionState:
+        """Apply ``change`` to the stored state under the session's lock; return the new state.
+
+        See :meth:`mimo_ctx.store.base.Store.update_session_state`.
+        """
+
+        async def body(conn: Connection) -> SessionState:
+            return await self._change_state(conn, session_id, change)
+
+        return await self._write([session_id], body)
 
     # -- tasks and actors ----------------------------------------------------
     async def upsert_task(self, task: Task) -> None:

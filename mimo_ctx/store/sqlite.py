@@ -15,14 +15,16 @@ Design:
   speed for that too.
 * **One transaction per write** (``BEGIN IMMEDIATE``), validated inside the
   transaction: a rejected batch writes nothing.
-* **Versioned schema** (``PRAGMA user_version``), created on first open. A file
-  that is not an SQLite database, or an SQLite database that is not ours, is
-  refused with a :class:`~mimo_ctx.errors.StoreError` naming the file, and left
-  byte-for-byte unchanged.
+* **Versioned schema** (``PRAGMA user_version``), created on first open and
+  upgraded step by step (``mimo_ctx.store._sqlite_schema.MIGRATIONS``) in one
+  write transaction. A file that is not an SQLite database, or an SQLite
+  database that is not ours, is refused with a
+  :class:`~mimo_ctx.errors.StoreError` naming the file, and left byte-for-byte
+  unchanged.
 * **Hot queries are single indexed lookups**: the newest boundary and the newest
-  finished assistant use partial indexes on flag columns, the change feed an
-  index on ``(session_id, seq)``; payloads are pydantic JSON, parsed with
-  pydantic-core. Each message row also stores the default token estimate
+  finished assistant (by write order, ``insert_seq``) use partial indexes on flag
+  columns, the change feed an index on ``(session_id, seq)``; payloads are
+  pydantic JSON, parsed with pydantic-core. Each message row also stores the default token estimate
   (SPEC R2.2), which is put back into the loaded message's cache, so a cold load
   never re-serialises a message to count it.
 """
@@ -41,10 +43,22 @@ from pydantic import BaseModel, ValidationError
 from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx._util import now_ms
 from mimo_ctx.errors import StoreError
-from mimo_ctx.messages import MAIN_AGENT, Message
-from mimo_ctx.session import ACTIVE_ACTOR_STATUSES, Actor, Session, Task, task_order_key
+from mimo_ctx.messages import MAIN_AGENT, Message, set_insert_seq
+from mimo_ctx.session import (
+    ACTIVE_ACTOR_STATUSES,
+    Actor,
+    Session,
+    SessionState,
+    StateChange,
+    Task,
+    task_order_key,
+)
 from mimo_ctx.store._sqlite_schema import SCHEMA_VERSION, open_database, write_transaction
-from mimo_ctx.store.base import check_rebuild_arguments, check_user_message_window
+from mimo_ctx.store.base import (
+    apply_state_change,
+    check_rebuild_arguments,
+    check_user_message_window,
+)
 from mimo_ctx.tokens import estimate_message_tokens
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -53,32 +67,47 @@ _T = TypeVar("_T")
 _M = TypeVar("_M", bound=BaseModel)
 
 # -- statements (module constants so tests can check their query plans) ------
-_MESSAGE_COLUMNS: Final = "token_estimate, payload"
+_MESSAGE_COLUMNS: Final = "token_estimate, insert_seq, payload"
 _SQL_LATEST_BOUNDARY: Final = (
     f"SELECT {_MESSAGE_COLUMNS} FROM messages"
-    " WHERE session_id = ? AND agent = ? AND is_boundary = 1 ORDER BY id DESC LIMIT 1"
+    " WHERE session_id = ? AND agent = ? AND is_boundary = 1 ORDER BY insert_seq DESC LIMIT 1"
 )
 _SQL_LATEST_FINISHED_BY_AGENT: Final = (
     f"SELECT {_MESSAGE_COLUMNS} FROM messages"
     " WHERE session_id = ? AND agent = ? AND is_finished_assistant = 1"
-    " ORDER BY id DESC LIMIT 1"
+    " ORDER BY insert_seq DESC LIMIT 1"
 )
 _SQL_LATEST_FINISHED: Final = (
     f"SELECT {_MESSAGE_COLUMNS} FROM messages"
-    " WHERE session_id = ? AND is_finished_assistant = 1 ORDER BY id DESC LIMIT 1"
+    " WHERE session_id = ? AND is_finished_assistant = 1 ORDER BY insert_seq DESC LIMIT 1"
+)
+# A boundary of the agent inserted after the usage message (commit_rebuild, R1.4).
+_SQL_NEWER_BOUNDARY: Final = (
+    "SELECT 1 FROM messages AS u JOIN messages AS b ON b.session_id = u.session_id"
+    " AND b.agent = ? AND b.is_boundary = 1 AND b.insert_seq > u.insert_seq"
+    " WHERE u.id = ? AND u.session_id = ? LIMIT 1"
 )
 _SQL_CHANGES: Final = (
     f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
 _SQL_CURRENT_SEQ: Final = "SELECT value FROM counters WHERE name = 'seq'"
+# The watermark is the writer's (set_watermark) and the state changes field by
+# field (update_session_state): replacing the session from an older copy keeps both.
+_SQL_REPLACE_SESSION: Final = (
+    "UPDATE sessions SET time_created = ?, payload = json_set(?,"
+    " '$.watermark', json_extract(payload, '$.watermark'),"
+    " '$.state', json(json_extract(payload, '$.state'))) WHERE id = ?"
+)
 _SQL_INSERT_MESSAGE: Final = (
     "INSERT INTO messages (id, session_id, agent, role, time_created, is_boundary,"
-    " is_finished_assistant, token_estimate, payload, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " is_finished_assistant, token_estimate, payload, seq, insert_seq)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# insert_seq is left alone: an update keeps the insertion's place in the write order.
 _SQL_UPDATE_MESSAGE: Final = (
     "UPDATE messages SET agent = ?, role = ?, time_created = ?, is_boundary = ?,"
     " is_finished_assistant = ?, token_estimate = ?, payload = ?, seq = ?"
-    " WHERE id = ? AND session_id = ?"
+    " WHERE id = ? AND session_id = ? RETURNING insert_seq"
 )
 
 # Row of a message as written: id, session_id, agent, role, time_created,
@@ -192,10 +221,11 @@ class SQLiteStore(SQLiteWorker):
         )
 
     def _load_message(self, row: tuple[Any, ...]) -> Message:
-        estimate, payload = row
+        estimate, insert_seq, payload = row
         message = self._parse(Message, payload)
         # The row's estimate was computed from this very payload at write time.
         message._token_estimate = int(estimate)  # pyright: ignore[reportPrivateUsage]
+        set_insert_seq(message, int(insert_seq))
         return message
 
     def _parse(self, model: type[_M], payload: str) -> _M:
@@ -226,8 +256,8 @@ class SQLiteStore(SQLiteWorker):
 
     def _insert_messages(
         self, conn: sqlite3.Connection, rows: Sequence[_MessageRow], what: str
-    ) -> None:
-        """Validate and insert new message rows. Inside a write transaction."""
+    ) -> int:
+        """Validate and insert new message rows; return the first one's seq. Inside a write tx."""
         for session_id in {r[1] for r in rows}:
             if not self._session_exists(conn, session_id):
                 raise StoreError(f"{what}: unknown session {session_id!r}; nothing written")
@@ -240,7 +270,10 @@ class SQLiteStore(SQLiteWorker):
             if found is not None:
                 raise StoreError(f"{what}: message id {found[0]!r} already exists; nothing written")
         first = self._take_seqs(conn, len(rows))
-        conn.executemany(_SQL_INSERT_MESSAGE, [(*r, first + i) for i, r in enumerate(rows)])
+        conn.executemany(
+            _SQL_INSERT_MESSAGE, [(*r, first + i, first + i) for i, r in enumerate(rows)]
+        )
+        return first
 
     def _update_messages(
         self,
@@ -248,10 +281,11 @@ class SQLiteStore(SQLiteWorker):
         rows: Sequence[_MessageRow],
         what: str,
         session_id: str | None = None,
-    ) -> None:
-        """Replace existing message rows. Inside a write transaction."""
+    ) -> list[int]:
+        """Replace existing message rows; return their insert_seqs. Inside a write tx."""
         if not rows:
-            return
+            return []
+        kept: list[int] = []
         first = self._take_seqs(conn, len(rows))
         for i, r in enumerate(rows):
             mid, sid = r[0], r[1]
@@ -260,8 +294,10 @@ class SQLiteStore(SQLiteWorker):
                     f"{what}: message {mid!r} belongs to session {sid!r}, not "
                     f"{session_id!r}; nothing written"
                 )
-            cursor = conn.execute(_SQL_UPDATE_MESSAGE, (*r[2:], first + i, mid, sid))
-            if cursor.rowcount != 1:
+            found = conn.execute(_SQL_UPDATE_MESSAGE, (*r[2:], first + i, mid, sid)).fetchone()
+            if found is not None:
+                kept.append(int(found[0]))
+            else:
                 stored = conn.execute(
                     "SELECT session_id FROM messages WHERE id = ?", (mid,)
                 ).fetchone()
@@ -271,6 +307,7 @@ class SQLiteStore(SQLiteWorker):
                     f"{what}: message {mid!r} belongs to session {stored[0]!r}, "
                     f"not {sid!r}; nothing written"
                 )
+        return kept
 
     # -- sessions -------------------------------------------------------------
     async def create_session(self, session: Session) -> None:
@@ -303,18 +340,17 @@ class SQLiteStore(SQLiteWorker):
         return None if payload is None else self._parse(Session, payload)
 
     async def update_session(self, session: Session) -> None:
-        """Replace a stored session. Raises ``StoreError`` if it does not exist."""
+        """Replace a stored session, keeping its watermark and state.
+
+        Raises:
+            StoreError: The session does not exist.
+        """
         payload = session.model_dump_json()
 
         def run(conn: sqlite3.Connection) -> None:
             def body() -> None:
                 cursor = conn.execute(
-                    # The watermark is the writer's (set_watermark): replacing the
-                    # session from an older copy must not roll it back.
-                    "UPDATE sessions SET time_created = ?,"
-                    " payload = json_set(?, '$.watermark', json_extract(payload, '$.watermark'))"
-                    " WHERE id = ?",
-                    (session.time_created, payload, session.id),
+                    _SQL_REPLACE_SESSION, (session.time_created, payload, session.id)
                 )
                 if cursor.rowcount != 1:
                     raise StoreError(f"unknown session {session.id!r}")
@@ -322,6 +358,34 @@ class SQLiteStore(SQLiteWorker):
             write_transaction(conn, body)
 
         await self._run(run)
+
+    async def update_session_state(self, session_id: str, change: StateChange) -> SessionState:
+        """Apply ``change`` to the stored state in one write transaction; return the new state.
+
+        See :meth:`mimo_ctx.store.base.Store.update_session_state`.
+        """
+
+        def run(conn: sqlite3.Connection) -> SessionState:
+            return write_transaction(conn, lambda: self._change_state(conn, session_id, change))
+
+        return await self._run(run)
+
+    def _change_state(
+        self, conn: sqlite3.Connection, session_id: str, change: StateChange
+    ) -> SessionState:
+        """Read, change and write the session's state. Inside a write transaction."""
+        row = conn.execute(
+            "SELECT json_extract(payload, '$.state') FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"unknown session {session_id!r}")
+        stored = self._parse(SessionState, str(row[0]))
+        new = apply_state_change(session_id, stored, change)
+        conn.execute(
+            "UPDATE sessions SET payload = json_set(payload, '$.state', json(?)) WHERE id = ?",
+            (new.model_dump_json(), session_id),
+        )
+        return new
 
     async def list_sessions(self) -> list[Session]:
         """Return every session, oldest ``(time_created, id)`` first."""
@@ -376,12 +440,16 @@ class SQLiteStore(SQLiteWorker):
         if not batch:
             return
 
-        def run(conn: sqlite3.Connection) -> None:
+        def run(conn: sqlite3.Connection) -> int:
             # Serialise before taking the write lock, to hold it briefly.
             rows = [_message_row(m) for m in batch]
-            write_transaction(conn, lambda: self._insert_messages(conn, rows, "append_messages"))
+            return write_transaction(
+                conn, lambda: self._insert_messages(conn, rows, "append_messages")
+            )
 
-        await self._run(run)
+        first = await self._run(run)
+        for i, message in enumerate(batch):
+            set_insert_seq(message, first + i)
 
     async def update_messages(self, messages: Sequence[Message]) -> None:
         """Replace stored messages (same ids) in one transaction.
@@ -394,11 +462,14 @@ class SQLiteStore(SQLiteWorker):
         if not batch:
             return
 
-        def run(conn: sqlite3.Connection) -> None:
+        def run(conn: sqlite3.Connection) -> list[int]:
             rows = [_message_row(m) for m in batch]
-            write_transaction(conn, lambda: self._update_messages(conn, rows, "update_messages"))
+            return write_transaction(
+                conn, lambda: self._update_messages(conn, rows, "update_messages")
+            )
 
-        await self._run(run)
+        for message, insert_seq in zip(batch, await self._run(run), strict=True):
+            set_insert_seq(message, insert_seq)
 
     async def get_message(self, message_id: str) -> Message | None:
         """Return one message by id, or ``None``."""
@@ -552,26 +623,25 @@ class SQLiteStore(SQLiteWorker):
         usage_key: str,
         boundary: Message,
         updated: Sequence[Message],
-        session: Session | None = None,
+        state: StateChange | None = None,
     ) -> bool:
         """Append ``boundary`` and replace ``updated`` in one transaction, once per usage key.
 
         See :meth:`mimo_ctx.store.base.Store.commit_rebuild`.
 
         Raises:
-            StoreError: The session is unknown, the boundary id exists, an updated
-                message is missing or belongs to another session, or ``session`` is
-                another session; nothing is written and the key stays unused.
+            StoreError: The session is unknown, the boundary id exists, or an
+                updated message is missing or belongs to another session; nothing
+                is written and the key stays unused.
         """
         batch = list(updated)
-        check_rebuild_arguments(session_id, boundary, batch, session)
-        session_payload = None if session is None else session.model_dump_json()
+        check_rebuild_arguments(session_id, boundary, batch)
 
-        def run(conn: sqlite3.Connection) -> bool:
+        def run(conn: sqlite3.Connection) -> tuple[int, list[int]] | None:
             boundary_row = _message_row(boundary)
             rows = [_message_row(m) for m in batch]
 
-            def body() -> None:
+            def body() -> tuple[int, list[int]]:
                 if not self._session_exists(conn, session_id):
                     raise StoreError(f"commit_rebuild: unknown session {session_id!r}")
                 # The key goes in first: the UNIQUE constraint, not a prior
@@ -584,22 +654,31 @@ class SQLiteStore(SQLiteWorker):
                     )
                 except sqlite3.IntegrityError:
                     raise _AlreadyCommitted from None
-                self._insert_messages(conn, [boundary_row], "commit_rebuild")
-                self._update_messages(conn, rows, "commit_rebuild", session_id)
-                if session_payload is not None and session is not None:
-                    conn.execute(
-                        "UPDATE sessions SET time_created = ?, payload = json_set(?,"
-                        " '$.watermark', json_extract(payload, '$.watermark')) WHERE id = ?",
-                        (session.time_created, session_payload, session_id),
-                    )
+                # Inside the same transaction: a boundary inserted after the usage
+                # message already recovered it (R1.4), whoever wrote it.
+                newer = conn.execute(
+                    _SQL_NEWER_BOUNDARY, (boundary.agent, usage_key, session_id)
+                ).fetchone()
+                if newer is not None:
+                    raise _AlreadyCommitted
+                first = self._insert_messages(conn, [boundary_row], "commit_rebuild")
+                kept = self._update_messages(conn, rows, "commit_rebuild", session_id)
+                if state is not None:
+                    self._change_state(conn, session_id, state)
+                return first, kept
 
             try:
-                write_transaction(conn, body)
+                return write_transaction(conn, body)
             except _AlreadyCommitted:
-                return False
-            return True
+                return None
 
-        return await self._run(run)
+        written = await self._run(run)
+        if written is None:
+            return False
+        set_insert_seq(boundary, written[0])
+        for message, insert_seq in zip(batch, written[1], strict=True):
+            set_insert_seq(message, insert_seq)
+        return True
 
     # -- tasks and actors ----------------------------------------------------
     async def upsert_task(self, task: Task) -> None:

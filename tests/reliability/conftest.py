@@ -28,6 +28,7 @@ from mimo_ctx.sections import BODY_INTRO
 from mimo_ctx.store import InMemoryStore, SQLiteStore, Store
 from mimo_ctx.testing import filler_text
 from mimo_ctx.triggers import ModelLimits
+from tests.reliability._workers import SharedStore
 
 # usable = 90000 tokens (R1.2: input limit 100k, ratio 0.90).
 LIMITS = ModelLimits(100_000, input_limit=100_000)
@@ -152,3 +153,26 @@ def body_text(message: Message) -> str:
         p.text for p in message.parts if isinstance(p, TextPart) and p.text.startswith(BODY_INTRO)
     ]
     return body
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def shared(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SharedStore]:
+    """A store several worker processes share: one SQLite file, or one PostgreSQL schema."""
+    if request.param == "sqlite":
+        path = tmp_path / "shared.db"
+        sqlite = await SQLiteStore.open(path)
+        yield SharedStore(sqlite, {"kind": "sqlite", "path": str(path)}, tmp_path)
+        await sqlite.aclose()
+        return
+    from tests.pg_support import SchemaNames, require_pg_dsn
+
+    names = SchemaNames(require_pg_dsn())
+    from mimo_ctx.store.postgres import PostgresStore
+
+    schema = names.new()
+    pg = await PostgresStore.open(names.dsn, schema=schema, create_schema=True)
+    try:
+        yield SharedStore(pg, {"kind": "postgres", "dsn": names.dsn, "schema": schema}, tmp_path)
+    finally:
+        await pg.aclose()
+        names.drop_all()

@@ -90,9 +90,43 @@ async def test_session_create_get_update_list(store: Store) -> None:
         }
     )
     await store.update_session(renamed)
-    assert await store.get_session(newer.id) == renamed
+    # The state is not replaced with the session: only state changes change it.
+    assert await store.get_session(newer.id) == renamed.model_copy(update={"state": newer.state})
     with pytest.raises(StoreError, match="unknown session"):
         await store.update_session(make_session())
+
+
+async def test_session_state_changes_apply_to_the_stored_state(store: Store) -> None:
+    """update_session_state runs the change on the state as stored, inside the write:
+    50 concurrent increments all count, and a session replaced from an old copy
+    keeps them (issue 17: lost updates of session state)."""
+    session = await new_session(store)
+    stale = await store.get_session(session.id)
+    assert stale is not None
+
+    def bump(state: SessionState) -> SessionState:
+        return state.model_copy(
+            update={"rebuilds": state.rebuilds + 1, "crossed_thresholds": [state.rebuilds]}
+        )
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(50):
+            tg.start_soon(store.update_session_state, session.id, bump)
+    await store.update_session(stale.model_copy(update={"title": "renamed"}))
+    got = await store.get_session(session.id)
+    assert got is not None
+    assert got.title == "renamed"
+    assert got.state.rebuilds == 50
+    assert got.state.crossed_thresholds == [49]
+    new = await store.update_session_state(session.id, bump)
+    assert new.rebuilds == 51
+    with pytest.raises(StoreError, match="ses_unknown"):
+        await store.update_session_state("ses_unknown", bump)
+    with pytest.raises(StoreError, match="not a SessionState"):
+        await store.update_session_state(session.id, lambda s: None)  # type: ignore[arg-type,return-value]
+    after = await store.get_session(session.id)
+    assert after is not None
+    assert after.state.rebuilds == 51
 
 
 async def test_returned_and_given_sessions_are_not_shared(store: Store) -> None:
@@ -125,18 +159,21 @@ async def test_r2_1_watermark_get_set(store: Store) -> None:
 
 
 async def test_r2_1_session_replace_never_rolls_back_the_watermark(store: Store) -> None:
-    """The writer owns the watermark: replacing a session from an older copy keeps it."""
+    """The writer owns the watermark: replacing a session from an older copy keeps it,
+    and so do state changes."""
     session = await new_session(store)
     stale = await store.get_session(session.id)
     assert stale is not None
     await store.set_watermark(session.id, "msg_newer")
-    await store.update_session(
-        stale.model_copy(update={"state": SessionState(crossed_thresholds=[1000])})
-    )
+    await store.update_session(stale.model_copy(update={"title": "again"}))
     assert await store.get_watermark(session.id) == "msg_newer"
+    await store.update_session_state(
+        session.id, lambda s: s.model_copy(update={"crossed_thresholds": [1000]})
+    )
     got = await store.get_session(session.id)
     assert got is not None
     assert got.state.crossed_thresholds == [1000]
+    assert got.watermark == "msg_newer"
     u1 = user(session.id, "hi", t=T0)
     await store.append_messages([u1])
     await store.commit_rebuild(
@@ -144,9 +181,13 @@ async def test_r2_1_session_replace_never_rolls_back_the_watermark(store: Store)
         usage_key="k",
         boundary=boundary(session.id, u1.id, t=T0 + 1),
         updated=[],
-        session=stale,
+        state=lambda s: s.model_copy(update={"rebuilds": s.rebuilds + 1}),
     )
     assert await store.get_watermark(session.id) == "msg_newer"
+    got = await store.get_session(session.id)
+    assert got is not None
+    assert got.state.rebuilds == 1
+    assert got.state.crossed_thresholds == [1000]
 
 
 # --------------------------------------------------------------------------- ordering
@@ -452,9 +493,13 @@ async def test_r4_commit_rebuild_once_per_usage(store: Store) -> None:
     b1 = boundary(s.id, u1.id, t=u1.time_created + 1)
     compacted = _compacted(a1, T0 + 30)
     rebuilt = s.model_copy(update={"state": SessionState(rebuilds=1)})
+
+    def rebuilt_state(state: SessionState) -> SessionState:
+        return state.model_copy(update={"rebuilds": state.rebuilds + 1})
+
     assert (
         await store.commit_rebuild(
-            s.id, usage_key=a2.id, boundary=b1, updated=[compacted], session=rebuilt
+            s.id, usage_key=a2.id, boundary=b1, updated=[compacted], state=rebuilt_state
         )
         is True
     )
@@ -470,13 +515,19 @@ async def test_r4_commit_rebuild_once_per_usage(store: Store) -> None:
     _, seq = await store.changes_since(s.id, 0)
     b2 = boundary(s.id, u1.id, t=u1.time_created + 1)
     a2_changed = with_text(a2, "should not be written")
-    again = s.model_copy(update={"state": SessionState(rebuilds=99)})
+    called: list[SessionState] = []
+
+    def again(state: SessionState) -> SessionState:
+        called.append(state)
+        return state.model_copy(update={"rebuilds": 99})
+
     assert (
         await store.commit_rebuild(
-            s.id, usage_key=a2.id, boundary=b2, updated=[a2_changed], session=again
+            s.id, usage_key=a2.id, boundary=b2, updated=[a2_changed], state=again
         )
         is False
     )
+    assert called == []
     assert await store.get_message(b2.id) is None
     got_a2 = await store.get_message(a2.id)
     assert got_a2 is not None
@@ -533,7 +584,7 @@ async def test_r4_commit_rebuild_invalid_writes_nothing_and_keeps_key(store: Sto
         {"boundary": b(), "updated": [with_text(u, "x"), missing]},
         {"boundary": b(), "updated": [with_text(foreign, "moved")]},
         {"boundary": boundary(other.id, u.id, t=T0 + 1), "updated": []},
-        {"boundary": b(), "updated": [], "session": other},
+        {"boundary": b(), "updated": [], "state": lambda _state: "not a state"},
         {"boundary": u, "updated": []},  # boundary id already stored
     ]
     twice = b()

@@ -35,7 +35,7 @@ import pytest
 
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message, TextPart
-from mimo_ctx.store import Store
+from mimo_ctx.store import SessionState, Store
 
 from .builders import T0, assistant, boundary, make_session, user
 
@@ -732,3 +732,58 @@ async def test_a3_killed_lease_holder_is_taken_over_after_expiry_nothing_lost(
     assert await lease.release(s.id, "survivor")
     assert await pg_store.count_messages(s.id) == 41
     assert await pg_store.get_watermark(s.id) == written[-1].id
+
+
+async def test_upgrade_from_version_1_orders_old_rows_by_id_and_new_ones_by_write(
+    schemas: _Schemas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 3 adds the write order of insertions and the state column (issue 17).
+    A version-1 schema upgrades in place: old rows are ranked by id (the rule they
+    were written under), messages written afterwards are newer than all of them
+    whatever their ids, and a session's state written before survives."""
+    name = schemas.new()
+    monkeypatch.setattr(pg_schema, "SCHEMA_VERSION", 1)
+    assert await upgrade(schemas.dsn, schema=name) == 1
+    monkeypatch.undo()
+    s = make_session().model_copy(update={"state": SessionState(rebuilds=3)})
+    u = user(s.id, "hello", t=T0)
+    a_new = assistant(s.id, "newer id, written first", t=T0 + 20)
+    a_old = assistant(s.id, "older id, written second", t=T0 + 10).model_copy(
+        update={"id": "msg_00000000000001aaaaaaaaaaaaaa"}
+    )
+    b = boundary(s.id, u.id, t=T0 + 1)
+    q = f'"{name}"'
+    statements = [
+        f"INSERT INTO {q}.sessions (id, time_created, watermark, payload) VALUES"
+        f" ('{s.id}', {s.time_created}, NULL, '{s.model_dump_json()}')"
+    ]
+    for m in [u, a_new, a_old, b]:
+        payload = m.model_dump_json().replace("'", "''")
+        statements.append(
+            f"INSERT INTO {q}.messages (id, session_id, agent, role, time_created, is_boundary,"
+            " is_finished_assistant, token_estimate, payload, seq) VALUES"
+            f" ('{m.id}', '{s.id}', '{m.agent}', '{m.role}', {m.time_created},"
+            f" {str(m.is_boundary).lower()}, {str(m.role == 'assistant').lower()}, 1,"
+            f" '{payload}', nextval('{q}.message_seq'))"
+        )
+    await _admin(schemas.dsn, *statements)
+    assert await upgrade(schemas.dsn, schema=name) == SCHEMA_VERSION
+    async with PostgresStore(schemas.dsn, schema=name) as store:
+        got = await store.get_session(s.id)
+        assert got is not None
+        assert got.state.rebuilds == 3
+        latest = await store.latest_finished_assistant(s.id)
+        assert latest is not None
+        assert latest.id == a_new.id  # by id, as version 1 decided
+        stored = {m.id: m.insert_seq or 0 for m in await store.list_messages(s.id)}
+        assert sorted(stored, key=lambda i: stored[i]) == sorted(stored)
+        late = assistant(s.id, "written last, oldest id", t=T0 + 30).model_copy(
+            update={"id": "msg_00000000000000aaaaaaaaaaaaaa"}
+        )
+        await store.append_messages([late])
+        assert (late.insert_seq or 0) > max(stored.values())
+        newest = await store.latest_finished_assistant(s.id)
+        assert newest is not None
+        assert newest.id == late.id
+        changed, _ = await store.changes_since(s.id, 0)
+        assert {m.id: m.insert_seq for m in changed}[late.id] == late.insert_seq

@@ -431,3 +431,71 @@ async def test_version_1_file_is_migrated_to_the_user_messages_index(tmp_path: P
         assert any("messages_user" in str(row) for row in plan), plan
     finally:
         raw.close()
+
+
+async def test_upgrade_from_version_1_orders_old_rows_by_id_and_new_ones_by_write(
+    tmp_path: Path,
+) -> None:
+    """Schema step 3 adds the write order of insertions (issue 17). A version-1 file
+    upgrades in place: its rows, whose insertion order was never kept, are ranked by
+    id (the rule they were written under), and every message written afterwards is
+    newer than all of them, whatever its id."""
+    path = tmp_path / "v1.db"
+    s = make_session()
+    u = user(s.id, "hello", t=T0)
+    a_new = assistant(s.id, "newer id, written first", t=T0 + 20)
+    a_old = assistant(s.id, "older id, written second", t=T0 + 10).model_copy(
+        update={"id": "msg_00000000000001aaaaaaaaaaaaaa"}
+    )
+    b = boundary(s.id, u.id, t=T0 + 1)
+    raw = sqlite3.connect(path, isolation_level=None)
+    try:
+        for statement in sqlite_schema.MIGRATIONS[0]:
+            raw.execute(statement)
+        raw.execute("PRAGMA user_version = 1")
+        raw.execute(
+            "INSERT INTO sessions (id, time_created, payload) VALUES (?, ?, ?)",
+            (s.id, s.time_created, s.model_dump_json()),
+        )
+        for seq, m in enumerate([u, a_new, a_old, b], start=1):
+            raw.execute(
+                "INSERT INTO messages (id, session_id, agent, role, time_created, is_boundary,"
+                " is_finished_assistant, token_estimate, payload, seq)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    m.id,
+                    s.id,
+                    m.agent,
+                    m.role,
+                    m.time_created,
+                    int(m.is_boundary),
+                    int(m.role == "assistant"),
+                    estimate_message_tokens(m),
+                    m.model_dump_json(),
+                    seq,
+                ),
+            )
+        raw.execute("UPDATE counters SET value = 4 WHERE name = 'seq'")
+    finally:
+        raw.close()
+
+    async with SQLiteStore(path) as store:
+        latest = await store.latest_finished_assistant(s.id)
+        assert latest is not None
+        assert latest.id == a_new.id  # by id, as version 1 decided
+        stored = {m.id: m.insert_seq for m in await store.list_messages(s.id)}
+        assert sorted(stored, key=lambda i: stored[i] or 0) == sorted(stored)
+        late = assistant(s.id, "written last, oldest id", t=T0 + 30).model_copy(
+            update={"id": "msg_00000000000000aaaaaaaaaaaaaa"}
+        )
+        await store.append_messages([late])
+        assert late.insert_seq is not None
+        assert late.insert_seq > max(v or 0 for v in stored.values())
+        newest = await store.latest_finished_assistant(s.id)
+        assert newest is not None
+        assert newest.id == late.id
+    raw = sqlite3.connect(path)
+    try:
+        assert raw.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    finally:
+        raw.close()
