@@ -14,11 +14,14 @@ to the checkpoint writer as its section budgets.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from difflib import get_close_matches
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final, cast, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -35,10 +38,13 @@ from mimo_ctx.view import COMPACTED_PLACEHOLDER
 __all__ = [
     "DEFAULT_MICRO_COMPACT_EXCLUDE",
     "DEFAULT_MICRO_COMPACT_TOOLS",
+    "ENV_PREFIX",
+    "PYPROJECT_TABLE",
     "PushCaps",
     "RebuildConfig",
     "TailConfig",
     "WriterConfig",
+    "find_pyproject",
     "load_config",
     "parse_token_amount",
 ]
@@ -277,60 +283,245 @@ class RebuildConfig(_Frozen):
         return value
 
 
-def _describe(error: ValidationError, root: str) -> str:
+ENV_PREFIX: Final = "MIMO_CTX_"
+"""Environment variables ``MIMO_CTX_<KEY>`` set settings; nested keys join with ``__``."""
+
+PYPROJECT_TABLE: Final = "tool.mimo-ctx"
+"""The table of ``pyproject.toml`` that holds settings (``[tool.mimo-ctx]``)."""
+
+
+def _describe(error: ValidationError, name: Callable[[tuple[str | int, ...]], str]) -> list[str]:
+    """One line per bad key; ``name`` spells a key's location as its source does."""
     lines: list[str] = []
     for item in error.errors():
-        loc = ".".join(str(p) for p in item["loc"])
-        key = f"{root}.{loc}" if loc else root
+        key = name(tuple(item["loc"]))
         given = item.get("input")
         if item["type"] == "extra_forbidden":
             lines.append(f"{key}: unknown key")
         else:
             lines.append(f"{key}: {item['msg']} (got {given!r})")
-    return "invalid mimo_ctx configuration:\n  " + "\n  ".join(lines)
+    return lines
 
 
-def load_config(source: Mapping[str, Any] | str | Path | None = None) -> RebuildConfig:
-    """Build a :class:`RebuildConfig` from a mapping or a JSON/TOML file.
+def _invalid(lines: Sequence[str]) -> ConfigError:
+    return ConfigError("invalid mimo_ctx configuration:\n  " + "\n  ".join(lines))
 
-    The settings sit under a top-level ``checkpoint`` key, as in the original's
-    schema (``checkpoint.push_caps.memory``); other top-level keys are rejected.
 
-    Args:
-        source: ``None`` for defaults; a mapping ``{"checkpoint": {...}}``; or a path
-            to a ``.json`` or ``.toml`` file of that shape.
+def _validated(table: Mapping[str, Any], name: Callable[[tuple[str | int, ...]], str]) -> None:
+    """Validate one source on its own, so an error names the source it came from."""
+    try:
+        RebuildConfig.model_validate(table)
+    except ValidationError as exc:
+        raise _invalid(_describe(exc, name)) from exc
 
-    Raises:
-        ConfigError: The file cannot be read or parsed, or a value is invalid. The
-            message names every bad key and what was expected.
-    """
-    if source is None:
-        return RebuildConfig()
-    if isinstance(source, str | Path):
-        path = Path(source)
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-        try:
-            if path.suffix.lower() == ".toml":
-                data: Any = tomllib.loads(raw.decode("utf-8"))
-            else:
-                data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
-    else:
-        data = source
+
+def _dotted(root: str) -> Callable[[tuple[str | int, ...]], str]:
+    def name(loc: tuple[str | int, ...]) -> str:
+        return ".".join([root, *map(str, loc)]) if loc else root
+
+    return name
+
+
+def _merge(base: dict[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
+    """``layer`` over ``base``; nested tables (``push_caps``, ``tail``...) merge key by key."""
+    merged = dict(base)
+    for key, value in layer.items():
+        below = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(below, dict):
+            merged[key] = _merge(cast("dict[str, Any]", below), cast("Mapping[str, Any]", value))
+        else:
+            merged[key] = value
+    return merged
+
+
+def _read_file(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    try:
+        if path.suffix.lower() == ".toml":
+            return tomllib.loads(raw.decode("utf-8"))
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
+
+
+def _source_table(source: Mapping[str, Any] | str | Path) -> dict[str, Any]:
+    """The ``checkpoint`` table of a mapping or a JSON/TOML file, validated."""
+    data = _read_file(Path(source)) if isinstance(source, str | Path) else source
     if not isinstance(data, Mapping):
         raise ConfigError("config must be a mapping with a 'checkpoint' table")
-    table: Mapping[str, Any] = data  # type: ignore[assignment]
+    table = cast("Mapping[str, Any]", data)
     unknown = sorted(set(table) - {"checkpoint"})
     if unknown:
-        raise ConfigError(
-            f"invalid mimo_ctx configuration:\n  {unknown[0]}: unknown key "
-            "(settings go under the top-level 'checkpoint' table)"
+        raise _invalid(
+            [f"{unknown[0]}: unknown key (settings go under the top-level 'checkpoint' table)"]
         )
+    settings = table.get("checkpoint", {})
+    _validated(settings, _dotted("checkpoint"))
+    return dict(settings)
+
+
+def find_pyproject(start: str | os.PathLike[str] | None = None) -> Path | None:
+    """The nearest ``pyproject.toml``: in ``start`` (default: the current directory) or above.
+
+    Only the nearest one counts, as with other tools that read ``[tool.*]`` tables.
+    """
+    here = Path(start) if start is not None else Path.cwd()
+    for directory in (here, *here.parents):
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _pyproject_table(path: Path) -> dict[str, Any]:
+    """The ``[tool.mimo-ctx]`` table of a ``pyproject.toml`` (``{}`` without one), validated."""
+    data: object = _read_file(path)
+    tool: object = (
+        cast("Mapping[str, object]", data).get("tool", {}) if isinstance(data, Mapping) else {}
+    )
+    table: object = (
+        cast("Mapping[str, object]", tool).get("mimo-ctx", {}) if isinstance(tool, Mapping) else {}
+    )
+    if not isinstance(table, Mapping):
+        raise _invalid([f"{path} [{PYPROJECT_TABLE}]: expected a table, got {table!r}"])
+    settings = cast("Mapping[str, Any]", table)
+    _validated(settings, _dotted(f"{path} [{PYPROJECT_TABLE}]"))
+    return dict(settings)
+
+
+@dataclass(frozen=True, slots=True)
+class _EnvKey:
+    path: tuple[str, ...]
+    annotation: Any
+
+
+def _env_keys(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> dict[str, _EnvKey]:
+    """Every setting's variable name (``MIMO_CTX_PUSH_CAPS__MEMORY``) and where it goes."""
+    keys: dict[str, _EnvKey] = {}
+    for field_name, info in model.model_fields.items():
+        path = (*prefix, info.alias or field_name)
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            keys.update(_env_keys(annotation, path))
+        else:
+            keys[ENV_PREFIX + "__".join(path).upper()] = _EnvKey(path, annotation)
+    return keys
+
+
+def _env_value(text: str, annotation: Any) -> Any:
+    """An environment variable's text as the value its setting takes.
+
+    Lists (tool patterns, writer thresholds) are JSON lists or comma-separated;
+    ``none`` (or nothing) clears a setting that may be unset; everything else is
+    left as text for the setting's own validation (``"0.85"``, ``"300K"``, ``"true"``).
+    """
+    stripped = text.strip()
+    args = get_args(annotation)
+    optional = type(None) in args
+    if optional and stripped.lower() in {"", "none", "null"}:
+        return None
+    if get_origin(annotation) is tuple or any(get_origin(a) is tuple for a in args):
+        if stripped.startswith("["):
+            try:
+                return json.loads(stripped)
+            except ValueError:
+                return stripped  # the setting's validation names the variable
+        return [item.strip() for item in stripped.split(",") if item.strip()]
+    return text if annotation is str else stripped
+
+
+def _env_table(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+    """Settings from ``MIMO_CTX_*`` variables, and the variable each key came from.
+
+    Variables that name no setting are not settings (``MIMO_CTX_PG_DSN`` of the
+    test suite): they are left alone, unless the name is a letter or two away from
+    a setting's or lies inside a nested table (``MIMO_CTX_PUSH_CAPS__...``): a typo
+    is reported rather than silently ignored.
+    """
+    known = _env_keys(RebuildConfig)
+    # A variable inside one of the nested tables (MIMO_CTX_PUSH_CAPS__...) is surely
+    # meant as a setting: an unknown one there is an error.
+    tables = tuple(
+        {ENV_PREFIX + k.path[0].upper() + "__" for k in known.values() if len(k.path) > 1}
+    )
+    table: dict[str, Any] = {}
+    names: dict[tuple[str, ...], str] = {}
+    errors: list[str] = []
+    for variable in sorted(environ):
+        if not variable.startswith(ENV_PREFIX):
+            continue
+        key = known.get(variable)
+        if key is None:
+            close = get_close_matches(variable, list(known), n=1, cutoff=0.9)
+            if close:
+                errors.append(f"{variable}: unknown setting (did you mean {close[0]}?)")
+            elif variable.startswith(tables):
+                errors.append(f"{variable}: unknown setting")
+            continue
+        node = table
+        for part in key.path[:-1]:
+            node = node.setdefault(part, {})
+        node[key.path[-1]] = _env_value(environ[variable], key.annotation)
+        names[key.path] = variable
+    if errors:
+        raise _invalid(errors)
+
+    def name(loc: tuple[str | int, ...]) -> str:
+        path = tuple(str(p) for p in loc)
+        for length in range(len(path), 0, -1):
+            variable = names.get(path[:length])
+            if variable is not None:
+                rest = "".join(f"[{p}]" for p in path[length:])
+                return f"{variable}{rest} ({'.'.join(path[:length])})"
+        return ".".join(path)
+
+    _validated(table, name)
+    return table, names
+
+
+def load_config(
+    source: Mapping[str, Any] | str | Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> RebuildConfig:
+    """Build a :class:`RebuildConfig` from every place settings are kept.
+
+    One order of precedence, lowest first; a later source overrides single keys of
+    an earlier one (nested tables merge key by key):
+
+    1. the defaults (the SPEC's values);
+    2. the ``[tool.mimo-ctx]`` table of the nearest ``pyproject.toml`` (``cwd`` or
+       above), with the keys of the ``checkpoint`` table directly in it;
+    3. ``source``: a mapping ``{"checkpoint": {...}}`` or a ``.json`` / ``.toml`` file
+       of that shape (the original's schema, ``checkpoint.push_caps.memory``);
+    4. ``MIMO_CTX_*`` environment variables: ``MIMO_CTX_TRIGGER_RATIO=0.85``, nested
+       keys joined with ``__`` (``MIMO_CTX_PUSH_CAPS__MEMORY=8000``), lists as JSON
+       or comma-separated (``MIMO_CTX_MICRO_COMPACT_TOOLS=read,run_*``).
+
+    Args:
+        source: An explicit mapping or settings file, or ``None``.
+        environ: The environment to read (default ``os.environ``; ``{}`` for none).
+        cwd: Where the search for ``pyproject.toml`` starts (default: the current
+            directory).
+
+    Raises:
+        ConfigError: A file cannot be read or parsed, or a value is invalid. The
+            message names every bad key as its source spells it (the file and table,
+            or the environment variable) and what was expected.
+    """
+    merged: dict[str, Any] = {}
+    pyproject = find_pyproject(cwd)
+    if pyproject is not None:
+        merged = _merge(merged, _pyproject_table(pyproject))
+    if source is not None:
+        merged = _merge(merged, _source_table(source))
+    env, _ = _env_table(os.environ if environ is None else environ)
+    merged = _merge(merged, env)
     try:
-        return RebuildConfig.model_validate(table.get("checkpoint", {}))
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, "checkpoint")) from exc
+        return RebuildConfig.model_validate(merged)
+    except ValidationError as exc:  # each source was valid on its own: a combination
+        raise _invalid(_describe(exc, _dotted("checkpoint"))) from exc

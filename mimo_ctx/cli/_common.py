@@ -106,8 +106,8 @@ class CliError(MimoCtxError):
 
 
 def load_cli_config(path: str | None) -> RebuildConfig:
-    """The ``--config`` file's settings, or the defaults."""
-    return load_config(Path(path)) if path else RebuildConfig()
+    """The settings: ``pyproject.toml``, the ``--config`` file, ``MIMO_CTX_*`` variables."""
+    return load_config(Path(path) if path else None)
 
 
 @dataclass(frozen=True, slots=True)
