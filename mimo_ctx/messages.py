@@ -326,6 +326,10 @@ class Message(_Model):
         model: The model that produced an assistant message.
         parts: The content, in order.
         metadata: Free-form host data, stored and returned unchanged.
+        off_branch: The host left this message behind: it regenerated the answer,
+            or edited an earlier message and resent its conversation from there
+            (:mod:`mimo_ctx.reconcile`). Kept in storage (``get_message``, the
+            change feed, counts), never listed with the conversation and never sent.
     """
 
     id: str = Field(default_factory=new_message_id)
@@ -342,6 +346,7 @@ class Message(_Model):
     model: str | None = None
     parts: list[Part] = Field(default_factory=list["Part"])
     metadata: dict[str, Any] = Field(default_factory=dict)
+    off_branch: bool = False
 
     _token_estimate: int | None = PrivateAttr(default=None)
     _insert_seq: int | None = PrivateAttr(default=None)

@@ -199,7 +199,32 @@ _V3: Final[tuple[str, ...]] = (
     "ALTER TABLE {s}.sessions ADD COLUMN state text",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3)
+_V4: Final[tuple[str, ...]] = (
+    # Messages the host left behind (mimo_ctx.reconcile): kept, never listed.
+    "ALTER TABLE {s}.messages ADD COLUMN off_branch boolean NOT NULL DEFAULT false",
+    # The host index: one row per host message and the conversation before it.
+    # The primary key is what keeps two workers from storing one host message twice.
+    """CREATE TABLE {s}.host_nodes (
+        session_id text COLLATE "C" NOT NULL REFERENCES {s}.sessions (id),
+        agent text COLLATE "C" NOT NULL,
+        chain text COLLATE "C" NOT NULL,
+        parent text COLLATE "C" NOT NULL,
+        fingerprint text NOT NULL,
+        depth integer NOT NULL,
+        message_ids text NOT NULL,
+        seq bigint NOT NULL,
+        PRIMARY KEY (session_id, agent, chain)
+    )""",
+    "CREATE INDEX host_nodes_by_seq ON {s}.host_nodes (session_id, agent, seq)",
+    """CREATE TABLE {s}.host_heads (
+        session_id text COLLATE "C" NOT NULL REFERENCES {s}.sessions (id),
+        agent text COLLATE "C" NOT NULL,
+        head text NOT NULL,
+        PRIMARY KEY (session_id, agent)
+    )""",
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4)
 """Statements of each schema version, oldest first."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -237,9 +262,11 @@ def render(statement: str, schema: str) -> str:
 _UNNEST_MESSAGES: Final = """WITH u AS (
     SELECT v.*, nextval('{s}.message_seq') AS seq FROM (
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
-                             $6::boolean[], $7::boolean[], $8::integer[], $9::text[])
+                             $6::boolean[], $7::boolean[], $8::integer[], $9::text[],
+                             $10::boolean[])
             WITH ORDINALITY AS w(id, session_id, agent, role, time_created, is_boundary,
-                                 is_finished_assistant, token_estimate, payload, ord)
+                                 is_finished_assistant, token_estimate, payload, off_branch,
+                                 ord)
         ORDER BY ord
     ) AS v
 )"""
@@ -278,6 +305,12 @@ class Statements:
     list_active_actors: str
     count_all: str
     count_agent: str
+    host_nodes: str
+    host_head: str
+    insert_host_nodes: str
+    session_exists: str
+    current_seq: str
+    move_head: str
 
     @classmethod
     def for_schema(cls, schema: str) -> Statements:
@@ -303,15 +336,16 @@ class Statements:
             "get_message": f"SELECT {cols} FROM {{s}}.messages WHERE id = $1",
             "insert_messages": _UNNEST_MESSAGES
             + " INSERT INTO {s}.messages (id, session_id, agent, role, time_created,"
-            " is_boundary, is_finished_assistant, token_estimate, payload, seq, insert_seq)"
-            " SELECT id, session_id, agent, role, time_created, is_boundary,"
-            " is_finished_assistant, token_estimate, payload, seq, seq FROM u ORDER BY ord"
-            " ON CONFLICT (id) DO NOTHING RETURNING id, insert_seq",
+            " is_boundary, is_finished_assistant, token_estimate, payload, off_branch, seq,"
+            " insert_seq) SELECT id, session_id, agent, role, time_created, is_boundary,"
+            " is_finished_assistant, token_estimate, payload, off_branch, seq, seq FROM u"
+            " ORDER BY ord ON CONFLICT (id) DO NOTHING RETURNING id, insert_seq",
             "update_messages": _UNNEST_MESSAGES
             + " UPDATE {s}.messages AS m SET agent = u.agent, role = u.role,"
             " time_created = u.time_created, is_boundary = u.is_boundary,"
             " is_finished_assistant = u.is_finished_assistant,"
-            " token_estimate = u.token_estimate, payload = u.payload, seq = u.seq"
+            " token_estimate = u.token_estimate, payload = u.payload,"
+            " off_branch = u.off_branch, seq = u.seq"
             " FROM u WHERE m.id = u.id AND m.session_id = u.session_id"
             " RETURNING m.id, m.insert_seq",
             "message_sessions": "SELECT id, session_id FROM {s}.messages"
@@ -360,6 +394,22 @@ class Statements:
             f" AND background AND status IN ({active}) ORDER BY time_created, id",
             "count_all": "SELECT count(*) FROM {s}.messages WHERE session_id = $1",
             "count_agent": "SELECT count(*) FROM {s}.messages WHERE session_id = $1 AND agent = $2",
+            "host_nodes": "SELECT chain, parent, fingerprint, depth, message_ids, seq"
+            " FROM {s}.host_nodes WHERE session_id = $1 AND agent = $2 AND seq > $3 ORDER BY seq",
+            "host_head": "SELECT head FROM {s}.host_heads WHERE session_id = $1 AND agent = $2",
+            # The primary key decides which of two workers stores a host message:
+            # the losers insert nothing (fewer rows returned) and roll back.
+            "insert_host_nodes": "INSERT INTO {s}.host_nodes (session_id, agent, chain, parent,"
+            " fingerprint, depth, message_ids, seq) SELECT $1, $2, w.chain, w.parent,"
+            " w.fingerprint, w.depth, w.message_ids, nextval('{s}.message_seq') FROM"
+            " unnest($3::text[], $4::text[], $5::text[], $6::integer[], $7::text[])"
+            " WITH ORDINALITY AS w (chain, parent, fingerprint, depth, message_ids, ord)"
+            " ORDER BY w.ord ON CONFLICT DO NOTHING RETURNING chain",
+            "session_exists": "SELECT EXISTS (SELECT 1 FROM {s}.sessions WHERE id = $1)",
+            "current_seq": "SELECT CASE WHEN is_called THEN last_value ELSE 0 END"
+            " FROM {s}.message_seq",
+            "move_head": "INSERT INTO {s}.host_heads (session_id, agent, head) VALUES ($1, $2, $3)"
+            " ON CONFLICT (session_id, agent) DO UPDATE SET head = EXCLUDED.head",
         }
         return cls(**{name: render(sql, schema) for name, sql in statements.items()})
 

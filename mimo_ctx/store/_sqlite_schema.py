@@ -23,7 +23,9 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "open_database", "write_transaction"]
 _T = TypeVar("_T")
 
 # Our tables: a database holding other tables but not these is someone else's.
-_OUR_TABLES: Final = frozenset({"counters", "sessions", "messages", "rebuilds", "tasks", "actors"})
+_OUR_TABLES: Final = frozenset(
+    {"counters", "sessions", "messages", "rebuilds", "tasks", "actors", "host_nodes", "host_heads"}
+)
 
 _SCHEMA: Final = (
     # Store-wide counters; "seq" numbers message writes for the change feed.
@@ -113,12 +115,40 @@ _INSERT_ORDER: Final = (
         WHERE is_boundary = 1""",
 )
 
+
+_HOST_INDEX: Final = (
+    # Version 4: messages the host left behind (mimo_ctx.reconcile): kept, never listed.
+    "ALTER TABLE messages ADD COLUMN off_branch INTEGER NOT NULL DEFAULT 0",
+    # The host index: one row per host message and the conversation before it.
+    # The primary key is what keeps two workers from storing one host message twice.
+    """CREATE TABLE host_nodes (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        agent TEXT NOT NULL,
+        chain TEXT NOT NULL,
+        parent TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        depth INTEGER NOT NULL,
+        message_ids TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        PRIMARY KEY (session_id, agent, chain)
+    )""",
+    "CREATE INDEX host_nodes_by_seq ON host_nodes (session_id, agent, seq)",
+    """CREATE TABLE host_heads (
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        agent TEXT NOT NULL,
+        head TEXT NOT NULL,
+        PRIMARY KEY (session_id, agent)
+    )""",
+)
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _SCHEMA,
     _USER_MESSAGES_INDEX,
     _INSERT_ORDER,
+    _HOST_INDEX,
 )
-"""Statements of each schema version, oldest first: version ``n`` is ``MIGRATIONS[n - 1]``."""
+"""Statements of each schema version, oldest first: version ``n`` is ``MIGRATIONS[n - 1]``
+(append-only: a released version's statements never change)."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 """The schema version this module writes (``PRAGMA user_version``)."""

@@ -30,6 +30,20 @@ them. Each message keeps two of them:
   the middleware keeps its window current in O(new messages) per turn instead of
   re-reading the history.
 
+Off-branch messages. A message marked ``off_branch`` (the host regenerated an
+answer or edited an earlier message, :mod:`mimo_ctx.reconcile`) stays in
+storage: :meth:`Store.get_message`, the change feed and
+:meth:`Store.count_messages` see it; :meth:`Store.list_messages` and
+:meth:`Store.latest_finished_assistant` leave it out, so everything built from
+the conversation (views, rebuilds, checkpoints) follows the host.
+
+Host index. :meth:`Store.host_index` and :meth:`Store.commit_host_history` keep,
+per session and agent, which host messages are stored (:class:`HostNode`, one
+per host message and the conversation before it) and the tip of the
+conversation the session follows. A node's key is unique: two workers storing
+the same host message can never both succeed, so any worker can serve any turn
+without storing a message twice.
+
 Once per usage. :meth:`Store.commit_rebuild` writes a boundary and its
 micro-compaction in one transaction, keyed by the assistant usage it recovers; a
 second commit for the same key writes nothing and returns ``False``, and so does
@@ -51,6 +65,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
 from mimo_ctx.session import (
@@ -71,6 +87,9 @@ __all__ = [
     "TERMINAL_TASK_STATUSES",
     "Actor",
     "ActorStatus",
+    "HeadMove",
+    "HostIndex",
+    "HostNode",
     "RequestPrefix",
     "Session",
     "SessionState",
@@ -79,9 +98,62 @@ __all__ = [
     "Task",
     "TaskStatus",
     "apply_state_change",
+    "check_host_commit",
     "check_rebuild_arguments",
     "check_user_message_window",
 ]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HostNode(_Model):
+    """One host message of a session's conversation, as the host index keeps it.
+
+    Attributes:
+        chain: Digest of this host message and every one before it on its branch
+            (of ``parent`` and ``fingerprint``): unique per session and agent.
+        parent: The chain of the host message before it (``""`` for the first).
+        fingerprint: The digest of this host message alone.
+        depth: Its position on its branch (0 for the first).
+        message_ids: The stored messages it stands for; empty when its content
+            lives in another one (a tool result joined into its call).
+        seq: When the store wrote it (set by the store, for :meth:`Store.host_index`).
+    """
+
+    chain: str
+    parent: str
+    fingerprint: str
+    depth: int = Field(ge=0)
+    message_ids: list[str] = Field(default_factory=list[str])
+    seq: int = 0
+
+
+class HostIndex(_Model):
+    """What :meth:`Store.host_index` returns.
+
+    Attributes:
+        nodes: The nodes written after the ``since`` asked for, in write order.
+        head: The chain of the conversation's tip (None: nothing indexed yet).
+        seq: Pass it as ``since`` next time.
+    """
+
+    nodes: list[HostNode] = Field(default_factory=list[HostNode])
+    head: str | None = None
+    seq: int = 0
+
+
+class HeadMove(_Model):
+    """Move a session's conversation tip, if it is still where the caller saw it.
+
+    Attributes:
+        expected: The head the caller read (None: no head yet).
+        head: The new head.
+    """
+
+    expected: str | None
+    head: str
 
 
 @runtime_checkable
@@ -255,6 +327,42 @@ class Store(Protocol):
         """
         ...
 
+    # -- host index -----------------------------------------------------------
+    async def host_index(self, session_id: str, *, agent: str, since: int = 0) -> HostIndex:
+        """The host nodes of a session and agent written after ``since``, and its head."""
+        ...
+
+    async def commit_host_history(
+        self,
+        session_id: str,
+        *,
+        agent: str,
+        nodes: Sequence[HostNode] = (),
+        messages: Sequence[Message] = (),
+        updated: Sequence[Message] = (),
+        move: HeadMove | None = None,
+    ) -> bool:
+        """Store host messages and their nodes in one transaction.
+
+        Args:
+            session_id: The session.
+            agent: The agent whose conversation it is.
+            nodes: New nodes (their ``seq`` is set by the store).
+            messages: New messages (as :meth:`append_messages`).
+            updated: Messages replaced (as :meth:`update_messages`: off-branch marks).
+            move: Move the head; None leaves it.
+
+        Returns:
+            ``True`` when written; ``False`` (nothing written) when a node's chain is
+            already stored or the head is not ``move.expected``: another caller got
+            there first, so read the index again and decide anew.
+
+        Raises:
+            StoreError: The session is unknown, or a message is invalid (as for
+                :meth:`append_messages` / :meth:`update_messages`); nothing written.
+        """
+        ...
+
     # -- tasks and actors ----------------------------------------------------
     async def upsert_task(self, task: Task) -> None:
         """Insert or replace a task (keyed by session id and task id)."""
@@ -334,3 +442,22 @@ def apply_state_change(session_id: str, stored: SessionState, change: StateChang
             "not a SessionState; nothing written"
         )
     return new
+
+
+def check_host_commit(
+    session_id: str, nodes: Sequence[HostNode], messages: Sequence[Message]
+) -> None:
+    """The checks every store makes before :meth:`Store.commit_host_history` writes.
+
+    Raises:
+        StoreError: A node repeats a chain, or a message belongs to another session.
+    """
+    chains = [n.chain for n in nodes]
+    if len(set(chains)) != len(chains):
+        raise StoreError("commit_host_history: a host node chain appears twice; nothing written")
+    for message in messages:
+        if message.session_id != session_id:
+            raise StoreError(
+                f"commit_host_history: message {message.id!r} belongs to session "
+                f"{message.session_id!r}, not {session_id!r}; nothing written"
+            )

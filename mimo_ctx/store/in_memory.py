@@ -41,7 +41,11 @@ from mimo_ctx.session import (
     task_order_key,
 )
 from mimo_ctx.store.base import (
+    HeadMove,
+    HostIndex,
+    HostNode,
     apply_state_change,
+    check_host_commit,
     check_rebuild_arguments,
     check_user_message_window,
 )
@@ -73,17 +77,20 @@ class _IndexKey(NamedTuple):
     main_boundary: bool
     user: bool
     insert_seq: int
+    off_branch: bool
 
     @classmethod
     def of(cls, message: Message, insert_seq: int) -> _IndexKey:
+        listed = not message.off_branch
         return cls(
             message.session_id,
             message.agent,
             message.time_created,
-            message.role == "assistant" and message.finish is not None,
-            message.agent == MAIN_AGENT and message.is_boundary,
-            message.role == "user" and not message.is_boundary,
+            listed and message.role == "assistant" and message.finish is not None,
+            listed and message.agent == MAIN_AGENT and message.is_boundary,
+            listed and message.role == "user" and not message.is_boundary,
             insert_seq,
+            message.off_branch,
         )
 
 
@@ -106,8 +113,15 @@ class _SessionIndex:
     # id -> seq of its last write; insertion order is write order, so the
     # entries are sorted by seq and changes_since reads a suffix.
     written: OrderedDict[str, int] = field(default_factory=OrderedDict[str, int])
+    # Off-branch messages: stored and counted, never listed.
+    off_branch: set[str] = field(default_factory=set[str])
 
     def add(self, message_id: str, key: _IndexKey, seq: int) -> None:
+        self.written.pop(message_id, None)
+        self.written[message_id] = seq
+        if key.off_branch:
+            self.off_branch.add(message_id)
+            return
         bisect.insort(self.by_time, (key.time_created, message_id))
         ordered = (key.insert_seq, message_id)
         if key.finished_assistant:
@@ -117,11 +131,12 @@ class _SessionIndex:
             bisect.insort(self.boundaries, ordered)
         if key.user:
             bisect.insort(self.users.setdefault(key.agent, []), (key.time_created, message_id))
-        self.written.pop(message_id, None)
-        self.written[message_id] = seq
 
     def remove(self, message_id: str, key: _IndexKey) -> None:
         """Drop a message from the sorted indexes (before re-adding its new version)."""
+        if key.off_branch:
+            self.off_branch.discard(message_id)
+            return
         _remove_sorted(self.by_time, (key.time_created, message_id))
         ordered = (key.insert_seq, message_id)
         if key.finished_assistant:
@@ -131,6 +146,15 @@ class _SessionIndex:
             _remove_sorted(self.boundaries, ordered)
         if key.user:
             _remove_sorted(self.users.get(key.agent, []), (key.time_created, message_id))
+
+
+@dataclass
+class _HostIndex:
+    """The host index of one session and agent."""
+
+    nodes: dict[str, HostNode] = field(default_factory=dict[str, HostNode])
+    order: list[HostNode] = field(default_factory=list[HostNode])  # write order
+    head: str | None = None
 
 
 class InMemoryStore:
@@ -151,6 +175,7 @@ class InMemoryStore:
         self._keys: dict[str, _IndexKey] = {}
         self._index: dict[str, _SessionIndex] = {}
         self._rebuild_keys: set[tuple[str, str]] = set()
+        self._hosts: dict[tuple[str, str], _HostIndex] = {}
         self._tasks: dict[tuple[str, str], Task] = {}
         self._actors: dict[str, Actor] = {}
 
@@ -395,8 +420,8 @@ class InMemoryStore:
             if index is None:
                 return 0
             if agent is None:
-                return len(index.by_time)
-            return sum(1 for _, mid in index.by_time if self._keys[mid].agent == agent)
+                return len(index.by_time) + len(index.off_branch)
+            return sum(1 for mid in index.written if self._keys[mid].agent == agent)
 
     async def latest_finished_assistant(
         self, session_id: str, *, agent: str | None = MAIN_AGENT
@@ -499,6 +524,61 @@ class InMemoryStore:
         ]
 
     # -- tasks and actors ----------------------------------------------------
+    # -- host index -------------------------------------------------------------
+    async def host_index(self, session_id: str, *, agent: str, since: int = 0) -> HostIndex:
+        """The host nodes written after ``since`` and the head (see the Store contract)."""
+        async with self._lock:
+            self._check_open()
+            host = self._hosts.get((session_id, agent))
+            if host is None:
+                return HostIndex(seq=self._seq)
+            fresh: list[HostNode] = []
+            for node in reversed(host.order):
+                if node.seq <= since:
+                    break
+                fresh.append(node)
+            fresh.reverse()
+            return HostIndex(nodes=fresh, head=host.head, seq=self._seq)
+
+    async def commit_host_history(
+        self,
+        session_id: str,
+        *,
+        agent: str,
+        nodes: Sequence[HostNode] = (),
+        messages: Sequence[Message] = (),
+        updated: Sequence[Message] = (),
+        move: HeadMove | None = None,
+    ) -> bool:
+        """Store host messages, their nodes and the head atomically (see the Store contract)."""
+        async with self._lock:
+            self._check_open()
+            check_host_commit(session_id, nodes, [*messages, *updated])
+            self._require_session(session_id)
+            host = self._hosts.get((session_id, agent))
+            if host is not None and any(n.chain in host.nodes for n in nodes):
+                return False
+            head = host.head if host is not None else None
+            if move is not None and head != move.expected:
+                return False
+            self._check_new(messages, "commit_host_history")
+            self._check_existing(updated, "commit_host_history", session_id)
+            # Validated: apply all of it (nothing below can fail).
+            if host is None:
+                host = self._hosts[(session_id, agent)] = _HostIndex()
+            for m in messages:
+                self._write(m)
+            for m in updated:
+                self._write(m)
+            for node in nodes:
+                self._seq += 1
+                stored = node.model_copy(update={"seq": self._seq})
+                host.nodes[stored.chain] = stored
+                host.order.append(stored)
+            if move is not None:
+                host.head = move.head
+            return True
+
     async def upsert_task(self, task: Task) -> None:
         """Insert or replace a task (keyed by session id and task id)."""
         async with self._lock:

@@ -65,6 +65,7 @@ Deployment notes:
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -109,7 +110,11 @@ from mimo_ctx.store._pg_schema import (
     upgrade,
 )
 from mimo_ctx.store.base import (
+    HeadMove,
+    HostIndex,
+    HostNode,
     apply_state_change,
+    check_host_commit,
     check_rebuild_arguments,
     check_user_message_window,
 )
@@ -142,20 +147,23 @@ _MessageColumns = tuple[
     list[bool],
     list[int],
     list[str],
+    list[bool],
 ]
 
 
 def _message_columns(messages: Sequence[Message]) -> _MessageColumns:
+    # Off-branch messages are never the newest boundary or finished answer.
     return (
         [m.id for m in messages],
         [m.session_id for m in messages],
         [m.agent for m in messages],
         [m.role for m in messages],
         [m.time_created for m in messages],
-        [m.is_boundary for m in messages],
-        [m.role == "assistant" and m.finish is not None for m in messages],
+        [m.is_boundary and not m.off_branch for m in messages],
+        [m.role == "assistant" and m.finish is not None and not m.off_branch for m in messages],
         [estimate_message_tokens(m) for m in messages],
         [m.model_dump_json() for m in messages],
+        [m.off_branch for m in messages],
     )
 
 
@@ -600,7 +608,7 @@ class PostgresStore:
         self._check_open()
         if last == 0:
             return []
-        where = ["session_id = $1"]
+        where = ["session_id = $1", "NOT off_branch"]
         params: list[object] = [session_id]
         if agent is not None:
             params.append(agent)
@@ -630,7 +638,10 @@ class PostgresStore:
         self._check_open()
         if limit == 0:
             return []
-        where = "session_id = $1 AND agent = $2 AND role = 'user' AND NOT is_boundary"
+        where = (
+            "session_id = $1 AND agent = $2 AND role = 'user' AND NOT is_boundary"
+            " AND NOT off_branch"
+        )
         params: list[object] = [session_id, agent]
         if before is not None:
             params.extend(before)
@@ -770,6 +781,92 @@ class PostgresStore:
         return await self._write([session_id], body)
 
     # -- tasks and actors ----------------------------------------------------
+    # -- host index -------------------------------------------------------------
+    async def host_index(self, session_id: str, *, agent: str, since: int = 0) -> HostIndex:
+        """The host nodes written after ``since`` and the head (see the Store contract).
+
+        Read under the session's lock taken shared, like the change feed, so a
+        node still being written is either in the answer or numbered above ``seq``.
+        """
+        key = lock_key(self._schema, session_id)
+        async with self._connection() as conn:
+            await conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            try:
+                await conn.execute(
+                    "SELECT pg_advisory_xact_lock_shared($1, $2)", SESSION_LOCK_CLASS, key
+                )
+                rows = await conn.fetch(self._sql.host_nodes, session_id, agent, since)
+                head = await conn.fetchval(self._sql.host_head, session_id, agent)
+                current = await conn.fetchval(self._sql.current_seq)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await quiet_rollback(conn)
+        nodes = [
+            HostNode(
+                chain=str(r[0]),
+                parent=str(r[1]),
+                fingerprint=str(r[2]),
+                depth=int(r[3]),
+                message_ids=[str(i) for i in json.loads(str(r[4]))],
+                seq=int(r[5]),
+            )
+            for r in rows
+        ]
+        return HostIndex(nodes=nodes, head=None if head is None else str(head), seq=int(current))
+
+    async def commit_host_history(
+        self,
+        session_id: str,
+        *,
+        agent: str,
+        nodes: Sequence[HostNode] = (),
+        messages: Sequence[Message] = (),
+        updated: Sequence[Message] = (),
+        move: HeadMove | None = None,
+    ) -> bool:
+        """Store host messages, their nodes and the head in one transaction.
+
+        See :meth:`mimo_ctx.store.base.Store.commit_host_history`: the transaction
+        holds the session's write lock, the head is compared under it, and the
+        ``host_nodes`` primary key refuses a node another worker stored first.
+        """
+        new = list(messages)
+        changed = list(updated)
+        check_host_commit(session_id, nodes, [*new, *changed])
+        _reject_repeated_ids(new, "commit_host_history")
+
+        async def body(conn: Connection) -> None:
+            if not await conn.fetchval(self._sql.session_exists, session_id):
+                raise StoreError(f"commit_host_history: unknown session {session_id!r}")
+            if move is not None:
+                head = await conn.fetchval(self._sql.host_head, session_id, agent)
+                if (None if head is None else str(head)) != move.expected:
+                    raise _AlreadyCommitted
+            if nodes:
+                inserted = await conn.fetch(
+                    self._sql.insert_host_nodes,
+                    session_id,
+                    agent,
+                    [n.chain for n in nodes],
+                    [n.parent for n in nodes],
+                    [n.fingerprint for n in nodes],
+                    [n.depth for n in nodes],
+                    [json.dumps(n.message_ids) for n in nodes],
+                )
+                if len(inserted) != len(nodes):
+                    raise _AlreadyCommitted
+            if new:
+                await self._insert_messages(conn, new, "commit_host_history")
+            await self._update_messages(conn, changed, "commit_host_history")
+            if move is not None:
+                await conn.execute(self._sql.move_head, session_id, agent, move.head)
+
+        try:
+            await self._write([session_id], body)
+        except _AlreadyCommitted:
+            return False
+        return True
+
     async def upsert_task(self, task: Task) -> None:
         """Insert or replace a task (keyed by session id and task id)."""
         payload = task.model_dump_json()

@@ -55,7 +55,11 @@ from mimo_ctx.session import (
 )
 from mimo_ctx.store._sqlite_schema import SCHEMA_VERSION, open_database, write_transaction
 from mimo_ctx.store.base import (
+    HeadMove,
+    HostIndex,
+    HostNode,
     apply_state_change,
+    check_host_commit,
     check_rebuild_arguments,
     check_user_message_window,
 )
@@ -100,19 +104,28 @@ _SQL_REPLACE_SESSION: Final = (
 )
 _SQL_INSERT_MESSAGE: Final = (
     "INSERT INTO messages (id, session_id, agent, role, time_created, is_boundary,"
-    " is_finished_assistant, token_estimate, payload, seq, insert_seq)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " is_finished_assistant, token_estimate, payload, off_branch, seq, insert_seq)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # insert_seq is left alone: an update keeps the insertion's place in the write order.
 _SQL_UPDATE_MESSAGE: Final = (
     "UPDATE messages SET agent = ?, role = ?, time_created = ?, is_boundary = ?,"
-    " is_finished_assistant = ?, token_estimate = ?, payload = ?, seq = ?"
+    " is_finished_assistant = ?, token_estimate = ?, payload = ?, off_branch = ?, seq = ?"
     " WHERE id = ? AND session_id = ? RETURNING insert_seq"
+)
+_SQL_HOST_NODES: Final = (
+    "SELECT chain, parent, fingerprint, depth, message_ids, seq FROM host_nodes"
+    " WHERE session_id = ? AND agent = ? AND seq > ? ORDER BY seq"
+)
+_SQL_HOST_HEAD: Final = "SELECT head FROM host_heads WHERE session_id = ? AND agent = ?"
+_SQL_INSERT_HOST_NODE: Final = (
+    "INSERT INTO host_nodes (session_id, agent, chain, parent, fingerprint, depth,"
+    " message_ids, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 # Row of a message as written: id, session_id, agent, role, time_created,
-# is_boundary, is_finished_assistant, token_estimate, payload.
-_MessageRow = tuple[str, str, str, str, int, int, int, int, str]
+# is_boundary, is_finished_assistant, token_estimate, payload, off_branch.
+_MessageRow = tuple[str, str, str, str, int, int, int, int, str, int]
 
 _ACTIVE_STATUSES_SQL: Final = ", ".join(f"'{s}'" for s in sorted(ACTIVE_ACTOR_STATUSES))
 _SQLITE_MAX_INT: Final = 2**63 - 1
@@ -132,16 +145,19 @@ def _message_row(message: Message) -> _MessageRow:
         raise StoreError(
             f"message {message.id!r} cannot be stored as JSON ({exc}); nothing written"
         ) from exc
+    # Off-branch messages are never the newest boundary or finished answer.
+    listed = not message.off_branch
     return (
         message.id,
         message.session_id,
         message.agent,
         message.role,
         message.time_created,
-        int(message.is_boundary),
-        int(message.role == "assistant" and message.finish is not None),
+        int(listed and message.is_boundary),
+        int(listed and message.role == "assistant" and message.finish is not None),
         estimate_message_tokens(message),
         payload,
+        int(message.off_branch),
     )
 
 
@@ -498,7 +514,7 @@ class SQLiteStore(SQLiteWorker):
             raise StoreError(f"list_messages: last must be >= 0, got {last}")
         if last == 0:
             return []
-        where = ["session_id = ?"]
+        where = ["session_id = ?", "off_branch = 0"]
         params: list[object] = [session_id]
         if agent is not None:
             where.append("agent = ?")
@@ -526,7 +542,9 @@ class SQLiteStore(SQLiteWorker):
         limit = check_user_message_window(first, last)
         if limit == 0:
             return []
-        where = "session_id = ? AND agent = ? AND role = 'user' AND is_boundary = 0"
+        where = (
+            "session_id = ? AND agent = ? AND role = 'user' AND is_boundary = 0 AND off_branch = 0"
+        )
         params: list[object] = [session_id, agent]
         if before is not None:
             where += " AND (time_created, id) < (?, ?)"
@@ -681,6 +699,105 @@ class SQLiteStore(SQLiteWorker):
         return True
 
     # -- tasks and actors ----------------------------------------------------
+    # -- host index -------------------------------------------------------------
+    async def host_index(self, session_id: str, *, agent: str, since: int = 0) -> HostIndex:
+        """The host nodes written after ``since`` and the head (see the Store contract)."""
+
+        def run(conn: sqlite3.Connection) -> HostIndex:
+            def body() -> HostIndex:
+                rows = conn.execute(_SQL_HOST_NODES, (session_id, agent, since)).fetchall()
+                head = conn.execute(_SQL_HOST_HEAD, (session_id, agent)).fetchone()
+                current = int(conn.execute(_SQL_CURRENT_SEQ).fetchone()[0])
+                nodes = [
+                    HostNode(
+                        chain=str(r[0]),
+                        parent=str(r[1]),
+                        fingerprint=str(r[2]),
+                        depth=int(r[3]),
+                        message_ids=[str(i) for i in json.loads(r[4])],
+                        seq=int(r[5]),
+                    )
+                    for r in rows
+                ]
+                return HostIndex(
+                    nodes=nodes, head=None if head is None else str(head[0]), seq=current
+                )
+
+            return _read_transaction(conn, body)
+
+        return await self._run(run)
+
+    async def commit_host_history(
+        self,
+        session_id: str,
+        *,
+        agent: str,
+        nodes: Sequence[HostNode] = (),
+        messages: Sequence[Message] = (),
+        updated: Sequence[Message] = (),
+        move: HeadMove | None = None,
+    ) -> bool:
+        """Store host messages, their nodes and the head in one transaction.
+
+        See :meth:`mimo_ctx.store.base.Store.commit_host_history`.
+        """
+        new = list(messages)
+        changed = list(updated)
+        check_host_commit(session_id, nodes, [*new, *changed])
+        _reject_repeated_ids(new, "commit_host_history")
+
+        def run(conn: sqlite3.Connection) -> bool:
+            new_rows = [_message_row(m) for m in new]
+            changed_rows = [_message_row(m) for m in changed]
+
+            def body() -> None:
+                if not self._session_exists(conn, session_id):
+                    raise StoreError(f"commit_host_history: unknown session {session_id!r}")
+                if move is not None:
+                    row = conn.execute(_SQL_HOST_HEAD, (session_id, agent)).fetchone()
+                    if (None if row is None else str(row[0])) != move.expected:
+                        raise _AlreadyCommitted
+                if nodes:
+                    first = self._take_seqs(conn, len(nodes))
+                    try:
+                        conn.executemany(
+                            _SQL_INSERT_HOST_NODE,
+                            [
+                                (
+                                    session_id,
+                                    agent,
+                                    n.chain,
+                                    n.parent,
+                                    n.fingerprint,
+                                    n.depth,
+                                    json.dumps(n.message_ids),
+                                    first + i,
+                                )
+                                for i, n in enumerate(nodes)
+                            ],
+                        )
+                    except sqlite3.IntegrityError:
+                        # The primary key, not a prior check, decides which of two
+                        # workers stores a host message.
+                        raise _AlreadyCommitted from None
+                if new_rows:
+                    self._insert_messages(conn, new_rows, "commit_host_history")
+                self._update_messages(conn, changed_rows, "commit_host_history", session_id)
+                if move is not None:
+                    conn.execute(
+                        "INSERT INTO host_heads (session_id, agent, head) VALUES (?, ?, ?)"
+                        " ON CONFLICT (session_id, agent) DO UPDATE SET head = excluded.head",
+                        (session_id, agent, move.head),
+                    )
+
+            try:
+                write_transaction(conn, body)
+            except _AlreadyCommitted:
+                return False
+            return True
+
+        return await self._run(run)
+
     async def upsert_task(self, task: Task) -> None:
         """Insert or replace a task (keyed by session id and task id)."""
         payload = task.model_dump_json()

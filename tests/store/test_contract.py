@@ -28,6 +28,7 @@ from mimo_ctx.messages import (
     ToolTime,
 )
 from mimo_ctx.store import Session, SessionState, Store
+from mimo_ctx.store.base import HeadMove, HostNode
 from mimo_ctx.tokens import estimate_message_tokens
 
 from .builders import (
@@ -903,6 +904,121 @@ async def test_r5_4_actors_session_isolation(store: Store) -> None:
     await store.upsert_actor(finished)
     assert [x.id for x in await store.list_actors(a.id, active_only=True)] == [a_pend.id]
     assert await store.get_actor(a.id, a_run.id) == finished
+
+
+# --------------------------------------------------------------------------- host index
+
+
+def _node(chain: str, parent: str = "", *ids: str, depth: int = 0) -> HostNode:
+    return HostNode(
+        chain=chain, parent=parent, fingerprint=f"fp-{chain}", depth=depth, message_ids=list(ids)
+    )
+
+
+async def test_host_history_commits_nodes_messages_and_head_together(store: Store) -> None:
+    s = await new_session(store)
+    first = user(s.id, "hello", t=T0)
+    empty = await store.host_index(s.id, agent=MAIN_AGENT)
+    assert (empty.nodes, empty.head) == ([], None)
+    assert await store.commit_host_history(
+        s.id,
+        agent=MAIN_AGENT,
+        nodes=[_node("c1", "", first.id)],
+        messages=[first],
+        move=HeadMove(expected=None, head="c1"),
+    )
+    index = await store.host_index(s.id, agent=MAIN_AGENT)
+    assert [(n.chain, n.parent, n.message_ids) for n in index.nodes] == [("c1", "", [first.id])]
+    assert index.head == "c1"
+    assert ids_of(await store.list_messages(s.id)) == [first.id]
+    # Only what was written since: nothing, then the next node.
+    assert (await store.host_index(s.id, agent=MAIN_AGENT, since=index.seq)).nodes == []
+    answer = assistant(s.id, "hi", t=T0 + 1)
+    assert await store.commit_host_history(
+        s.id,
+        agent=MAIN_AGENT,
+        nodes=[_node("c2", "c1", answer.id, depth=1)],
+        messages=[answer],
+        move=HeadMove(expected="c1", head="c2"),
+    )
+    later = await store.host_index(s.id, agent=MAIN_AGENT, since=index.seq)
+    assert [n.chain for n in later.nodes] == ["c2"]
+    assert later.nodes[0].seq > index.seq
+    assert later.head == "c2"
+    # Another agent's index is its own.
+    assert (await store.host_index(s.id, agent="sub")).head is None
+
+
+async def test_host_history_refuses_a_stored_chain_or_a_moved_head(store: Store) -> None:
+    s = await new_session(store)
+    first = user(s.id, "hello", t=T0)
+    assert await store.commit_host_history(
+        s.id,
+        agent=MAIN_AGENT,
+        nodes=[_node("c1")],
+        messages=[first],
+        move=HeadMove(expected=None, head="c1"),
+    )
+    again = user(s.id, "hello", t=T0)
+    # The chain is taken: nothing is written, not even the message.
+    assert not await store.commit_host_history(
+        s.id, agent=MAIN_AGENT, nodes=[_node("c1")], messages=[again]
+    )
+    # The head moved since the caller read it: nothing is written.
+    other = user(s.id, "other", t=T0 + 1)
+    assert not await store.commit_host_history(
+        s.id,
+        agent=MAIN_AGENT,
+        nodes=[_node("c9")],
+        messages=[other],
+        move=HeadMove(expected="c0", head="c9"),
+    )
+    assert ids_of(await store.list_messages(s.id)) == [first.id]
+    assert [n.chain for n in (await store.host_index(s.id, agent=MAIN_AGENT)).nodes] == ["c1"]
+    with pytest.raises(StoreError, match="unknown session"):
+        await store.commit_host_history("ses_missing", agent=MAIN_AGENT, nodes=[_node("x")])
+
+
+async def test_concurrent_commits_of_one_host_message_store_it_once(store: Store) -> None:
+    s = await new_session(store)
+    results: list[bool] = []
+
+    async def commit(i: int) -> None:
+        message = user(s.id, "same", t=T0)
+        results.append(
+            await store.commit_host_history(
+                s.id, agent=MAIN_AGENT, nodes=[_node("c1", "", message.id)], messages=[message]
+            )
+        )
+
+    async with anyio.create_task_group() as tg:
+        for i in range(8):
+            tg.start_soon(commit, i)
+    assert sorted(results) == [False] * 7 + [True]
+    assert len(await store.list_messages(s.id)) == 1
+
+
+async def test_off_branch_messages_are_kept_but_not_listed(store: Store) -> None:
+    s = await new_session(store)
+    question = user(s.id, "q", t=T0)
+    old = assistant(s.id, "first answer", t=T0 + 1)
+    await store.append_messages([question, old])
+    _, seq = await store.changes_since(s.id, 0)
+    dropped = old.model_copy(update={"off_branch": True})
+    assert await store.commit_host_history(s.id, agent=MAIN_AGENT, updated=[dropped])
+    assert ids_of(await store.list_messages(s.id)) == [question.id]
+    assert ids_of(await store.list_messages(s.id, last=5)) == [question.id]
+    assert await store.latest_finished_assistant(s.id) is None
+    assert await store.count_messages(s.id) == 2
+    stored = await store.get_message(old.id)
+    assert stored is not None
+    assert stored.off_branch
+    changed, _ = await store.changes_since(s.id, seq)
+    assert [(m.id, m.off_branch) for m in changed] == [(old.id, True)]
+    # Back on the branch (the host returned to that answer).
+    await store.update_messages([old])
+    assert ids_of(await store.list_messages(s.id)) == [question.id, old.id]
+    assert (await store.latest_finished_assistant(s.id)) == old
 
 
 # --------------------------------------------------------------------------- lifecycle

@@ -499,3 +499,35 @@ async def test_upgrade_from_version_1_orders_old_rows_by_id_and_new_ones_by_writ
         assert raw.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     finally:
         raw.close()
+
+
+async def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
+    """Every migration step (step 4: the host index, off-branch marks) keeps every
+    stored message."""
+    path = tmp_path / "v1.db"
+    session = make_session()
+    message = user(session.id, "kept", t=T0)
+    payload = message.model_dump_json(exclude={"off_branch", "insert_seq"})
+    with sqlite3.connect(path) as raw:
+        for statement in sqlite_schema.MIGRATIONS[0]:
+            raw.execute(statement)
+        raw.execute("PRAGMA user_version = 1")
+        raw.execute(
+            "INSERT INTO sessions (id, time_created, payload) VALUES (?, ?, ?)",
+            (session.id, session.time_created, session.model_dump_json()),
+        )
+        raw.execute(
+            "INSERT INTO messages (id, session_id, agent, role, time_created, is_boundary,"
+            " is_finished_assistant, token_estimate, seq, payload)"
+            " VALUES (?, ?, 'main', 'user', ?, 0, 0, 1, 1, ?)",
+            (message.id, session.id, message.time_created, payload),
+        )
+    raw.close()
+    async with SQLiteStore(path) as store:
+        assert [m.id for m in await store.list_messages(session.id)] == [message.id]
+        assert (await store.host_index(session.id, agent="main")).head is None
+    raw = sqlite3.connect(path)
+    try:
+        assert raw.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    finally:
+        raw.close()
