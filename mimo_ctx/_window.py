@@ -106,9 +106,16 @@ class LiveWindow:
         return self.start is None or message_key(message) > self.start
 
     def put(self, message: Message) -> None:
-        """Insert or replace ``message`` in listing order."""
+        """Insert or replace ``message`` in listing order (an off-branch one leaves)."""
         key = message_key(message)
         index = bisect_left(self.keys, key)
+        if message.off_branch:
+            if index < len(self.keys) and self.keys[index] == key:
+                del self.keys[index]
+                del self.messages[index]
+                self.reshaped = True
+            self.sendable.pop(message.id, None)
+            return
         if index < len(self.keys) and self.keys[index] == key:
             self.messages[index] = message
             self.reshaped = True
@@ -187,9 +194,15 @@ class Windows:
                 continue
             if window.newest_id is None or message.id > window.newest_id:
                 window.newest_id = message.id
+            newest = {m.id for m in (window.last_finished, window.boundary) if m is not None}
+            if message.off_branch and message.id in newest:
+                # The host left the newest answer behind: the one before it counts.
+                reload = True
+                continue
             # "Newest" by the store's write order, never by ids (R1.4 as amended).
             if (
-                message.role == "assistant"
+                not message.off_branch
+                and message.role == "assistant"
                 and message.finish is not None
                 and (
                     window.last_finished is None or not written_after(window.last_finished, message)

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from mimo_ctx import ids
-from mimo_ctx._util import now_ms
 from mimo_ctx.errors import InvalidRequestError
 from mimo_ctx.messages import (
     MAIN_AGENT,
@@ -467,7 +466,8 @@ def build_messages(
         drafts: The messages in order.
         session_id: Session the messages belong to.
         agent: Agent of drafts that name none.
-        time_ms: Creation time (epoch ms) of drafts that have none; now when None.
+        time_ms: Creation time (epoch ms) of drafts that have none; None: now, with
+            ids newer than every id this process made before.
         finished: Every assistant draft without a finish reason is a finished turn
             (``tool-calls`` when it calls tools, else ``stop``): a provider payload
             holds only finished turns. A finished draft without a completion time
@@ -480,18 +480,23 @@ def build_messages(
     """
     if not session_id:
         raise InvalidRequestError("session_id must be a non-empty string")
-    default_time = now_ms() if time_ms is None else time_ms
     out: list[Message] = []
     prev_time = 0
     prev_id = ""
     for draft in drafts:
         if not draft.parts and not keep_empty:
             continue
-        at = max(prev_time, draft.time if draft.time is not None else default_time)
-        message_id = ids.ascending("msg", timestamp_ms=at)
-        while message_id <= prev_id:
-            at += 1
+        if draft.time is None and time_ms is None:
+            # Now: an id newer than every one this process made (a live message
+            # must sort after the answer recorded just before it).
+            message_id = ids.ascending("msg", newer_than=prev_id or None)
+            at = max(prev_time, ids.timestamp_of(message_id))
+        else:
+            at = max(prev_time, draft.time if draft.time is not None else time_ms or 0)
             message_id = ids.ascending("msg", timestamp_ms=at)
+            while message_id <= prev_id:
+                at += 1
+                message_id = ids.ascending("msg", timestamp_ms=at)
         prev_time, prev_id = at, message_id
         finish = draft.finish
         if finish is None and finished and draft.role == "assistant":

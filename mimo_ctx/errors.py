@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "ContextOverflowError",
+    "ConversationMismatchError",
     "InvalidRequestError",
     "MimoCtxError",
     "PathEscapeError",
@@ -56,3 +57,18 @@ class ContextOverflowError(MimoCtxError):
     Raised instead of retrying again, so an agent never loops on compaction (SPEC R1.4).
     The provider's own exception is available as ``__cause__``.
     """
+
+
+class ConversationMismatchError(MimoCtxError):
+    """A host sent a conversation that shares nothing with the session it named.
+
+    Raised instead of merging two conversations (:mod:`mimo_ctx.reconcile`): the
+    host's first message is not on the session's stored conversation.
+
+    Attributes:
+        session_id: The session the messages were sent for.
+    """
+
+    def __init__(self, message: str, *, session_id: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id

@@ -38,6 +38,8 @@ from typing import Literal, Self
 import anyio
 from anyio.abc import TaskGroup
 
+from mimo_ctx._sessions import SessionRegistry
+from mimo_ctx._sessions import open_session as _open_session
 from mimo_ctx._util import now_ms
 from mimo_ctx._window import LiveSession, LiveWindow, Windows
 from mimo_ctx.boundary import scale_tail
@@ -50,7 +52,7 @@ from mimo_ctx.checkpoint import (
 )
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.config import RebuildConfig
-from mimo_ctx.errors import ContextOverflowError, MimoCtxError, StoreError
+from mimo_ctx.errors import ContextOverflowError, MimoCtxError
 from mimo_ctx.events import (
     EventBus,
     EventHandler,
@@ -63,6 +65,7 @@ from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import MAIN_AGENT, Message, TextPart
 from mimo_ctx.overflow import is_context_overflow
 from mimo_ctx.rebuild import Rebuilder, RebuildReport, Trigger
+from mimo_ctx.reconcile import HostHistory
 from mimo_ctx.session import RequestPrefix, Session
 from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import TokenCounter
@@ -76,7 +79,16 @@ from mimo_ctx.triggers import (
     writer_thresholds,
 )
 
-__all__ = ["ContextMiddleware", "RebuildReport", "RequestView", "Trigger"]
+__all__ = ["Commit", "ContextMiddleware", "RebuildReport", "RequestView", "Trigger"]
+
+Commit = Callable[[Message], Awaitable[None]]
+"""Writes an answer for :meth:`ContextMiddleware.record` in the caller's own transaction."""
+
+_NOT_RUNNING = (
+    "this ContextMiddleware is not running: use it inside "
+    "`async with ContextMiddleware(store, memory_root, model=...) as mw:` "
+    "(or `await mw.__aenter__()` before the first call)"
+)
 
 _log = logging.getLogger("mimo_ctx")
 
@@ -187,7 +199,7 @@ class ContextMiddleware:
             usable=self._usable,
             session=self._session,
         )
-        self._sessions: dict[str, LiveSession] = {}
+        self._sessions = SessionRegistry()
         self._task_group: TaskGroup | None = None
 
     # -- what it was built with (read-only) ---------------------------------------------
@@ -301,30 +313,16 @@ class ContextMiddleware:
                 directory (empty, ``..``, a path separator...): refused up front
                 rather than at the first rebuild.
         """
-        if session_id is not None:
-            self._layout.session_dir(session_id)
-        self._layout.project_dir(project_id)
-        if session_id is not None:
-            existing = await self._store.get_session(session_id)
-            if existing is not None:
-                return existing
-        session = Session(
+        self._require_running()
+        return await _open_session(
+            self._store,
+            self._layout,
+            session_id,
             project_id=project_id,
+            system=system,
+            tools=tools,
             title=title,
-            time_created=now_ms(),
-            prefix=RequestPrefix(system=system, tools=[dict(t) for t in tools]),
         )
-        if session_id is not None:
-            session = session.model_copy(update={"id": session_id})
-        try:
-            await self._store.create_session(session)
-        except StoreError:
-            # Another task or worker created it first: use theirs.
-            existing = await self._store.get_session(session.id)
-            if existing is None:
-                raise
-            return existing
-        return session
 
     async def _session(self, session_id: str) -> Session:
         session = await self._store.get_session(session_id)
@@ -332,11 +330,22 @@ class ContextMiddleware:
             raise MimoCtxError(f"unknown session {session_id!r}: call open_session() first")
         return session
 
+    def _require_running(self) -> None:
+        if self._task_group is None:
+            raise MimoCtxError(_NOT_RUNNING)
+
+    def host_history(self, session_id: str, *, agent: str = MAIN_AGENT) -> HostHistory:
+        """The session's :mod:`host-history reconciler <mimo_ctx.reconcile>`, kept until closed."""
+        self._require_running()
+        return self._sessions.host(session_id, agent, lambda: HostHistory(self, session_id, agent))
+
+    async def close_session(self, session_id: str) -> None:
+        """Release what is kept in memory for a session (storage untouched; reloaded on use)."""
+        await self._sessions.close(session_id)
+
     def _state(self, session_id: str) -> LiveSession:
-        state = self._sessions.get(session_id)
-        if state is None:
-            state = self._sessions[session_id] = LiveSession()
-        return state
+        self._require_running()
+        return self._sessions.state(session_id)
 
     def tools(self, session_id: str, project_id: str | None = None) -> SessionTools:
         """The ``history``, ``memory``, ``task`` and ``actor`` tools for a session.
@@ -368,18 +377,20 @@ class ContextMiddleware:
         """Append messages (user turns, tool results, sub-agent output) as they are."""
         await self._store.append_messages(messages)
 
-    async def record(self, message: Message) -> None:
+    async def record(self, message: Message, *, commit: Commit | None = None) -> None:
         """Store an assistant response (new, or an update of a streamed one).
 
         When the message finished with provider usage, the writer thresholds are
         checked right away (SPEC A3), so the checkpoint writer runs while the agent
         keeps working. An answer without provider usage gets an estimate first.
+        ``commit`` writes it instead (the host-history reconciler's transaction).
         """
         state = self._state(message.session_id)
         if lacks_usage(message):
             message = await _with_estimated_usage(self._windows, self._events, state, message)
-        existing = await self._store.get_message(message.id)
-        if existing is None:
+        if commit is not None:
+            await commit(message)
+        elif await self._store.get_message(message.id) is None:
             await self._store.append_messages([message])
         else:
             await self._store.update_messages([message])

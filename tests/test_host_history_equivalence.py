@@ -12,8 +12,10 @@ every implementation:
 * growing: the list only grows (answers and new user turns appended);
 * repeated "continue": the same text typed again and again is stored each time;
 * trimmed at the front: the host drops its oldest messages (nothing new is stored);
-* edited: the host replaces a message and drops what followed it (edit-and-resend);
-  the edited message and what follows are stored, nothing is stored twice.
+* edited: the host replaces a message (not the first: a list whose first message
+  differs is another conversation) and drops what followed it (edit-and-resend);
+  the edited message and what follows are stored, nothing is stored twice, and
+  with the reconciler the session then holds exactly the host's list.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mimo_ctx._util import now_ms
+from mimo_ctx.convert import MessageDraft
 from mimo_ctx.integrations._sync import Draft, SessionSync
 from mimo_ctx.messages import Message, TextPart
 from mimo_ctx.middleware import ContextMiddleware
@@ -88,8 +92,10 @@ async def _run(script: Script, send: Send) -> list[Item]:
     for op, amount in script.ops:
         if op == "trim" and len(host) > 2:
             host = host[min(amount, len(host) - 2) :]
-        elif op == "edit" and len(host) > 1:
-            users = [i for i, item in enumerate(host) if item.role == "user"]
+        elif op == "edit" and any(item.role == "user" for item in host[1:]):
+            # Not the first message: a list whose first message differs shares
+            # nothing with the session (another conversation, refused).
+            users = [i for i, item in enumerate(host) if item.role == "user" and i > 0]
             at = users[amount % len(users)]
             host = [*host[:at], fresh("user", "edited")]
             oracle.saw(*host)
@@ -108,7 +114,9 @@ async def _run(script: Script, send: Send) -> list[Item]:
 
 
 def _message(item: Item) -> Message:
-    return Message(session_id=SID, role=item.role, time_created=1, parts=[TextPart(text=item.text)])
+    return Message(
+        session_id=SID, role=item.role, time_created=now_ms(), parts=[TextPart(text=item.text)]
+    )
 
 
 def _stored_texts(messages: Sequence[Message]) -> list[tuple[str, str]]:
@@ -125,7 +133,13 @@ async def _with_middleware(
     async with ContextMiddleware(store, tmp_path / "memory", model=100_000) as mw:
         await mw.open_session(SID)
         expected = await body(mw)
-        return expected, await store.list_messages(SID)
+        stored = await store.list_messages(SID)
+        # Off-branch messages (the edited scenario) are stored too: read them back.
+        stored_ids = {m.id for m in stored}
+        changed, _ = await store.changes_since(SID, 0)
+        everything = stored + [m for m in changed if m.id not in stored_ids]
+        everything.sort(key=lambda m: (m.time_created, m.id))
+        return expected, everything
 
 
 async def _old_provider_path(tmp_path: Path, script: Script) -> Stored:
@@ -172,7 +186,41 @@ async def _old_integration_path(tmp_path: Path, script: Script) -> Stored:
     return await _with_middleware(tmp_path, body)
 
 
-PATHS = {"provider": _old_provider_path, "integration": _old_integration_path}
+async def _reconciler_path(tmp_path: Path, script: Script) -> Stored:
+    """The one host-history reconciler (mimo_ctx.reconcile)."""
+
+    async def body(mw: ContextMiddleware) -> list[Item]:
+        history = mw.host_history(SID)
+
+        def draft(item: Item, index: int) -> MessageDraft:
+            return MessageDraft(item.role, [TextPart(text=item.text)], item=index)
+
+        async def send(host: list[Item], answer: Item) -> None:
+            done = await history.reconcile(
+                host,
+                fingerprint=lambda i: f"{i.role}:{i.text}",
+                convert=lambda run: [draft(i, n) for n, i in enumerate(run)],
+            )
+            # What the session now holds is exactly what the host sent (its view).
+            listed = await mw.store.list_messages(SID)
+            if not any(op == "trim" for op, _ in script.ops):
+                assert _stored_texts(listed) == [(i.role, i.text) for i in host]
+            await history.record(
+                _message(answer).model_copy(update={"finish": "stop"}),
+                fingerprints=[f"assistant:{answer.text}"],
+                after=done.head,
+            )
+
+        return await _run(script, send)
+
+    return await _with_middleware(tmp_path, body)
+
+
+PATHS = {
+    "provider": _old_provider_path,
+    "integration": _old_integration_path,
+    "reconciler": _reconciler_path,
+}
 
 
 def _scripts(ops: Sequence[Op], *, duplicates: bool) -> st.SearchStrategy[Script]:

@@ -37,7 +37,7 @@ from mimo_ctx.messages import (
 from mimo_ctx.middleware import ContextMiddleware, RequestView
 from mimo_ctx.reminders import PER_TURN_MARKER
 from mimo_ctx.sections import BODY_INTRO
-from mimo_ctx.store import InMemoryStore, SQLiteStore, Store
+from mimo_ctx.store import InMemoryStore, Session, SQLiteStore, Store
 from mimo_ctx.testing import FakeOverflowError, ScriptedModel, ScriptStep, filler_text, tool_round
 from mimo_ctx.triggers import ModelLimits
 from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER, COMPACTED_PLACEHOLDER
@@ -576,13 +576,24 @@ async def test_r8_1_prefix_is_frozen_and_byte_identical(store: Store, tmp_path: 
 
 
 async def test_middleware_requires_running_context(store: Store, tmp_path: Path) -> None:
+    """Used without ``async with``, a middleware fails at the first call with the fix in
+    the message, not at the first rebuild turns later."""
     mw = ContextMiddleware(store, tmp_path / "mem", model=LIMITS)
-    session = await mw.open_session(system=SYSTEM)
-    await mw.add_user_message(session.id, "Hi.")
+    session = Session(time_created=0)
+    await store.create_session(session)
+    for call in (
+        mw.open_session(system=SYSTEM),
+        mw.prepare(session.id),
+        mw.rebuild(session.id),
+        mw.start_writer(session.id, reason="test"),
+    ):
+        with pytest.raises(MimoCtxError, match="async with"):
+            await call
     with pytest.raises(MimoCtxError, match="async with"):
-        await mw.start_writer(session.id, reason="test")
-    with pytest.raises(MimoCtxError, match="unknown session"):
-        await mw.prepare("ses_missing")
+        mw.host_history(session.id)
+    async with mw:
+        with pytest.raises(MimoCtxError, match="unknown session"):
+            await mw.prepare("ses_missing")
 
 
 async def test_events_stream_delivers_typed_events(store: Store, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import MimoCtxError
 from mimo_ctx.middleware import ContextMiddleware
-from mimo_ctx.store import InMemoryStore
+from mimo_ctx.store import InMemoryStore, Session
 from mimo_ctx.testing import ScriptedModel, tool_round
 from mimo_ctx.triggers import ModelLimits
 
@@ -53,8 +53,10 @@ def test_settings_are_what_it_was_built_with(tmp_path: Path) -> None:
 
 
 async def test_start_writer_needs_a_running_middleware(tmp_path: Path) -> None:
-    mw = ContextMiddleware(InMemoryStore(), tmp_path / "mem", model=LIMITS)
-    session = await mw.open_session(system="sys")
+    store = InMemoryStore()
+    mw = ContextMiddleware(store, tmp_path / "mem", model=LIMITS)
+    session = Session(time_created=0)
+    await store.create_session(session)
     with pytest.raises(MimoCtxError, match="running middleware"):
         await mw.start_writer(session.id)
 
