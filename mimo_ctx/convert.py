@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from mimo_ctx import ids
+from mimo_ctx._util import now_ms
 from mimo_ctx.errors import InvalidRequestError
 from mimo_ctx.messages import (
     MAIN_AGENT,
@@ -489,8 +490,8 @@ def build_messages(
         if draft.time is None and time_ms is None:
             # Now: an id newer than every one this process made (a live message
             # must sort after the answer recorded just before it).
-            message_id = ids.ascending("msg", newer_than=prev_id or None)
-            at = max(prev_time, ids.timestamp_of(message_id))
+            message_id = ids.ascending("msg")
+            at = max(prev_time, now_ms())
         else:
             at = max(prev_time, draft.time if draft.time is not None else time_ms or 0)
             message_id = ids.ascending("msg", timestamp_ms=at)
