@@ -7,6 +7,8 @@ hold the details (``mimo_ctx.store``, ``mimo_ctx.providers``,
 
 from __future__ import annotations
 
+import logging
+
 from mimo_ctx._util import package_version
 from mimo_ctx.boundary import BoundaryError, adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.budget import read_budgeted, read_budgeted_section_aware
@@ -53,6 +55,7 @@ from mimo_ctx.messages import (
     FilePart,
     Message,
     MessageError,
+    MessageFailure,
     OpaquePart,
     Part,
     ReasoningPart,
@@ -80,6 +83,10 @@ from mimo_ctx.tokens import CharEstimator, TiktokenCounter, TokenCounter
 from mimo_ctx.tools import SessionTools
 from mimo_ctx.triggers import ModelLimits, usable_tokens, writer_thresholds
 from mimo_ctx.view import apply_send_rules
+
+# A library logs; the application decides where to. Without a handler of its own
+# here, records would reach logging's last-resort handler and print on stderr.
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __version__: str = package_version()
 """The installed version (from the package metadata, whose one source is ``pyproject.toml``)."""
@@ -111,6 +118,7 @@ __all__ = [
     "MemoryLayout",
     "Message",
     "MessageError",
+    "MessageFailure",
     "MimoCtxError",
     "ModelLimits",
     "OfflineCheckpointWriter",

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from mimo_ctx.config import RebuildConfig, TailConfig
-from mimo_ctx.errors import MimoCtxError
+from mimo_ctx.errors import BoundaryError
 from mimo_ctx.messages import Message, ReasoningPart, TextPart, ToolPart, ToolResultPart
 from mimo_ctx.tokens import (
     UNSERIALISABLE_PART_TOKENS,
@@ -82,14 +82,6 @@ def scale_tail(tail: TailConfig, usable: int) -> TailConfig:
     if (min_tokens, max_tokens) == (tail.min_tokens, tail.max_tokens):
         return tail
     return tail.model_copy(update={"min_tokens": min_tokens, "max_tokens": max_tokens})
-
-
-class BoundaryError(MimoCtxError, ValueError):
-    """A watermark cannot be computed or adjusted from the given input.
-
-    Raised for a boundary id that is not among the messages, or precomputed token
-    counts that do not match the messages one to one.
-    """
 
 
 def has_text_blocks(message: Message) -> bool:

@@ -1,19 +1,40 @@
-"""Exception hierarchy.
+"""Every exception mimo_ctx raises on purpose, in one tree.
 
-Every error the library raises on purpose derives from :class:`MimoCtxError`, so a
-host can catch the library's failures with one ``except`` clause while provider
-errors (which we pass through unchanged) keep their own types.
+A host catches the library's failures with one ``except MimoCtxError`` clause;
+provider errors, which the library passes through unchanged, keep their own
+types. The errors of bad input also derive from :class:`ValueError`, so code that
+already catches that keeps working::
+
+    MimoCtxError
+    ├── ConfigError (ValueError)          a setting is invalid; names the key
+    ├── StoreError                        the store refused an operation
+    ├── PathEscapeError (ValueError)      a path would leave the memory root
+    ├── TranscriptError (ValueError)      a transcript cannot be imported; names file and line
+    ├── InvalidRequestError (ValueError)  an outgoing provider payload breaks its rules
+    ├── BoundaryError (ValueError)        a watermark cannot be computed from the input
+    ├── ArgumentError (ValueError)        a model's tool arguments do not fit the tool
+    ├── ContextOverflowError              still overflowing after the one recovery
+    ├── ConversationMismatchError         a host's conversation is not the session's
+    ├── ProviderReportedOverflow          an overflow inside a successful response (internal)
+    └── CliError                          a ``mimo-ctx`` user mistake (exit code 2)
+
+Each module that raises one also re-exports it where it was defined before
+(``mimo_ctx.boundary.BoundaryError``, ``mimo_ctx.tools.ArgumentError``...).
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentError",
+    "BoundaryError",
+    "CliError",
     "ConfigError",
     "ContextOverflowError",
     "ConversationMismatchError",
     "InvalidRequestError",
     "MimoCtxError",
     "PathEscapeError",
+    "ProviderReportedOverflow",
     "StoreError",
     "TranscriptError",
 ]
@@ -51,6 +72,22 @@ class InvalidRequestError(MimoCtxError, ValueError):
     """An outgoing provider payload breaks the provider's rules (orphan tool call, ...)."""
 
 
+class BoundaryError(MimoCtxError, ValueError):
+    """A watermark cannot be computed or adjusted from the given input.
+
+    Raised for a boundary id that is not among the messages, or precomputed token
+    counts that do not match the messages one to one.
+    """
+
+
+class ArgumentError(MimoCtxError, ValueError):
+    """The model's arguments do not fit the tool; the message says what to send instead.
+
+    The tool handlers turn it into an ``Error:`` tool result for the model; it
+    reaches a host only from :func:`mimo_ctx.tools.check_arguments`.
+    """
+
+
 class ContextOverflowError(MimoCtxError):
     """The provider still reports a context overflow after the one allowed recovery.
 
@@ -72,3 +109,26 @@ class ConversationMismatchError(MimoCtxError):
     def __init__(self, message: str, *, session_id: str) -> None:
         super().__init__(message)
         self.session_id = session_id
+
+
+class CliError(MimoCtxError):
+    """A user mistake the ``mimo-ctx`` command reports in one line (exit code 2)."""
+
+
+class ProviderReportedOverflow(MimoCtxError):
+    """A context overflow a provider reported inside a successful response or stream.
+
+    An Anthropic ``stop_reason`` of ``model_context_window_exceeded``, or an
+    overflow error event in a stream. Raised only to drive the retry; a host sees
+    it as the ``__cause__`` of :class:`~mimo_ctx.errors.ContextOverflowError`.
+
+    Attributes:
+        payload: The response or event that reported it.
+        code: Always ``context_length_exceeded`` (what the overflow recogniser reads).
+    """
+
+    code = "context_length_exceeded"
+
+    def __init__(self, detail: str, payload: object = None) -> None:
+        super().__init__(f"the provider reported a context overflow ({detail})")
+        self.payload = payload

@@ -41,6 +41,7 @@ from typing import Final
 import aiofiles
 import anyio.to_thread
 
+from mimo_ctx._util import shielded
 from mimo_ctx.errors import PathEscapeError
 
 __all__ = [
@@ -266,7 +267,10 @@ async def read_text(
         target = await anyio.to_thread.run_sync(_contained, target, root, "read")
     started = time.time_ns()
     try:
-        async with aiofiles.open(target, "rb", opener=_open_nonblocking) as handle:
+        # Shielded: aiofiles opens in a worker thread, and a caller cancelled while it
+        # runs would drop the file object unclosed (a leaked descriptor until GC).
+        handle = await shielded(aiofiles.open(target, "rb", opener=_open_nonblocking))
+        try:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
                 return None  # a FIFO or a device: reading could block or never end
@@ -295,6 +299,8 @@ async def read_text(
                 # not sixteen; reading past ``max_chars`` stays within what was
                 # already read (each chunk at most doubles it).
                 size = min(2 * size, _MAX_CHUNK_BYTES)
+        finally:
+            await shielded(handle.close())
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     result = "".join(pieces)

@@ -32,6 +32,7 @@ __all__ = [
     "FilePart",
     "Message",
     "MessageError",
+    "MessageFailure",
     "OpaquePart",
     "Part",
     "ReasoningPart",
@@ -298,12 +299,19 @@ Part = Annotated[
 ]
 
 
-class MessageError(_Model):
-    """Why an assistant message failed; ``aborted`` when the user cancelled it."""
+class MessageFailure(_Model):
+    """Why an assistant message failed; ``aborted`` when the user cancelled it.
+
+    A value stored with the message, not an exception (hence not ``...Error``).
+    """
 
     name: str
     message: str = ""
     aborted: bool = False
+
+
+MessageError = MessageFailure
+"""Deprecated alias of :class:`MessageFailure` (its name read like an exception)."""
 
 
 class Message(_Model):
@@ -339,7 +347,7 @@ class Message(_Model):
     time_created: int = Field(ge=0)
     time_completed: int | None = None
     finish: str | None = None
-    error: MessageError | None = None
+    error: MessageFailure | None = None
     usage: TokenUsage | None = None
     summary: bool = False
     provider_message_id: str | None = None

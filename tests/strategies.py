@@ -50,7 +50,7 @@ from mimo_ctx.messages import (
     CompactionPart,
     FilePart,
     Message,
-    MessageError,
+    MessageFailure,
     OpaquePart,
     Part,
     ReasoningPart,
@@ -352,10 +352,10 @@ def token_usages() -> st.SearchStrategy[TokenUsage]:
     )
 
 
-def message_errors() -> st.SearchStrategy[MessageError]:
+def message_errors() -> st.SearchStrategy[MessageFailure]:
     """Why an assistant message failed."""
     return st.builds(
-        MessageError,
+        MessageFailure,
         name=st.sampled_from(["APIError", "AbortedError", "ProviderAuthError"]),
         message=texts(60),
         aborted=st.booleans(),

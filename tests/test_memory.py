@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import AsyncGenerator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 
 from mimo_ctx import memory
@@ -316,12 +316,13 @@ async def test_read_text_max_chars_reads_a_bounded_amount(
             read_bytes.append(len(data))
             return data
 
-    @asynccontextmanager
-    async def counting_open(file: str, mode: str, **kwargs: Any) -> AsyncGenerator[_Counting]:
+        async def close(self) -> None:
+            await self._handle.close()
+
+    async def counting_open(file: str, mode: str, **kwargs: Any) -> _Counting:
         assert mode == "rb"
         opener: Callable[[str, int], int] = kwargs["opener"]
-        async with real_open(file, "rb", opener=opener) as handle:
-            yield _Counting(handle)
+        return _Counting(await real_open(file, "rb", opener=opener))
 
     monkeypatch.setattr(memory.aiofiles, "open", counting_open)
     text = await read_text(path, max_chars=100)
@@ -562,3 +563,40 @@ async def test_list_memory_files_runs_off_the_event_loop(
     monkeypatch.setattr(memory.anyio.to_thread, "run_sync", recording)
     assert await list_memory_files(layout, session_id="s1", project_id="p1")
     assert len(calls) == 1
+
+
+async def test_read_cancelled_while_opening_leaves_no_open_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader cancelled while the worker thread opens the file (a writer being
+    cancelled at shutdown) closes it: no descriptor is left for the GC to find."""
+    import gc
+    import threading
+    import warnings
+
+    path = tmp_path / "checkpoint.state.json"
+    path.write_text('{"digest": "x"}', encoding="utf-8")
+    entered, release = threading.Event(), threading.Event()
+    real_open = memory._open_nonblocking  # pyright: ignore[reportPrivateUsage]
+
+    def slow_open(name: str, flags: int) -> int:
+        entered.set()
+        release.wait(10)
+        return real_open(name, flags)
+
+    monkeypatch.setattr(memory, "_open_nonblocking", slow_open)
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read_text, path)
+                await anyio.to_thread.run_sync(entered.wait)
+                tg.cancel_scope.cancel()
+                release.set()
+        for _ in range(20):  # the executor thread finishes the open meanwhile
+            await anyio.sleep(0.01)
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+    assert unraisable == []

@@ -600,15 +600,15 @@ async def test_events_stream_delivers_typed_events(store: Store, tmp_path: Path)
     received: list[Event] = []
     model = ScriptedModel([tool_round("read", 4000, seed=i, file_path="i") for i in range(8)])
     async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS) as mw:
-        stream = mw.events.subscribe()
-        session = await mw.open_session(system=SYSTEM)
-        await mw.add_user_message(session.id, "Go.")
-        await run_turns(mw, session.id, model, 6)
-        while True:
-            try:
-                received.append(stream.receive_nowait())
-            except anyio.WouldBlock:
-                break
+        with mw.events.subscribe() as stream:
+            session = await mw.open_session(system=SYSTEM)
+            await mw.add_user_message(session.id, "Go.")
+            await run_turns(mw, session.id, model, 6)
+            while True:
+                try:
+                    received.append(stream.receive_nowait())
+                except anyio.WouldBlock:
+                    break
     assert any(isinstance(e, WriterStarted) for e in received)
     assert all(e.session_id == session.id for e in received)
 

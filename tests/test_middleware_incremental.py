@@ -17,7 +17,7 @@ import pytest
 from mimo_ctx._window import Windows
 from mimo_ctx.messages import (
     Message,
-    MessageError,
+    MessageFailure,
     TextPart,
     TokenUsage,
     ToolPart,
@@ -107,7 +107,7 @@ async def _scenario(seed: int, store: Store, root: Path) -> None:
                     role="assistant",
                     time_created=t,
                     finish="stop",
-                    error=MessageError(name="x", aborted=rng.random() < 0.5),
+                    error=MessageFailure(name="x", aborted=rng.random() < 0.5),
                     parts=[TextPart(text="err")],
                 )
                 await mw.append([message])

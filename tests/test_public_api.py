@@ -12,7 +12,7 @@ EXPECTED = {
     "CheckpointDraft", "CheckpointPart", "CheckpointWriter", "CompactionPart", "ConfigError",
     "ContextMiddleware", "ContextOverflowError", "ContextRebuilt", "Event", "EventBus",
     "FilePart", "InMemoryStore", "InvalidRequestError", "LLMCheckpointWriter",
-    "LastMessageInfo", "MemoryLayout", "Message", "MessageError", "MimoCtxError",
+    "LastMessageInfo", "MemoryLayout", "Message", "MessageError", "MessageFailure", "MimoCtxError",
     "ModelLimits", "OfflineCheckpointWriter", "OpaquePart", "Part", "PathEscapeError",
     "PushCaps", "ReasoningPart", "RebuildConfig", "RebuildReport", "RenderedBody",
     "RequestPrefix", "RequestView", "SQLiteStore", "SectionFigure", "Session",
@@ -56,3 +56,20 @@ def test_py_typed_is_shipped() -> None:
     from importlib.resources import files
 
     assert files("mimo_ctx").joinpath("py.typed").is_file()
+
+
+def test_message_error_is_a_deprecated_alias_of_message_failure() -> None:
+    """The model of a failed message is not an exception; the old name still works."""
+    assert mimo_ctx.MessageError is mimo_ctx.MessageFailure
+    assert not issubclass(mimo_ctx.MessageFailure, BaseException)
+
+
+def test_the_declared_mit_license_ships_with_its_text() -> None:
+    import importlib.metadata
+    from pathlib import Path
+
+    metadata = importlib.metadata.metadata("mimo-ctx")
+    assert metadata["License-Expression"] == "MIT"
+    assert metadata.get_all("License-File") == ["LICENSE"]
+    text = (Path(__file__).resolve().parents[1] / "LICENSE").read_text(encoding="utf-8")
+    assert text.startswith("MIT License")

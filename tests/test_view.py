@@ -9,7 +9,7 @@ from mimo_ctx.messages import (
     CompactionPart,
     FilePart,
     Message,
-    MessageError,
+    MessageFailure,
     OpaquePart,
     Part,
     ReasoningPart,
@@ -162,13 +162,13 @@ def test_a10_errored_assistant_is_skipped() -> None:
     failed = _msg(
         "assistant",
         [TextPart(text="half an answer")],
-        error=MessageError(name="APIError", message="boom"),
+        error=MessageFailure(name="APIError", message="boom"),
     )
     assert apply_send_rules([failed]) == []
 
 
 def test_a10_aborted_assistant_with_real_content_is_kept() -> None:
-    aborted = MessageError(name="AbortedError", aborted=True)
+    aborted = MessageFailure(name="AbortedError", aborted=True)
     with_text = _msg("assistant", [TextPart(text="partial")], error=aborted)
     with_call = _msg("assistant", [_completed()], error=aborted)
     blank = _msg("assistant", [TextPart(text="  \n")], error=aborted)
@@ -183,7 +183,7 @@ def test_a10_aborted_assistant_with_real_content_is_kept() -> None:
 def test_a10_results_of_a_skipped_call_are_not_sent() -> None:
     """A result whose call was skipped would be an orphan, which providers reject."""
     call = ToolPart(call_id="c1", tool="bash", state=ToolStatePending())
-    failed = _msg("assistant", [call], error=MessageError(name="APIError"))
+    failed = _msg("assistant", [call], error=MessageFailure(name="APIError"))
     result = _msg("tool", [ToolResultPart(call_id="c1", tool="bash", output="?")])
     user = _msg("user", [TextPart(text="again")])
     assert [m.id for m in apply_send_rules([failed, result, user])] == [user.id]
@@ -241,7 +241,7 @@ def test_a10_never_mutates_its_input() -> None:
                 _completed(time=ToolTime(compacted=1)),
                 ToolPart(call_id="c2", tool="t", state=ToolStateRunning()),
             ],
-            error=MessageError(name="AbortedError", aborted=True),
+            error=MessageFailure(name="AbortedError", aborted=True),
         ),
     ]
     before = [m.model_dump() for m in history]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from mimo_ctx.config import RebuildConfig, load_config, parse_token_amount
-from mimo_ctx.errors import MimoCtxError
+from mimo_ctx.errors import CliError, MimoCtxError
 from mimo_ctx.importers import ImportedTranscript, load_transcript
 from mimo_ctx.messages import Message, TextPart, ToolPart, ToolResultPart, ToolStateCompleted
 from mimo_ctx.providers.anthropic import to_anthropic
@@ -99,10 +99,6 @@ def load_transcript_file(path_arg: str) -> ImportedTranscript:
     if path.is_dir():
         raise CliError(f"{path}: a directory, not a transcript file")
     return stable_ids(load_transcript(path))
-
-
-class CliError(MimoCtxError):
-    """A user mistake the command reports in one line (exit code 2)."""
 
 
 def load_cli_config(path: str | None) -> RebuildConfig:

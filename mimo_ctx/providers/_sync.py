@@ -69,7 +69,7 @@ from typing import Any, Final, Generic, Protocol, Self, TypeVar, cast
 
 import anyio
 
-from mimo_ctx.errors import ContextOverflowError, InvalidRequestError
+from mimo_ctx.errors import ContextOverflowError, InvalidRequestError, ProviderReportedOverflow
 from mimo_ctx.messages import (
     MAIN_AGENT,
     CheckpointPart,
@@ -392,25 +392,6 @@ def converter_input(view: RequestView) -> list[Message]:
 # --------------------------------------------------------------------------- #
 # Sending with one overflow retry
 # --------------------------------------------------------------------------- #
-
-
-class ProviderReportedOverflow(Exception):
-    """A context overflow a provider reported inside a successful response or stream.
-
-    An Anthropic ``stop_reason`` of ``model_context_window_exceeded``, or an
-    overflow error event in a stream. Raised only to drive the retry; a host sees
-    it as the ``__cause__`` of :class:`~mimo_ctx.errors.ContextOverflowError`.
-
-    Attributes:
-        payload: The response or event that reported it.
-        code: Always ``context_length_exceeded`` (what the overflow recogniser reads).
-    """
-
-    code = "context_length_exceeded"
-
-    def __init__(self, detail: str, payload: object = None) -> None:
-        super().__init__(f"the provider reported a context overflow ({detail})")
-        self.payload = payload
 
 
 class RecoveringCall(Generic[_P, _R]):

@@ -15,8 +15,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol, TypeVar, cast
 
-import anyio
-
 try:
     import asyncpg
 except ImportError as _exc:  # pragma: no cover - depends on the installed extras
@@ -38,7 +36,6 @@ __all__ = [
     "no_reset",
     "quiet_rollback",
     "redact",
-    "shielded",
 ]
 
 _T = TypeVar("_T")
@@ -133,14 +130,6 @@ def affected(status: str) -> int:
     """Rows affected, from a command status such as ``UPDATE 1``."""
     tail = status.rsplit(" ", 1)[-1]
     return int(tail) if tail.isdigit() else 0
-
-
-async def shielded(work: Awaitable[_T]) -> _T:
-    """Await ``work`` shielded from cancellation (the caller is cancelled afterwards)."""
-    done: list[_T] = []
-    with anyio.CancelScope(shield=True):
-        done.append(await work)
-    return done[0]
 
 
 async def quiet_rollback(conn: Connection) -> None:

@@ -83,6 +83,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the installed extra
         'mimo_ctx.store.postgres needs asyncpg: pip install "mimo-ctx[postgres]"'
     ) from _exc
 
+from mimo_ctx._util import shielded
 from mimo_ctx.checkpoint.lease import LeaseHolder
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message, set_insert_seq
@@ -98,7 +99,6 @@ from mimo_ctx.store._pg_driver import (
     no_reset,
     quiet_rollback,
     redact,
-    shielded,
 )
 from mimo_ctx.store._pg_lease import PostgresWriterLease
 from mimo_ctx.store._pg_schema import (

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from mimo_ctx.errors import ArgumentError
 from mimo_ctx.session import TaskStatus
 
 __all__ = [
@@ -57,10 +58,6 @@ TASK_STATUSES: Final[tuple[TaskStatus, ...]] = (
 ARGUMENT_ALIASES: Final[Mapping[str, str]] = {"messageID": "message_id", "messageId": "message_id"}
 """Other spellings accepted for an argument: the elision line of the rebuild body
 writes ``messageID=<id>`` (SPEC A7), so a model may copy that spelling."""
-
-
-class ArgumentError(ValueError):
-    """The model's arguments do not fit the tool; the message says what to send instead."""
 
 
 @dataclass(frozen=True, slots=True)

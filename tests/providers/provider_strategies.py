@@ -18,7 +18,7 @@ from mimo_ctx.messages import (
     CompactionPart,
     FilePart,
     Message,
-    MessageError,
+    MessageFailure,
     OpaquePart,
     Part,
     ReasoningPart,
@@ -376,7 +376,7 @@ def histories(draw: st.DrawFn) -> list[Message]:
         ]
         error = None
         if role == "assistant" and draw(st.integers(0, 4)) == 0:
-            error = MessageError(
+            error = MessageFailure(
                 name="AbortedError" if draw(st.booleans()) else "APIError",
                 aborted=draw(st.booleans()),
             )

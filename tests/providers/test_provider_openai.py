@@ -14,7 +14,7 @@ from mimo_ctx.messages import (
     CheckpointPart,
     FilePart,
     Message,
-    MessageError,
+    MessageFailure,
     OpaquePart,
     Part,
     ReasoningPart,
@@ -134,7 +134,7 @@ def test_chat_split_results_are_sent_right_after_their_call() -> None:
 def test_chat_errored_assistant_and_error_results() -> None:
     history = [
         _msg("user", [TextPart(text="q")]),
-        _msg("assistant", [TextPart(text="half")], error=MessageError(name="APIError")),
+        _msg("assistant", [TextPart(text="half")], error=MessageFailure(name="APIError")),
         _msg("assistant", [_call("c1", ToolStateError(input={}, error="no such file"))]),
     ]
     out = to_openai_chat(history)
