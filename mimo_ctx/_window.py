@@ -25,15 +25,15 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from mimo_ctx.digest import collapse_checkpoint_tail, is_digested
+from mimo_ctx.digest import collapse_checkpoint_tail
 from mimo_ctx.memory import MemoryLayout
-from mimo_ctx.messages import MAIN_AGENT, Message, ToolResultPart, written_after
+from mimo_ctx.messages import MAIN_AGENT, Message, written_after
 from mimo_ctx.reminders import append_per_turn_reminder
 from mimo_ctx.session import RequestPrefix, Session
 from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import estimate_message_tokens, estimate_text_tokens, js_json
 from mimo_ctx.triggers import is_recovered
-from mimo_ctx.view import apply_send_rules
+from mimo_ctx.view import IncrementalView, apply_send_rules
 
 __all__ = [
     "MEMORY_RECHECK_SECONDS",
@@ -56,13 +56,6 @@ def message_key(message: Message) -> tuple[int, str]:
     return (message.time_created, message.id)
 
 
-@dataclass(frozen=True, slots=True)
-class _ViewCache:
-    boundary: Message | None
-    messages: list[Message]
-    tokens: int
-
-
 @dataclass(slots=True)
 class LiveWindow:
     """The live part of one agent's history, kept current from the change feed."""
@@ -73,17 +66,16 @@ class LiveWindow:
     start: tuple[int, str] | None = None
     messages: list[Message] = field(default_factory=list[Message])
     keys: list[tuple[int, str]] = field(default_factory=list[tuple[int, str]])
-    sendable: dict[str, tuple[Message, Message]] = field(
-        default_factory=dict[str, tuple[Message, Message]]
-    )
     last_finished: Message | None = None
     newest_id: str | None = None
     loaded: bool = False
-    # The last view, extended in O(new messages) while messages are only appended
-    # at the end (the common turn); anything else rebuilds it from the window.
-    view: _ViewCache | None = None
-    appended: int = 0
-    reshaped: bool = True
+    # The view, kept current in O(changes): `changed` is the first index of
+    # `messages` written since the last view (appends, updates and insertions all
+    # leave the view valid up to there); `placed` holds, per message the view took
+    # in (after the boundary), its index in `messages`.
+    engine: IncrementalView | None = None
+    placed: list[int] = field(default_factory=list[int])
+    changed: int = 0
     # The last message that carried the per-turn reminder and its copy, so the
     # copy (and its token estimate) is made once, not every turn (R8.3).
     reminder: tuple[Message, Message] | None = None
@@ -101,6 +93,19 @@ class LiveWindow:
         """
         return is_recovered(self.last_finished, self.boundary)
 
+    def note_finished(self, message: Message) -> None:
+        """Take ``message`` as the last finished assistant message when it is newer.
+
+        "Newest" by the store's write order, never by ids (R1.4 as amended).
+        """
+        if (
+            not message.off_branch
+            and message.role == "assistant"
+            and message.finish is not None
+            and (self.last_finished is None or not written_after(self.last_finished, message))
+        ):
+            self.last_finished = message
+
     def live(self, message: Message) -> bool:
         """True when ``message`` lists after the watermark (it belongs to the window)."""
         return self.start is None or message_key(message) > self.start
@@ -113,20 +118,14 @@ class LiveWindow:
             if index < len(self.keys) and self.keys[index] == key:
                 del self.keys[index]
                 del self.messages[index]
-                self.reshaped = True
-            self.sendable.pop(message.id, None)
+                self.changed = min(self.changed, index)
             return
         if index < len(self.keys) and self.keys[index] == key:
             self.messages[index] = message
-            self.reshaped = True
         else:
             self.keys.insert(index, key)
             self.messages.insert(index, message)
-            if index == len(self.keys) - 1:
-                self.appended += 1
-            else:
-                self.reshaped = True
-        self.sendable.pop(message.id, None)
+        self.changed = min(self.changed, index)
 
 
 @dataclass(slots=True)
@@ -199,16 +198,7 @@ class Windows:
                 # The host left the newest answer behind: the one before it counts.
                 reload = True
                 continue
-            # "Newest" by the store's write order, never by ids (R1.4 as amended).
-            if (
-                not message.off_branch
-                and message.role == "assistant"
-                and message.finish is not None
-                and (
-                    window.last_finished is None or not written_after(window.last_finished, message)
-                )
-            ):
-                window.last_finished = message
+            window.note_finished(message)
             if message.is_boundary and (
                 window.boundary is None or written_after(message, window.boundary)
             ):
@@ -292,73 +282,66 @@ class Windows:
             state.prefix_tokens = estimate_text_tokens(prefix.system) + estimate_text_tokens(
                 js_json(prefix.tools)
             )
-        boundary = window.boundary
-        cache = window.view
-        appended = window.messages[len(window.messages) - window.appended :]
-        if (
-            cache is not None
-            and not window.reshaped
-            and cache.boundary is boundary
-            and not any(isinstance(p, ToolResultPart) for m in appended for p in m.parts)
-        ):
-            # Only appended at the end, and nothing that answers an earlier call:
-            # the send rules of earlier messages are unchanged (SPEC A10), so the
-            # turn costs O(new messages).
-            fresh = apply_send_rules(_collapse_appended(boundary, appended))
-            sendable = [*cache.messages, *fresh]
-            tokens = cache.tokens + sum(estimate_message_tokens(m) for m in fresh)
-        else:
-            sendable, tokens = self.full_view(window, boundary)
-        window.view = _ViewCache(boundary, sendable, tokens)
-        window.appended = 0
-        window.reshaped = False
+        sendable, tokens, user = self._current(window)
         tokens += state.prefix_tokens
-        # A new list: the caller may change it; the cached one stays as it is.
+        # A new list: the caller may change it; the engine's stays as it is.
         sendable = list(sendable)
-        if await self._needs_reminder(session_id, state):
-            for index in range(len(sendable) - 1, -1, -1):
-                source = sendable[index]
-                if source.role != "user":
-                    continue
-                cached = window.reminder
-                if cached is not None and cached[0] is source:
-                    replaced = cached[1]
-                else:
-                    replaced = append_per_turn_reminder(
-                        [source], str(self._layout.session_dir(session_id))
-                    )[0]
-                    window.reminder = (source, replaced)
-                tokens += estimate_message_tokens(replaced) - estimate_message_tokens(source)
-                sendable[index] = replaced
-                break
+        if user >= 0 and await self._needs_reminder(session_id, state):
+            source = sendable[user]
+            cached = window.reminder
+            if cached is not None and cached[0] is source:
+                replaced = cached[1]
+            else:
+                replaced = append_per_turn_reminder(
+                    [source], str(self._layout.session_dir(session_id))
+                )[0]
+                window.reminder = (source, replaced)
+            tokens += estimate_message_tokens(replaced) - estimate_message_tokens(source)
+            sendable[user] = replaced
         return WindowView(prefix, sendable, tokens)
 
     @staticmethod
+    def _current(window: LiveWindow) -> tuple[list[Message], int, int]:
+        """The window's view, its tokens and the position of its last user message.
+
+        The engine keeps the view of what it took in; only the messages from the
+        first one written since (appended, updated or inserted) are taken back and
+        taken in again: a turn costs O(new messages) whatever its shape. A new
+        boundary, or a digested message with tool calls coming or going, builds it
+        anew (SPEC R7.3's orphan rule looks at the whole tail).
+        """
+        boundary = window.boundary
+        engine = window.engine
+        changed = window.changed
+        messages = window.messages
+        if engine is not None and engine.boundary is boundary:
+            keep = bisect_left(window.placed, changed)
+            fresh = [(i, m) for i, m in enumerate(messages[changed:], changed) if not m.is_boundary]
+            if engine.truncate(keep + (boundary is not None)) and engine.extend(
+                [m for _, m in fresh]
+            ):
+                del window.placed[keep:]
+                window.placed.extend(i for i, _ in fresh)
+            else:
+                engine = None
+        if engine is None:
+            live = [(i, m) for i, m in enumerate(messages) if not m.is_boundary]
+            engine = window.engine = IncrementalView(
+                boundary, [m for _, m in live], estimate_message_tokens
+            )
+            window.placed = [i for i, _ in live]
+        window.changed = len(messages)
+        return engine.messages, engine.tokens, engine.users[-1] if engine.users else -1
+
+    @staticmethod
     def full_view(window: LiveWindow, boundary: Message | None) -> tuple[list[Message], int]:
-        """The view rebuilt from the whole window: send rules over every live message."""
+        """The view computed from the whole window (what the engine keeps, for tests)."""
         # Older boundaries that still list after the watermark are not resent:
         # the newest boundary supersedes them.
         live = [m for m in window.messages if not m.is_boundary]
         ordered = [boundary, *live] if boundary is not None else live
-        collapsed = collapse_checkpoint_tail(ordered)
-        sources = {m.id: m for m in collapsed}
-        sendable: list[Message] = []
-        tokens = 0
-        for fresh in apply_send_rules(collapsed):
-            converted = fresh
-            source = sources.get(fresh.id)
-            if fresh is not source:
-                # A converted copy (boundary, compacted results...) is rebuilt every
-                # time; reuse the last equal copy so its token estimate stays cached.
-                # Compare parts: pydantic equality also compares the cached estimate.
-                cached = window.sendable.get(fresh.id)
-                if cached is not None and cached[0] is source and cached[1].parts == fresh.parts:
-                    converted = cached[1]
-                elif source is not None:
-                    window.sendable[fresh.id] = (source, fresh)
-            sendable.append(converted)
-            tokens += estimate_message_tokens(converted)
-        return sendable, tokens
+        sendable = apply_send_rules(collapse_checkpoint_tail(ordered))
+        return sendable, sum(estimate_message_tokens(m) for m in sendable)
 
     async def _needs_reminder(self, session_id: str, state: LiveSession) -> bool:
         # R8.3 / A12: only when the session has memory files or tasks.
@@ -375,16 +358,6 @@ class Windows:
             has_files = False
         state.has_memory = has_files or bool(await self._store.list_tasks(session_id))
         return state.has_memory
-
-
-def _collapse_appended(boundary: Message | None, appended: Sequence[Message]) -> list[Message]:
-    """The appended messages the collapse keeps (R7.3), without older boundaries."""
-    checkpoint = boundary.checkpoint_part if boundary is not None else None
-    return [
-        m
-        for m in appended
-        if not m.is_boundary and (checkpoint is None or not is_digested(m, checkpoint))
-    ]
 
 
 def _dir_has_entries(directory: Path) -> bool:

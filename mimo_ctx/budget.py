@@ -44,13 +44,14 @@ Exact rules (our choices where the SPEC is silent):
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from mimo_ctx.config import PushCaps
 from mimo_ctx.errors import ConfigError
-from mimo_ctx.tokens import TokenCounter, estimate_text_tokens
+from mimo_ctx.tokens import CharEstimator, TokenCounter, estimate_text_tokens, utf16_length
 
 __all__ = [
     "CUT_THRESHOLD_TOKENS",
@@ -66,7 +67,6 @@ __all__ = [
 CUT_THRESHOLD_TOKENS: Final = 50
 """A body that does not fit is cut only when more than this many tokens remain (R6.2)."""
 
-_HEADING_PREFIX: Final = "## "
 _INDEX_LINE = re.compile(r"^- See \S+\.md \(\d+")
 _FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _FENCE_CLOSE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*\r?$")
@@ -142,6 +142,8 @@ def _finish(content: str, notice: str) -> str:
 
 
 def _close_fence(text: str) -> str:
+    if not _has_fence_chars(text):
+        return text
     _, closer = scan_fences(text.split("\n"))
     return f"{text}\n{closer}" if closer else text
 
@@ -301,184 +303,367 @@ def _cap_list(section_caps: SectionCaps | None) -> list[SectionCap]:
 
 # -- read_budgeted_section_aware ------------------------------------------------------
 
-
-@dataclass(slots=True)
-class _Section:
-    heading: str
-    lines: list[str]
-    skeleton: list[bool]
-    body: list[str] = field(default_factory=list[str])
-    # The skeleton lines with, for each, how many body lines precede it.
-    skeleton_at: list[tuple[int, str]] = field(default_factory=list[tuple[int, str]])
-    # Whether any line could open a fence: if not, no emitted text needs closing.
-    fence_chars: bool = True
-
-
-def _is_italic(line: str) -> bool:
-    stripped = line.strip()
-    return len(stripped) > 1 and stripped[0] == "_" and stripped[-1] == "_"
+# Whole-text scans for lines that start with something: each pattern starts with the
+# "\n" that ends the line before (a literal prefix lets the regex engine jump from
+# line break to line break); a match at offset 0 is checked apart. Lines are what
+# ``text.split("\n")`` gives.
+_HEADING_LINES = re.compile(r"\n## ")
+_FENCE_LINES = re.compile(r"\n {0,3}(?:```|~~~)")
+_FENCE_START = re.compile(r" {0,3}(?:```|~~~)")
+# ``line.strip()`` starts and ends with "_" and is longer than one character;
+# ``\s`` is exactly ``str.isspace`` (what ``strip`` removes), minus the line break.
+_ITALIC_LINES = re.compile(r"\n[^\S\n]*_[^\n]*_[^\S\n]*(?=\n|\Z)")
+_INDEX_LINES = re.compile(r"\n- See \S+\.md \(\d+")
 
 
 def _has_fence_chars(text: str) -> bool:
     # A fence (open or close) is a run of three backticks or tildes; a text without
-    # either has no fenced line, whatever its indentation.
-    return "```" in text or "~~~" in text
+    # either has no fenced line, whatever its indentation. The one-character tests
+    # first: they are a memchr, the three-character ones a slower substring search.
+    return ("`" in text and "```" in text) or ("~" in text and "~~~" in text)
 
 
-def _make_section(lines: list[str], fenced: list[bool] | None, start: int) -> _Section:
-    """The section whose heading is ``lines[0]`` (``fenced`` indexed from ``start``)."""
-    skeleton = [False] * len(lines)
-    skeleton[0] = True
-    for j in range(1, len(lines)):
-        if (fenced is None or not fenced[start + j]) and _is_italic(lines[j]):
-            skeleton[j] = True
+def _line_end(text: str, start: int, end: int) -> int:
+    found = text.find("\n", start, end)
+    return end if found < 0 else found
+
+
+def _fenced_spans(text: str) -> list[tuple[int, int]]:
+    """``(first, last)`` offsets of each fenced block, as :func:`scan_fences` finds them.
+
+    ``first`` is where the opening fence line starts, ``last`` where the closing
+    fence line ends (the end of the text for a block left open). Only lines that
+    start with a fence run can open or close a block, so only those are looked at.
+    """
+    spans: list[tuple[int, int]] = []
+    open_at = -1
+    open_char = ""
+    open_len = 0
+    starts = [0] if _FENCE_START.match(text) else []
+    starts.extend(m.start() + 1 for m in _FENCE_LINES.finditer(text))
+    for start in starts:
+        line = text[start : _line_end(text, start, len(text))]
+        if open_at < 0:
+            opened = _FENCE_OPEN.match(line)
+            if opened and not (opened.group(1)[0] == "`" and "`" in opened.group(2)):
+                open_at, open_char, open_len = start, opened.group(1)[0], len(opened.group(1))
+            continue
+        closed = _FENCE_CLOSE.match(line)
+        if closed and closed.group(1)[0] == open_char and len(closed.group(1)) >= open_len:
+            spans.append((open_at, start + len(line)))
+            open_at = -1
+    if open_at >= 0:
+        spans.append((open_at, len(text)))
+    return spans
+
+
+class _Fences:
+    """Whether a line (by the offset it starts at) lies inside a fenced block."""
+
+    def __init__(self, text: str) -> None:
+        # Whether the text holds any fence characters at all (a section of a text
+        # without them needs no fence handling).
+        self.chars = _has_fence_chars(text)
+        self._spans = _fenced_spans(text) if self.chars else []
+        self._firsts = [first for first, _ in self._spans]
+
+    def __bool__(self) -> bool:
+        return bool(self._spans)
+
+    def holds(self, offset: int) -> bool:
+        index = bisect_right(self._firsts, offset) - 1
+        return index >= 0 and offset <= self._spans[index][1]
+
+
+@dataclass(slots=True)
+class _Section:
+    """One ``## `` section, kept as slices of the file's text.
+
+    ``body`` is the section's non-skeleton lines joined by ``\\n``; ``skeleton``
+    holds, per skeleton line in order, how many body lines precede it, the offset
+    in ``body`` where those lines end, and the line itself.
+    """
+
+    heading: str
+    text: str
+    skeleton: list[tuple[int, int, str]]
+    body: str
+    body_lines: int
+    fence_chars: bool
+    # UTF-16 lengths (the estimator's measure): the whole section and its body.
+    utf16: int = 0
+    body_utf16: int = 0
+
+    @property
+    def lines(self) -> list[str]:
+        """The section's lines (for tests and diagnostics; the reader never splits)."""
+        return self.text.split("\n")
+
+
+def _make_section(text: str, start: int, end: int, fences: _Fences, additive: bool) -> _Section:
+    """The section of ``text[start:end]`` (``start`` begins its heading line)."""
+    head_end = _line_end(text, start, end)
+    spans = [(start, head_end)]
+    position = head_end  # the "\n" before the next line
+    while position < end:
+        italic = _ITALIC_LINES.search(text, position, end)
+        if italic is None:
             break
-    for j, line in enumerate(lines):
-        # ``startswith`` is a cheap exact pre-filter for the anchored pattern.
-        if (
-            j
-            and line.startswith("- See ")
-            and (fenced is None or not fenced[start + j])
-            and _INDEX_LINE.match(line)
-        ):
-            skeleton[j] = True
-    body: list[str] = []
-    skeleton_at: list[tuple[int, str]] = []
-    for line, skel in zip(lines, skeleton, strict=True):
-        if skel:
-            skeleton_at.append((len(body), line))
-        else:
-            body.append(line)
-    return _Section(
-        lines[0].rstrip("\r"),
-        lines,
-        skeleton,
-        body,
-        skeleton_at,
-        fenced is not None and _has_fence_chars("\n".join(lines)),
+        if not fences.holds(italic.start() + 1):
+            spans.append((italic.start() + 1, italic.end()))
+            break
+        position = italic.end()
+    if head_end < end:
+        for match in _INDEX_LINES.finditer(text, head_end, end):
+            first = match.start() + 1
+            if not fences.holds(first):
+                spans.append((first, _line_end(text, first, end)))
+        spans.sort()
+    runs: list[str] = []
+    skeleton: list[tuple[int, int, str]] = []
+    lines_before = 0
+    body_chars = -1  # length of the joined runs so far (-1: none yet)
+    previous = start - 1  # where the last skeleton line ended (its "\n")
+    for first, last in spans:
+        if first > previous + 1:  # at least one body line in between
+            run = text[previous + 1 : first - 1]
+            runs.append(run)
+            lines_before += run.count("\n") + 1
+            body_chars += len(run) + 1
+        skeleton.append((lines_before, max(body_chars, 0), text[first:last]))
+        previous = last
+    if previous < end:
+        run = text[previous + 1 : end]
+        runs.append(run)
+        lines_before += run.count("\n") + 1
+    section_text = text[start:end]
+    section = _Section(
+        heading=text[start:head_end].rstrip("\r"),
+        text=section_text,
+        skeleton=skeleton,
+        body="\n".join(runs),
+        body_lines=lines_before,
+        fence_chars=fences.chars and _has_fence_chars(section_text),
     )
+    if additive:
+        section.utf16 = utf16_length(section_text)
+        if section.body_lines:
+            # The body is the section without its skeleton lines and their "\n"s.
+            skeleton_utf16 = sum(utf16_length(line) for _, _, line in skeleton)
+            section.body_utf16 = section.utf16 - skeleton_utf16 - len(skeleton)
+    return section
 
 
-def _parse(text: str) -> tuple[list[str], list[_Section]]:
-    lines = text.split("\n")
-    fenced: list[bool] | None = None
-    if _has_fence_chars(text):
-        fenced, _ = scan_fences(lines)
-    if fenced is None:
-        heads = [i for i, line in enumerate(lines) if line.startswith(_HEADING_PREFIX)]
-    else:
-        heads = [
-            i for i, line in enumerate(lines) if not fenced[i] and line.startswith(_HEADING_PREFIX)
-        ]
+def _parse(text: str, *, additive: bool = False) -> tuple[str | None, list[_Section]]:
+    """The preamble (``None`` when the first line is a heading) and the sections.
+
+    ``additive`` also computes the UTF-16 lengths the estimator's measure needs.
+    """
+    fences = _Fences(text)
+    heads = [0] if text.startswith("## ") else []
+    heads.extend(m.start() + 1 for m in _HEADING_LINES.finditer(text))
+    if fences:
+        heads = [head for head in heads if not fences.holds(head)]
     if not heads:
-        return lines, []
-    preamble = lines[: heads[0]]
-    ends = [*heads[1:], len(lines)]
+        return text, []
+    preamble = text[: heads[0] - 1] if heads[0] else None
+    ends = [head - 1 for head in heads[1:]] + [len(text)]
     sections = [
-        _make_section(lines[start:end], fenced, start)
+        _make_section(text, start, end, fences, additive)
         for start, end in zip(heads, ends, strict=True)
     ]
     return preamble, sections
 
 
-def _cut_lines(lines: list[str], target: int) -> list[str]:
-    """The longest line-aligned prefix of ``lines`` within ``target`` characters."""
-    head, _ = _cut_at_line("\n".join(lines), target)
-    return head.split("\n") if head else []
+def _kept_lines(kept: str) -> int:
+    """Lines of a cut head: ``kept.split("\\n")`` without making the list."""
+    return kept.count("\n") + 1 if kept else 0
 
 
-def _shrink(lines: list[str], target: int, fits: Callable[[list[str]], bool]) -> list[str]:
-    """Cut ``lines`` to ``target`` characters, then further until ``fits`` holds."""
-    kept = _cut_lines(lines, target)
+def _shrink(body: str, target: int, fits: Callable[[str], bool]) -> str:
+    """Cut ``body`` to ``target`` characters back to a line end, then further until ``fits``."""
+    kept, _ = _cut_at_line(body, target)
     while kept and not fits(kept):
-        kept = _cut_lines(kept, len("\n".join(kept)) * 9 // 10)
+        kept, _ = _cut_at_line(kept, len(kept) * 9 // 10)
     return kept
 
 
-def _emit(section: _Section, kept: list[str]) -> str:
-    """A section's text: skeleton lines plus the kept prefix of its body, in order.
+def _emit(section: _Section, kept: str, kept_lines: int) -> str:
+    """A section's text: its skeleton lines plus the kept prefix of its body, in order.
 
-    Body line ``i`` (in document order) is replaced by ``kept[i]``; body lines past
-    the end of ``kept`` are left out; every skeleton line stays in its place.
-    ``kept`` is a prefix of ``section.body`` whose last line may be cut short (what
-    :func:`_shrink` returns), so it holds fence characters only if the section does.
+    ``kept`` is a prefix of ``section.body`` holding ``kept_lines`` lines, the last
+    of which may be cut short (what :func:`_shrink` returns); body lines past it
+    are left out, and every skeleton line stays in its place. The kept lines are
+    copied as slices, between the skeleton lines, never line by line.
     """
-    shown = min(len(kept), len(section.body))
+    shown = min(kept_lines, section.body_lines)
+    if shown == section.body_lines and kept == section.body and not section.fence_chars:
+        return section.text  # the whole section, exactly as in the file
     out: list[str] = []
     taken = 0
+    taken_at = 0
     after_body = -1
-    for before, line in section.skeleton_at:
+    for before, at, line in section.skeleton:
         if before > taken and taken < shown:
-            upto = min(before, shown)
-            out.extend(kept[taken:upto])
-            taken = upto
+            if before < shown:
+                out.append(kept[taken_at:at])
+                taken, taken_at = before, at + 1
+            else:
+                out.append(kept[taken_at:])
+                taken = shown
             after_body = len(out)
         out.append(line)
     if taken < shown:
-        out.extend(kept[taken:shown])
+        out.append(kept[taken_at:])
         after_body = len(out)
     if after_body >= 0 and section.fence_chars:
         # The body was cut (or the file ends) inside a fence: close it right after
         # the kept body so later skeleton lines and the notice stay outside it.
-        _, closer = scan_fences(out[:after_body])
+        _, closer = scan_fences("\n".join(out[:after_body]).split("\n"))
         if closer:
             out.insert(after_body, closer)
     return "\n".join(out)
 
 
+def _trailing_space(text: str) -> int:
+    """How many characters ``text.rstrip()`` removes (without copying the text)."""
+    end = len(text)
+    while end and text[end - 1].isspace():
+        end -= 1
+    return len(text) - end
+
+
 class _Assembly:
-    """The output being built: the preamble plus one emitted text per section."""
+    """The output being built: the preamble plus one emitted text per section.
 
-    def __init__(self, preamble: list[str], sections: list[_Section]) -> None:
+    Token counts of the output (with the notice appended as :func:`_finish` does)
+    come from one of two measures. The default estimator's count is a function of
+    the UTF-16 length, which is additive over the pieces, so the lengths of the
+    pieces are kept and every count is arithmetic: each section is measured once,
+    however many candidates are tried. Any other counter counts the assembled text.
+    """
+
+    def __init__(
+        self,
+        preamble: str | None,
+        sections: list[_Section],
+        count: Callable[[str], int],
+        *,
+        additive: bool,
+    ) -> None:
         self.sections = sections
-        self.prefix = ["\n".join(preamble)] if preamble else []
-        self.kept: list[list[str]] = [[] for _ in sections]
-        self.texts = [_emit(s, []) for s in sections]
+        self.additive = additive
+        self._count = count
+        self._prefix = [preamble] if preamble is not None else []
+        self.texts = [_emit(s, "", 0) for s in sections]
+        self._notice = ""
+        self._notice_utf16 = 0
+        self._notice_tokens = 0
+        if additive:
+            self._lengths = [utf16_length(t) for t in self.texts]
+            pieces = len(self._prefix) + len(self.texts)
+            self._total = (
+                sum(self._lengths) + sum(utf16_length(p) for p in self._prefix) + max(0, pieces - 1)
+            )
 
-    def set(self, index: int, kept: list[str]) -> None:
-        self.kept[index] = kept
-        self.texts[index] = _emit(self.sections[index], kept)
+    def length_of(self, index: int, text: str) -> int:
+        """The UTF-16 length of ``text``, a candidate text of section ``index``."""
+        section = self.sections[index]
+        return section.utf16 if text is section.text else utf16_length(text)
+
+    def set(self, index: int, text: str, length: int = 0) -> None:
+        """Make ``text`` section ``index``'s output (``length``: its UTF-16 length)."""
+        if self.additive:
+            self._total += length - self._lengths[index]
+            self._lengths[index] = length
+        self.texts[index] = text
 
     def text(self) -> str:
-        return "\n".join(self.prefix + self.texts)
+        return "\n".join(self._prefix + self.texts)
 
-    def text_with(self, index: int, kept: list[str]) -> str:
-        texts = list(self.texts)
-        texts[index] = _emit(self.sections[index], kept)
-        return "\n".join(self.prefix + texts)
+    def tokens(self) -> int:
+        """Tokens of the assembled text as it is."""
+        if self.additive:
+            return _length_tokens(self._total)
+        return self._count(self.text())
+
+    def use_notice(self, notice: str) -> None:
+        self._notice = notice
+        self._notice_tokens = self._count(notice)
+        self._notice_utf16 = utf16_length(notice)
+
+    def used(self, index: int | None = None, text: str = "", length: int = 0) -> int:
+        """Tokens of the output plus the notice, minus the notice's own tokens.
+
+        With ``index``, section ``index`` reads ``text`` (UTF-16 length ``length``)
+        instead of its current output.
+        """
+        if not self.additive:
+            content = self.text()
+            if index is not None:
+                texts = list(self.texts)
+                texts[index] = text
+                content = "\n".join(self._prefix + texts)
+            return self._count(_finish(content, self._notice)) - self._notice_tokens
+        total = self._total
+        last = len(self.texts) - 1
+        tail = self.texts[last]
+        if index is not None:
+            total += length - self._lengths[index]
+            if index == last:
+                tail = text
+        # _finish: the content right-stripped (the last section starts with its
+        # heading, so it is never all blank), a blank line, the notice.
+        total = total - _trailing_space(tail) + 2 + self._notice_utf16
+        return _length_tokens(total) - self._notice_tokens
+
+
+def _length_tokens(utf16: int) -> int:
+    # estimate_text_tokens from a UTF-16 length.
+    return (utf16 + 2) // 4
 
 
 def _apply_caps(
-    sections: list[_Section], caps: list[SectionCap], count: Callable[[str], int]
-) -> tuple[list[list[str]], bool]:
-    """Each section's body within its cap, and whether any body was cut."""
+    sections: list[_Section],
+    caps: list[SectionCap],
+    count: Callable[[str], int],
+    additive: bool,
+) -> tuple[list[tuple[str, int]], bool]:
+    """Each section's body within its cap (text, lines), and whether any body was cut."""
     left = [cap.tokens for cap in caps]
-    bodies: list[list[str]] = []
+    bodies: list[tuple[str, int]] = []
     cut = False
     for section in sections:
         body = section.body
-        group = next(
-            (
-                i
-                for i, cap in enumerate(caps)
-                if any(heading_matches(section.heading, k) for k in cap.headings)
-            ),
-            None,
+        group = (
+            next(
+                (
+                    i
+                    for i, cap in enumerate(caps)
+                    if any(heading_matches(section.heading, k) for k in cap.headings)
+                ),
+                None,
+            )
+            if caps
+            else None
         )
-        if group is None or not body:
-            bodies.append(body)
+        if group is None or not section.body_lines:
+            bodies.append((body, section.body_lines))
             continue
         allowance = left[group]
-        tokens = count("\n".join(body))
+        tokens = _length_tokens(section.body_utf16) if additive else count(body)
+        lines = section.body_lines
         if tokens > allowance:
             cut = True
             if allowance > 0:
-                target = _proportional(len("\n".join(body)), allowance, tokens)
-                body = _shrink(body, target, lambda k, a=allowance: count("\n".join(k)) <= a)
+                target = _proportional(len(body), allowance, tokens)
+                body = _shrink(body, target, lambda k, a=allowance: count(k) <= a)
             else:
-                body = []
-        left[group] = max(0, allowance - (count("\n".join(body)) if body else 0))
-        bodies.append(body)
+                body = ""
+            lines = _kept_lines(body)
+            tokens = count(body) if body else 0
+        left[group] = max(0, allowance - tokens)
+        bodies.append((body, lines))
     return bodies, cut
 
 
@@ -512,6 +697,11 @@ def read_budgeted_section_aware(
       sections still get their skeleton lines and may fill their bodies from
       what is left. A notice naming the file and its size follows.
 
+    Cost: with the default estimator, linear in the file -- one scan finds the
+    skeleton, each section's UTF-16 length is taken once, and every later count
+    is arithmetic on those lengths (the estimate is a function of the length).
+    Another counter counts each candidate output whole.
+
     Args:
         text: The file's content.
         budget: Token budget (>= 0).
@@ -533,56 +723,71 @@ def read_budgeted_section_aware(
     if not text:
         return ""
     count = _counter_fn(counter)
-    preamble, sections = _parse(text)
+    # The estimator (the default, or a plain CharEstimator) is additive in UTF-16
+    # length; a subclass may count differently, so only the exact type qualifies.
+    additive = counter is None or type(counter) is CharEstimator
+    preamble, sections = _parse(text, additive=additive)
     if not sections:
         return read_budgeted(text, budget, path=path, counter=counter)
 
-    total = count(text)
-    bodies, capped = _apply_caps(sections, caps, count)
+    if additive:
+        # The text is the preamble and the sections joined by "\n".
+        pieces = [s.utf16 for s in sections]
+        if preamble is not None:
+            pieces.append(utf16_length(preamble))
+        total = _length_tokens(sum(pieces) + len(pieces) - 1)
+    else:
+        total = count(text)
+    bodies, capped = _apply_caps(sections, caps, count, additive)
     if not capped and total <= budget:
         return text
 
     shown_path = _printable_path(path)
-    build = _Assembly(preamble, sections)
-    skeleton = build.text()
-    if count(skeleton) >= budget:
+    build = _Assembly(preamble, sections, count, additive=additive)
+    if build.tokens() >= budget:
         notice = (
             f"[Only the structure of {shown_path} is shown: its headings, descriptions and "
             f"index lines fill the {budget}-token budget (the whole file is about {total} "
             f"tokens). Grep the file for section bodies.]"
         )
-        return _finish(skeleton, notice)
+        return _finish(build.text(), notice)
 
-    notice = (
+    build.use_notice(
         f"[Parts of {shown_path} are not shown (budget {budget} tokens; the whole file is "
         f"about {total} tokens, {len(text)} characters). Grep the file for anything missing.]"
     )
-    notice_tokens = count(notice)
 
-    def used(content: str) -> int:
-        return count(_finish(content, notice)) - notice_tokens
+    def candidate(index: int, kept: str, lines: int) -> tuple[str, int]:
+        emitted = _emit(sections[index], kept, lines)
+        return emitted, build.length_of(index, emitted) if additive else 0
 
     truncated = capped
-    for index, body in enumerate(bodies):
-        if not body:
+    for index, (body, lines) in enumerate(bodies):
+        if not lines:
             continue
-        if used(build.text_with(index, body)) <= budget:
-            build.set(index, body)
+        emitted, length = candidate(index, body, lines)
+        if build.used(index, emitted, length) <= budget:
+            build.set(index, emitted, length)
             continue
         truncated = True
-        remaining = budget - used(build.text())
+        remaining = budget - build.used()
         if remaining <= CUT_THRESHOLD_TOKENS:
             continue
-        body_text = "\n".join(body)
-        target = _proportional(len(body_text), remaining, count(body_text))
-        build.set(
-            index,
-            _shrink(body, target, lambda k, i=index: used(build.text_with(i, k)) <= budget),
+        body_tokens = (
+            _length_tokens(sections[index].body_utf16)
+            if additive and body is sections[index].body
+            else count(body)
         )
+        target = _proportional(len(body), remaining, body_tokens)
 
-    content = build.text()
-    if not truncated and count(content) <= budget:
+        def fits(kept: str, i: int = index) -> bool:
+            return build.used(i, *candidate(i, kept, _kept_lines(kept))) <= budget
+
+        kept = _shrink(body, target, fits)
+        build.set(index, *candidate(index, kept, _kept_lines(kept)))
+
+    if not truncated and build.tokens() <= budget:
         # Every body fitted after all (token rounding of the whole vs. the parts);
-        # ``content`` is the text, with a fence left open at its end closed.
-        return content
-    return _finish(content, notice)
+        # the text, with a fence left open at its end closed.
+        return build.text()
+    return _finish(build.text(), build._notice)  # pyright: ignore[reportPrivateUsage]

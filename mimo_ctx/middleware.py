@@ -384,19 +384,22 @@ class ContextMiddleware:
         checked right away (SPEC A3), so the checkpoint writer runs while the agent
         keeps working. An answer without provider usage gets an estimate first.
         ``commit`` writes it instead (the host-history reconciler's transaction).
+        One store round trip (an upsert), no read-back.
         """
         state = self._state(message.session_id)
         if lacks_usage(message):
             message = await _with_estimated_usage(self._windows, self._events, state, message)
         if commit is not None:
             await commit(message)
-        elif await self._store.get_message(message.id) is None:
-            await self._store.append_messages([message])
         else:
-            await self._store.update_messages([message])
+            await self._store.upsert_messages([message])
         if message.agent == MAIN_AGENT and usage_tokens(message) is not None:
             async with state.lock:
-                window = await self._windows.refresh(message.session_id, state, MAIN_AGENT)
+                window = state.windows.get(MAIN_AGENT)
+                if window is None or not window.loaded:
+                    window = await self._windows.refresh(message.session_id, state, MAIN_AGENT)
+                else:
+                    window.note_finished(message)
                 await self._maybe_start_writer(message.session_id, window)
 
     # -- the hot path -----------------------------------------------------------------

@@ -23,6 +23,8 @@ Nothing is deleted: compacted results keep their output in storage.
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -31,7 +33,7 @@ from typing import Final, Literal, TypeGuard
 import anyio
 
 from mimo_ctx._util import now_ms
-from mimo_ctx._window import LiveSession, Windows
+from mimo_ctx._window import LiveSession, Windows, message_key
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint import OfflineCheckpointWriter, WriterRequest
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
@@ -364,6 +366,7 @@ class Rebuilder:
         recovers = window.last_finished if trigger != "manual" else None
         result = await self._rebuild(
             session_id,
+            state,
             trigger=trigger,
             usage_key=usage_key,
             recovers=recovers,
@@ -412,6 +415,7 @@ class Rebuilder:
     async def _rebuild(
         self,
         session_id: str,
+        state: LiveSession,
         *,
         trigger: Trigger,
         usage_key: str,
@@ -496,6 +500,7 @@ class Rebuilder:
             )
         return await self._insert(
             session,
+            state,
             watermark,
             usage_key=usage_key,
             trigger=trigger,
@@ -621,6 +626,7 @@ class Rebuilder:
     async def _insert(
         self,
         session: Session,
+        state: LiveSession,
         watermark: Message,
         *,
         usage_key: str,
@@ -630,11 +636,7 @@ class Rebuilder:
     ) -> _Result:
         session_id = session.id
         store, layout, config = self._store, self._layout, self._config
-        # One listing of every agent's messages from the watermark on gives both the
-        # main-agent tail and the messages micro-compaction looks at (one parse).
-        since_watermark = await store.list_messages(
-            session_id, agent=None, since=(watermark.time_created, watermark.id)
-        )
+        since_watermark = await self._since_watermark(session_id, state, watermark)
         tail = [
             m
             for m in since_watermark
@@ -753,6 +755,32 @@ class Rebuilder:
             committed=_Committed(boundary, compacted, (watermark, since_watermark)),
             report=report,
         )
+
+    async def _since_watermark(
+        self, session_id: str, state: LiveSession, watermark: Message
+    ) -> list[Message]:
+        """Every agent's messages from the watermark on: the tail and what micro-compaction sees.
+
+        The main agent's come from the live window when it reaches back to the
+        watermark, so only the sub-agents' are read from the store; otherwise one
+        listing of every agent's messages serves.
+        """
+        since = message_key(watermark)
+        window = state.windows.get(MAIN_AGENT)
+        if window is not None and window.loaded:
+            # Bring the window up to date: the rebuild must see what the store holds.
+            window = await self._windows.refresh(session_id, state, MAIN_AGENT)
+        if (
+            window is None
+            or not window.loaded
+            or (window.start is not None and window.start > since)
+        ):
+            return await self._store.list_messages(session_id, agent=None, since=since)
+        main = window.messages[bisect_left(window.keys, since) :]
+        others = await self._store.list_messages(
+            session_id, agent=None, since=since, exclude_agent=MAIN_AGENT
+        )
+        return list(heapq.merge(main, others, key=message_key)) if others else list(main)
 
     async def _commit(
         self, session: Session, *, usage_key: str, committed: _Committed, report: RebuildReport

@@ -41,6 +41,7 @@ __all__ = [
     "estimate_part_tokens",
     "estimate_text_tokens",
     "js_json",
+    "utf16_length",
 ]
 
 UNSERIALISABLE_PART_TOKENS: Final = 1000
@@ -58,9 +59,12 @@ class TokenCounter(Protocol):
         ...
 
 
-def _utf16_len(text: str) -> int:
-    # JavaScript string length counts UTF-16 code units: astral characters
-    # (emoji, rare CJK) count twice. ASCII-only text is the common fast case.
+def utf16_length(text: str) -> int:
+    """The length of ``text`` in UTF-16 code units, as JavaScript's ``length`` counts.
+
+    Astral characters (emoji, rare CJK) count twice, a lone surrogate once.
+    ASCII text (an O(1) check) is its ``len``; other text is encoded once.
+    """
     if text.isascii():
         return len(text)
     # surrogatepass: a lone surrogate (a string cut inside an emoji, common in tool
@@ -70,7 +74,7 @@ def _utf16_len(text: str) -> int:
 
 def estimate_text_tokens(text: str) -> int:
     """The original's estimate: UTF-16 length / 4, rounded half up (``Math.round``)."""
-    return (_utf16_len(text) + _CHARS_PER_TOKEN // 2) // _CHARS_PER_TOKEN
+    return (utf16_length(text) + _CHARS_PER_TOKEN // 2) // _CHARS_PER_TOKEN
 
 
 class CharEstimator:

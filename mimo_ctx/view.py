@@ -36,9 +36,11 @@ estimate, the hot-path cost of SPEC R2.2).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Final
 
+from mimo_ctx.digest import is_digested
 from mimo_ctx.messages import (
     CheckpointPart,
     CompactionPart,
@@ -60,6 +62,7 @@ __all__ = [
     "COMPACTED_PLACEHOLDER",
     "COMPACTION_SUMMARY_HEADER",
     "INTERRUPTED_TOOL_ERROR",
+    "IncrementalView",
     "apply_send_rules",
     "has_real_content",
     "subtask_text",
@@ -148,6 +151,54 @@ def _send_tool_part(part: ToolPart, answered: set[str]) -> ToolPart:
     return part
 
 
+def _send_parts(
+    message: Message, answered: set[str], called: set[str], resolved: set[str]
+) -> list[Part | None]:
+    """Each part of a sent message as it is sent (``None``: left out), in order.
+
+    ``called`` and ``resolved`` are the calls and results sent before this part
+    (updated as the parts go by); ``answered`` the calls a later result answers.
+    """
+    parts: list[Part | None] = []
+    for part in message.parts:
+        new: Part | None
+        if isinstance(part, TextPart):
+            new = None if part.ignored else part
+        elif isinstance(part, CheckpointPart):
+            new = TextPart(id=part.id, text=CHECKPOINT_SUMMARY_HEADER, synthetic=True)
+        elif isinstance(part, CompactionPart):
+            text = COMPACTION_SUMMARY_HEADER
+            if part.summary:
+                text = f"{text}\n\n{part.summary}"
+            new = TextPart(id=part.id, text=text, synthetic=True)
+        elif isinstance(part, ToolPart):
+            new = _send_tool_part(part, answered)
+            if message.role == "assistant":
+                called.add(part.call_id)
+        elif isinstance(part, ToolResultPart):
+            new = _send_tool_result(part, called, resolved)
+        elif isinstance(part, SubtaskPart):
+            new = TextPart(id=part.id, text=subtask_text(part), synthetic=True)
+        elif isinstance(part, OpaquePart):
+            new = None
+        else:  # reasoning and file parts are sent as they are
+            new = part
+        parts.append(new)
+    return parts
+
+
+def _assemble(message: Message, sent: Sequence[Part | None]) -> Message | None:
+    """The message as sent: itself when no part changed, ``None`` when none is left."""
+    parts = [p for p in sent if p is not None]
+    if not parts:
+        return None
+    if len(parts) == len(message.parts) and all(
+        new is old for new, old in zip(parts, message.parts, strict=True)
+    ):
+        return message
+    return message.model_copy(update={"parts": parts})
+
+
 def apply_send_rules(messages: Sequence[Message]) -> list[Message]:
     """Return the messages as they are sent to a model (SPEC A10, R8.1).
 
@@ -166,37 +217,9 @@ def apply_send_rules(messages: Sequence[Message]) -> list[Message]:
     for message, is_sent in zip(messages, sent, strict=True):
         if not is_sent:
             continue
-        parts: list[Part] = []
-        changed = False
-        for part in message.parts:
-            new: Part | None
-            if isinstance(part, TextPart):
-                new = None if part.ignored else part
-            elif isinstance(part, CheckpointPart):
-                new = TextPart(id=part.id, text=CHECKPOINT_SUMMARY_HEADER, synthetic=True)
-            elif isinstance(part, CompactionPart):
-                text = COMPACTION_SUMMARY_HEADER
-                if part.summary:
-                    text = f"{text}\n\n{part.summary}"
-                new = TextPart(id=part.id, text=text, synthetic=True)
-            elif isinstance(part, ToolPart):
-                new = _send_tool_part(part, answered)
-                if message.role == "assistant":
-                    called.add(part.call_id)
-            elif isinstance(part, ToolResultPart):
-                new = _send_tool_result(part, called, resolved)
-            elif isinstance(part, SubtaskPart):
-                new = TextPart(id=part.id, text=subtask_text(part), synthetic=True)
-            elif isinstance(part, OpaquePart):
-                new = None
-            else:  # reasoning and file parts are sent as they are
-                new = part
-            changed = changed or new is not part
-            if new is not None:
-                parts.append(new)
-        if not parts:
-            continue
-        out.append(message.model_copy(update={"parts": parts}) if changed else message)
+        built = _assemble(message, _send_parts(message, answered, called, resolved))
+        if built is not None:
+            out.append(built)
     return out
 
 
@@ -232,3 +255,211 @@ def tool_results_by_call(view: Sequence[Message]) -> dict[str, ToolResultPart]:
             if isinstance(part, ToolResultPart):
                 found.setdefault(part.call_id, part)
     return found
+
+
+# -- the view kept current ------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Source:
+    """What one input message contributed to an :class:`IncrementalView` (to undo it)."""
+
+    message: Message
+    sent: list[Part | None] | None = None  # its parts as sent; None: not sent
+    position: int = -1  # its place in the output; -1: not in it
+    tokens: int = 0
+    removed: bool = False  # dropped by the collapse (R7.3)
+    called: list[str] = field(default_factory=list[str])
+    resolved: list[str] = field(default_factory=list[str])
+    answered: list[str] = field(default_factory=list[str])
+    pending: list[str] = field(default_factory=list[str])
+    # Earlier outputs this message's results changed: (source index, previous
+    # sent parts, previous output message, previous tokens).
+    reemitted: list[tuple[int, list[Part | None], Message, int]] = field(
+        default_factory=list[tuple[int, list[Part | None], Message, int]]
+    )
+
+
+class IncrementalView:
+    """The collapsed, sent view of a growing history, kept current in O(changes).
+
+    Equal at every step to ``apply_send_rules(collapse_checkpoint_tail([boundary,
+    *messages]))`` (SPEC R7.3, A10) with its token sum, for the messages given so
+    far: :meth:`extend` adds messages at the end and :meth:`truncate` takes the
+    last ones back (an update or an insertion before the end is a truncation at
+    that place and an extension with what follows). Each message costs its own
+    parts, except that a result answering an earlier pending call re-sends that
+    call's message (its call is no longer interrupted).
+
+    The collapse's one non-local rule -- a kept tool result whose call was
+    digested is dropped -- is resolved up front from the messages a build starts
+    with; :meth:`extend` and :meth:`truncate` answer ``False`` when a digested
+    message with tool calls would come or go, and the caller builds anew.
+
+    Args:
+        boundary: The newest boundary (sent first), or ``None``.
+        messages: The live messages after it, in listing order (no boundaries).
+        estimate: Token estimate of one sent message.
+    """
+
+    def __init__(
+        self,
+        boundary: Message | None,
+        messages: Sequence[Message],
+        estimate: Callable[[Message], int],
+    ) -> None:
+        self.boundary = boundary
+        self.messages: list[Message] = []
+        self.tokens = 0
+        self.users: list[int] = []  # output positions of user messages
+        self._estimate = estimate
+        self._sources: list[_Source] = []
+        self._called: set[str] = set()
+        self._resolved: set[str] = set()
+        self._answered: set[str] = set()
+        self._pending: dict[str, list[int]] = {}
+        part = boundary.checkpoint_part if boundary is not None else None
+        self._digest = part if part is not None and part.digest_up_to else None
+        self._removed_calls: set[str] = set()
+        for message in messages:
+            if self._collapsed(message):
+                self._removed_calls.update(_calls(message))
+        if boundary is not None:
+            self._add(boundary)
+        for message in messages:
+            self._add(message)
+
+    @property
+    def count(self) -> int:
+        """How many input messages (the boundary first, when there is one) are in."""
+        return len(self._sources)
+
+    def extend(self, messages: Sequence[Message]) -> bool:
+        """Add messages at the end; ``False`` (nothing added) when a build is needed."""
+        for message in messages:
+            if self._collapsed(message) and not _calls(message) <= self._removed_calls:
+                return False
+        for message in messages:
+            self._add(message)
+        return True
+
+    def truncate(self, count: int) -> bool:
+        """Keep the first ``count`` input messages; ``False`` when a build is needed."""
+        if any(s.removed and _calls(s.message) for s in self._sources[count:]):
+            return False
+        while len(self._sources) > count:
+            self._undo(self._sources.pop())
+        return True
+
+    # -- internals -------------------------------------------------------------
+    def _collapsed(self, message: Message) -> bool:
+        """Whether the collapse (R7.3) drops ``message`` (never the boundary: a user message)."""
+        return self._digest is not None and is_digested(message, self._digest)
+
+    def _add(self, message: Message) -> None:
+        source = _Source(message)
+        self._sources.append(source)
+        if self._collapsed(message):
+            source.removed = True
+            return
+        if message.role == "tool" and self._removed_calls:
+            # A result whose call was digested would be an orphan (collapse rule).
+            kept = [
+                p
+                for p in message.parts
+                if not (isinstance(p, ToolResultPart) and p.call_id in self._removed_calls)
+            ]
+            if len(kept) != len(message.parts):
+                if not kept:
+                    return
+                message = message.model_copy(update={"parts": kept})
+                source.message = message
+        if not _is_sent(message):
+            return
+        called, resolved, answered = self._called, self._resolved, self._answered
+        new_calls: set[str] = set()
+        new_results: set[str] = set()
+        newly: list[str] = []
+        mine: set[str] = set()
+        for part in message.parts:
+            if isinstance(part, ToolPart) and message.role == "assistant":
+                if part.call_id not in called:
+                    new_calls.add(part.call_id)
+                mine.add(part.call_id)
+            elif isinstance(part, ToolResultPart):
+                if part.call_id not in resolved:
+                    new_results.add(part.call_id)
+                if (
+                    (part.call_id in called or part.call_id in mine)
+                    and part.call_id not in answered
+                    and part.call_id not in newly
+                ):
+                    newly.append(part.call_id)
+        answered.update(newly)
+        source.answered = newly
+        sent = _send_parts(message, answered, called, resolved)
+        source.called = [c for c in new_calls if c in called]
+        source.resolved = [c for c in new_results if c in resolved]
+        for call in newly:
+            for index in self._pending.get(call, ()):
+                self._reemit(source, index, call)
+        built = _assemble(message, sent)
+        source.sent = sent
+        if built is None:
+            return
+        source.position = len(self.messages)
+        source.tokens = self._estimate(built)
+        self.messages.append(built)
+        self.tokens += source.tokens
+        if message.role == "user":
+            self.users.append(source.position)
+        for part, out in zip(message.parts, sent, strict=True):
+            if (
+                isinstance(part, ToolPart)
+                and out is not part
+                and isinstance(part.state, ToolStatePending | ToolStateRunning)
+            ):
+                # Sent as interrupted: a later result makes it a plain call again.
+                self._pending.setdefault(part.call_id, []).append(len(self._sources) - 1)
+                source.pending.append(part.call_id)
+
+    def _reemit(self, source: _Source, index: int, call: str) -> None:
+        """Send earlier input ``index`` again with its pending ``call`` answered."""
+        earlier = self._sources[index]
+        assert earlier.sent is not None
+        sent = list(earlier.sent)
+        for number, part in enumerate(earlier.message.parts):
+            if isinstance(part, ToolPart) and part.call_id == call:
+                sent[number] = _send_tool_part(part, self._answered)
+        built = _assemble(earlier.message, sent)
+        assert built is not None  # a message with a tool call always has a part left
+        previous = self.messages[earlier.position]
+        source.reemitted.append((index, earlier.sent, previous, earlier.tokens))
+        earlier.sent = sent
+        tokens = self._estimate(built)
+        self.tokens += tokens - earlier.tokens
+        earlier.tokens = tokens
+        self.messages[earlier.position] = built
+
+    def _undo(self, source: _Source) -> None:
+        for call in source.pending:
+            self._pending[call].pop()
+            if not self._pending[call]:
+                del self._pending[call]
+        if source.position >= 0:
+            self.messages.pop()
+            self.tokens -= source.tokens
+            if self.users and self.users[-1] == source.position:
+                self.users.pop()
+        for index, sent, previous, tokens in reversed(source.reemitted):
+            earlier = self._sources[index]
+            self.tokens += tokens - earlier.tokens
+            earlier.sent, earlier.tokens = sent, tokens
+            self.messages[earlier.position] = previous
+        self._answered.difference_update(source.answered)
+        self._called.difference_update(source.called)
+        self._resolved.difference_update(source.resolved)
+
+
+def _calls(message: Message) -> set[str]:
+    return {p.call_id for p in message.parts if isinstance(p, ToolPart)}

@@ -154,7 +154,10 @@ async def test_r8_window_adopted_after_a_rebuild_equals_a_reload(kind: str, tmp_
             if model.requests[-1].rebuild is not None:
                 break
         assert model.requests[-1].rebuild is not None
-        adopted = mw._sessions[session.id].windows["main"]  # pyright: ignore[reportPrivateUsage]
+        # record() does not read back what it wrote: the window takes the last reply
+        # from the change feed at the next refresh (what prepare() does first).
+        state = mw._sessions[session.id]  # pyright: ignore[reportPrivateUsage]
+        adopted = await mw._windows.refresh(session.id, state, "main")  # pyright: ignore[reportPrivateUsage]
         fresh = await mw._windows.load(session.id, "main")  # pyright: ignore[reportPrivateUsage]
         assert adopted.boundary is not None
         assert fresh.boundary is not None

@@ -285,8 +285,10 @@ class Statements:
     get_message: str
     insert_messages: str
     update_messages: str
+    upsert_messages: str
     message_sessions: str
     check_new: str
+    check_upsert: str
     insert_session: str
     get_session: str
     get_state: str
@@ -348,8 +350,26 @@ class Statements:
             " off_branch = u.off_branch, seq = u.seq"
             " FROM u WHERE m.id = u.id AND m.session_id = u.session_id"
             " RETURNING m.id, m.insert_seq",
+            # insert_seq is left alone on a replace, as an update leaves it.
+            "upsert_messages": _UNNEST_MESSAGES
+            + " INSERT INTO {s}.messages AS m (id, session_id, agent, role, time_created,"
+            " is_boundary, is_finished_assistant, token_estimate, payload, seq, insert_seq)"
+            " SELECT id, session_id, agent, role, time_created, is_boundary,"
+            " is_finished_assistant, token_estimate, payload, seq, seq FROM u ORDER BY ord"
+            " ON CONFLICT (id) DO UPDATE SET agent = excluded.agent, role = excluded.role,"
+            " time_created = excluded.time_created, is_boundary = excluded.is_boundary,"
+            " is_finished_assistant = excluded.is_finished_assistant,"
+            " token_estimate = excluded.token_estimate, payload = excluded.payload,"
+            " seq = excluded.seq WHERE m.session_id = excluded.session_id"
+            " RETURNING m.id, m.insert_seq",
             "message_sessions": "SELECT id, session_id FROM {s}.messages"
             " WHERE id = ANY($1::text[])",
+            # (first unknown session, first id of the batch stored for another session)
+            "check_upsert": "SELECT (SELECT min(s) FROM unnest($1::text[]) AS s WHERE NOT"
+            " EXISTS (SELECT 1 FROM {s}.sessions WHERE id = s)), (SELECT w.id FROM"
+            " unnest($2::text[], $3::text[]) WITH ORDINALITY AS w (id, session_id, ord)"
+            " JOIN {s}.messages AS m ON m.id = w.id WHERE m.session_id <> w.session_id"
+            " ORDER BY w.ord LIMIT 1)",
             # (first unknown session, first id of the batch already stored)
             "check_new": "SELECT (SELECT min(s) FROM unnest($1::text[]) AS s WHERE NOT EXISTS"
             " (SELECT 1 FROM {s}.sessions WHERE id = s)), (SELECT w.id FROM unnest($2::text[])"

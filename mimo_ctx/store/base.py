@@ -225,6 +225,19 @@ class Store(Protocol):
         """
         ...
 
+    async def upsert_messages(self, messages: Sequence[Message]) -> None:
+        """Store messages in one transaction: new ids appended, known ids replaced.
+
+        What recording a response needs when it may be stored already (a streamed
+        answer stored as it started): one round trip instead of a read to choose
+        between :meth:`append_messages` and :meth:`update_messages`. Each message
+        written takes the next sequence number of the change feed.
+
+        Raises ``StoreError`` (and writes nothing) if a session is unknown, an id
+        repeats in the batch, or a known id belongs to another session.
+        """
+        ...
+
     async def get_message(self, message_id: str) -> Message | None:
         """Return one message by id."""
         ...
@@ -236,6 +249,7 @@ class Store(Protocol):
         agent: str | None = MAIN_AGENT,
         since: tuple[int, str] | None = None,
         last: int | None = None,
+        exclude_agent: str | None = None,
     ) -> list[Message]:
         """List a session's messages ordered by ``(time_created, id)``.
 
@@ -243,6 +257,8 @@ class Store(Protocol):
             session_id: The session.
             agent: Only this agent's messages; ``None`` for all agents.
             since: Only messages whose ``(time_created, id)`` is >= this key.
+            exclude_agent: Leave this agent's messages out (with ``agent=None``: the
+                sub-agents' messages, when the caller holds the main agent's).
             last: Only the newest ``last`` of the selected messages (still returned
                 oldest first).
         """

@@ -340,6 +340,35 @@ class InMemoryStore:
             for m in messages:
                 self._write(m)
 
+    async def upsert_messages(self, messages: Sequence[Message]) -> None:
+        """Store messages atomically: new ids appended, known ids replaced.
+
+        Raises:
+            StoreError: A session is unknown, an id repeats in the batch, or a known
+                id belongs to another session; nothing is written.
+        """
+        async with self._lock:
+            self._check_open()
+            seen: set[str] = set()
+            for m in messages:
+                if m.id in seen:
+                    raise StoreError(
+                        f"upsert_messages: message id {m.id!r} appears twice; nothing written"
+                    )
+                seen.add(m.id)
+                if m.session_id not in self._sessions:
+                    raise StoreError(
+                        f"upsert_messages: unknown session {m.session_id!r}; nothing written"
+                    )
+                old = self._keys.get(m.id)
+                if old is not None and old.session_id != m.session_id:
+                    raise StoreError(
+                        f"upsert_messages: message {m.id!r} belongs to session "
+                        f"{old.session_id!r}, not {m.session_id!r}; nothing written"
+                    )
+            for m in messages:
+                self._write(m)
+
     async def get_message(self, message_id: str) -> Message | None:
         """Return one message by id, or ``None``."""
         async with self._lock:
@@ -353,6 +382,7 @@ class InMemoryStore:
         agent: str | None = MAIN_AGENT,
         since: tuple[int, str] | None = None,
         last: int | None = None,
+        exclude_agent: str | None = None,
     ) -> list[Message]:
         """List a session's messages ordered by ``(time_created, id)``.
 
@@ -367,18 +397,19 @@ class InMemoryStore:
                 return []
             keys = index.by_time
             start = 0 if since is None else bisect.bisect_left(keys, since)
+
+            def wanted(mid: str) -> bool:
+                of = self._keys[mid].agent
+                return (agent is None or of == agent) and of != exclude_agent
+
             if last is None:
-                return [
-                    self._messages[mid]
-                    for _, mid in keys[start:]
-                    if agent is None or self._keys[mid].agent == agent
-                ]
+                return [self._messages[mid] for _, mid in keys[start:] if wanted(mid)]
             # Walk back from the newest so `last` costs O(last) for the common
             # "recent window" call, not O(history).
             newest: list[Message] = []
             for i in range(len(keys) - 1, start - 1, -1):
                 mid = keys[i][1]
-                if agent is None or self._keys[mid].agent == agent:
+                if wanted(mid):
                     newest.append(self._messages[mid])
                     if len(newest) == last:
                         break

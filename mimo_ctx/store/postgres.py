@@ -585,6 +585,44 @@ class PostgresStore:
 
         _stamp(batch, await self._write([m.session_id for m in batch], body))
 
+    async def upsert_messages(self, messages: Sequence[Message]) -> None:
+        """Store messages in one transaction: new ids appended, known ids replaced.
+
+        See :meth:`mimo_ctx.store.base.Store.upsert_messages`. Checked before any
+        sequence value is drawn, like the other writes; a replaced message keeps its
+        place in the write order (``insert_seq``), as an update does.
+
+        Raises:
+            StoreError: A session is unknown, an id repeats in the batch, or a known
+                id belongs to another session; nothing is written.
+        """
+        batch = list(messages)
+        _reject_repeated_ids(batch, "upsert_messages")
+        if not batch:
+            self._check_open()
+            return
+
+        async def body(conn: Connection) -> dict[str, int]:
+            row = await conn.fetchrow(
+                self._sql.check_upsert,
+                sorted({m.session_id for m in batch}),
+                [m.id for m in batch],
+                [m.session_id for m in batch],
+            )
+            if row is not None and row[0] is not None:
+                raise StoreError(f"upsert_messages: unknown session {row[0]!r}; nothing written")
+            if row is not None and row[1] is not None:
+                raise StoreError(
+                    f"upsert_messages: message {row[1]!r} belongs to another session; "
+                    "nothing written"
+                )
+            written = await conn.fetch(self._sql.upsert_messages, *_message_columns(batch))
+            if len(written) != len(batch):  # pragma: no cover - sessions never change under us
+                raise StoreError("upsert_messages: a message changed session meanwhile")
+            return {str(r[0]): int(r[1]) for r in written}
+
+        _stamp(batch, await self._write([m.session_id for m in batch], body))
+
     async def get_message(self, message_id: str) -> Message | None:
         """Return one message by id, or ``None``."""
         async with self._connection() as conn:
@@ -598,6 +636,7 @@ class PostgresStore:
         agent: str | None = MAIN_AGENT,
         since: tuple[int, str] | None = None,
         last: int | None = None,
+        exclude_agent: str | None = None,
     ) -> list[Message]:
         """List a session's messages ordered by ``(time_created, id)``.
 
@@ -613,6 +652,9 @@ class PostgresStore:
         if agent is not None:
             params.append(agent)
             where.append(f"agent = ${len(params)}")
+        if exclude_agent is not None:
+            params.append(exclude_agent)
+            where.append(f"agent <> ${len(params)}")
         if since is not None:
             # A row comparison: PostgreSQL scans the (…, time_created, id) index
             # from that key.

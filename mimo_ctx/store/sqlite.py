@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Literal, TypeVar
 
@@ -71,7 +72,7 @@ _T = TypeVar("_T")
 _M = TypeVar("_M", bound=BaseModel)
 
 # -- statements (module constants so tests can check their query plans) ------
-_MESSAGE_COLUMNS: Final = "token_estimate, insert_seq, payload"
+_MESSAGE_COLUMNS: Final = "id, seq, token_estimate, insert_seq, payload"
 _SQL_LATEST_BOUNDARY: Final = (
     f"SELECT {_MESSAGE_COLUMNS} FROM messages"
     " WHERE session_id = ? AND agent = ? AND is_boundary = 1 ORDER BY insert_seq DESC LIMIT 1"
@@ -107,6 +108,15 @@ _SQL_INSERT_MESSAGE: Final = (
     " is_finished_assistant, token_estimate, payload, off_branch, seq, insert_seq)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# A known id of another session is left alone (no row returned): messages never move.
+# insert_seq is left alone on an update, as below.
+_SQL_UPSERT_MESSAGE: Final = (
+    _SQL_INSERT_MESSAGE + " ON CONFLICT (id) DO UPDATE SET agent = excluded.agent,"
+    " role = excluded.role, time_created = excluded.time_created,"
+    " is_boundary = excluded.is_boundary, is_finished_assistant = excluded.is_finished_assistant,"
+    " token_estimate = excluded.token_estimate, payload = excluded.payload, seq = excluded.seq"
+    " WHERE messages.session_id = excluded.session_id RETURNING insert_seq"
+)
 # insert_seq is left alone: an update keeps the insertion's place in the write order.
 _SQL_UPDATE_MESSAGE: Final = (
     "UPDATE messages SET agent = ?, role = ?, time_created = ?, is_boundary = ?,"
@@ -130,6 +140,8 @@ _MessageRow = tuple[str, str, str, str, int, int, int, int, str, int]
 _ACTIVE_STATUSES_SQL: Final = ", ".join(f"'{s}'" for s in sorted(ACTIVE_ACTOR_STATUSES))
 _SQLITE_MAX_INT: Final = 2**63 - 1
 _IN_CHUNK: Final = 500  # ids per "IN (...)" lookup, well under SQLite's variable limit
+_WRITTEN_ENTRIES: Final = 512
+_WRITTEN_CHARS: Final = 16_000_000
 
 
 class _AlreadyCommitted(Exception):
@@ -210,6 +222,9 @@ class SQLiteStore(SQLiteWorker):
             raise StoreError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
         super().__init__(path, label="SQLite store")
         self._busy_timeout = busy_timeout
+        # Messages this store wrote, by (id, change-feed number): see _remember.
+        self._written: OrderedDict[tuple[str, int], tuple[Message, int]] = OrderedDict()
+        self._written_chars = 0
         self._synchronous: Literal["NORMAL", "FULL"] = synchronous
 
     @classmethod
@@ -237,7 +252,12 @@ class SQLiteStore(SQLiteWorker):
         )
 
     def _load_message(self, row: tuple[Any, ...]) -> Message:
-        estimate, insert_seq, payload = row
+        message_id, seq, estimate, insert_seq, payload = row
+        written = self._written.get((message_id, seq))
+        if written is not None:
+            # This store wrote exactly this version (same id, same change-feed
+            # number): the object it was given is what the payload parses to.
+            return written[0]
         message = self._parse(Message, payload)
         # The row's estimate was computed from this very payload at write time.
         message._token_estimate = int(estimate)  # pyright: ignore[reportPrivateUsage]
@@ -257,6 +277,35 @@ class SQLiteStore(SQLiteWorker):
             raise StoreError(
                 f"SQLite store {self._path}: a stored {model.__name__} is invalid: {exc}"
             ) from exc
+
+    def _remember(
+        self,
+        messages: Sequence[Message],
+        rows: Sequence[_MessageRow],
+        seqs: Sequence[int],
+        insert_seqs: Sequence[int],
+    ) -> None:
+        """Stamp the messages just committed and keep them, by (id, change-feed number).
+
+        A message this store wrote is read back (the change feed after a record or
+        a rebuild, a listing) without parsing its payload again. The key names one
+        version: another process's write of the same id takes a new number. Bounded
+        in entries and in payload characters, oldest out first. Runs on the worker
+        thread after the commit, before any other call can read these rows.
+        """
+        written = self._written
+        for message, row, seq, insert_seq in zip(messages, rows, seqs, insert_seqs, strict=True):
+            set_insert_seq(message, insert_seq)
+            written[(message.id, seq)] = (message, len(row[8]))
+            self._written_chars += len(row[8])
+        while written and (len(written) > _WRITTEN_ENTRIES or self._written_chars > _WRITTEN_CHARS):
+            _, (_, chars) = written.popitem(last=False)
+            self._written_chars -= chars
+
+    @staticmethod
+    def _next_seq(conn: sqlite3.Connection) -> int:
+        """The number the next write takes. Inside a write transaction."""
+        return int(conn.execute(_SQL_CURRENT_SEQ).fetchone()[0]) + 1
 
     @staticmethod
     def _session_exists(conn: sqlite3.Connection, session_id: str) -> bool:
@@ -324,6 +373,30 @@ class SQLiteStore(SQLiteWorker):
                     f"not {sid!r}; nothing written"
                 )
         return kept
+
+    def _upsert_messages(
+        self, conn: sqlite3.Connection, rows: Sequence[_MessageRow]
+    ) -> tuple[int, list[int]]:
+        """Insert new rows and replace known ones; the first seq and each insert_seq."""
+        for session_id in {r[1] for r in rows}:
+            if not self._session_exists(conn, session_id):
+                raise StoreError(
+                    f"upsert_messages: unknown session {session_id!r}; nothing written"
+                )
+        first = self._take_seqs(conn, len(rows))
+        kept: list[int] = []
+        for i, r in enumerate(rows):
+            found = conn.execute(_SQL_UPSERT_MESSAGE, (*r, first + i, first + i)).fetchone()
+            if found is None:
+                stored = conn.execute(
+                    "SELECT session_id FROM messages WHERE id = ?", (r[0],)
+                ).fetchone()
+                raise StoreError(
+                    f"upsert_messages: message {r[0]!r} belongs to session "
+                    f"{stored[0] if stored else None!r}, not {r[1]!r}; nothing written"
+                )
+            kept.append(int(found[0]))
+        return first, kept
 
     # -- sessions -------------------------------------------------------------
     async def create_session(self, session: Session) -> None:
@@ -456,16 +529,16 @@ class SQLiteStore(SQLiteWorker):
         if not batch:
             return
 
-        def run(conn: sqlite3.Connection) -> int:
+        def run(conn: sqlite3.Connection) -> None:
             # Serialise before taking the write lock, to hold it briefly.
             rows = [_message_row(m) for m in batch]
-            return write_transaction(
+            first = write_transaction(
                 conn, lambda: self._insert_messages(conn, rows, "append_messages")
             )
+            numbers = range(first, first + len(rows))
+            self._remember(batch, rows, numbers, numbers)
 
-        first = await self._run(run)
-        for i, message in enumerate(batch):
-            set_insert_seq(message, first + i)
+        await self._run(run)
 
     async def update_messages(self, messages: Sequence[Message]) -> None:
         """Replace stored messages (same ids) in one transaction.
@@ -478,14 +551,39 @@ class SQLiteStore(SQLiteWorker):
         if not batch:
             return
 
-        def run(conn: sqlite3.Connection) -> list[int]:
+        def run(conn: sqlite3.Connection) -> None:
             rows = [_message_row(m) for m in batch]
-            return write_transaction(
-                conn, lambda: self._update_messages(conn, rows, "update_messages")
-            )
 
-        for message, insert_seq in zip(batch, await self._run(run), strict=True):
-            set_insert_seq(message, insert_seq)
+            def body() -> tuple[int, list[int]]:
+                first = self._next_seq(conn)
+                return first, self._update_messages(conn, rows, "update_messages")
+
+            first, kept = write_transaction(conn, body)
+            self._remember(batch, rows, range(first, first + len(rows)), kept)
+
+        await self._run(run)
+
+    async def upsert_messages(self, messages: Sequence[Message]) -> None:
+        """Store messages in one transaction: new ids appended, known ids replaced.
+
+        See :meth:`mimo_ctx.store.base.Store.upsert_messages`. A replaced message
+        keeps its place in the write order (``insert_seq``), as an update does.
+
+        Raises:
+            StoreError: A session is unknown, an id repeats in the batch, or a known
+                id belongs to another session; nothing is written.
+        """
+        batch = list(messages)
+        _reject_repeated_ids(batch, "upsert_messages")
+        if not batch:
+            return
+
+        def run(conn: sqlite3.Connection) -> None:
+            rows = [_message_row(m) for m in batch]
+            first, kept = write_transaction(conn, lambda: self._upsert_messages(conn, rows))
+            self._remember(batch, rows, range(first, first + len(rows)), kept)
+
+        await self._run(run)
 
     async def get_message(self, message_id: str) -> Message | None:
         """Return one message by id, or ``None``."""
@@ -505,6 +603,7 @@ class SQLiteStore(SQLiteWorker):
         agent: str | None = MAIN_AGENT,
         since: tuple[int, str] | None = None,
         last: int | None = None,
+        exclude_agent: str | None = None,
     ) -> list[Message]:
         """List a session's messages ordered by ``(time_created, id)``.
 
@@ -519,6 +618,9 @@ class SQLiteStore(SQLiteWorker):
         if agent is not None:
             where.append("agent = ?")
             params.append(agent)
+        if exclude_agent is not None:
+            where.append("agent != ?")
+            params.append(exclude_agent)
         if since is not None:
             # Row-value comparison: SQLite turns it into an index range scan.
             where.append("(time_created, id) >= (?, ?)")
@@ -655,7 +757,7 @@ class SQLiteStore(SQLiteWorker):
         batch = list(updated)
         check_rebuild_arguments(session_id, boundary, batch)
 
-        def run(conn: sqlite3.Connection) -> tuple[int, list[int]] | None:
+        def run(conn: sqlite3.Connection) -> bool:
             boundary_row = _message_row(boundary)
             rows = [_message_row(m) for m in batch]
 
@@ -686,17 +788,19 @@ class SQLiteStore(SQLiteWorker):
                 return first, kept
 
             try:
-                return write_transaction(conn, body)
+                first, kept = write_transaction(conn, body)
             except _AlreadyCommitted:
-                return None
+                return False
+            # The boundary took `first`, the updated messages the numbers after it.
+            self._remember(
+                [boundary, *batch],
+                [boundary_row, *rows],
+                range(first, first + 1 + len(rows)),
+                [first, *kept],
+            )
+            return True
 
-        written = await self._run(run)
-        if written is None:
-            return False
-        set_insert_seq(boundary, written[0])
-        for message, insert_seq in zip(batch, written[1], strict=True):
-            set_insert_seq(message, insert_seq)
-        return True
+        return await self._run(run)
 
     # -- tasks and actors ----------------------------------------------------
     # -- host index -------------------------------------------------------------

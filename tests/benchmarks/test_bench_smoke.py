@@ -63,13 +63,21 @@ def test_hot_path_quick_r2_2(quick: Callable[[str], dict[str, Any]]) -> None:
 
 
 def test_rebuild_quick_r4_r5(quick: Callable[[str], dict[str, Any]]) -> None:
-    """Rebuild: every session rebuilt with a capped body; floor measured (R4, R5)."""
+    """Rebuild: every row (history x file size x script) rebuilt with a capped body,
+    both floors measured on the same sessions (R4, R5)."""
     result = quick("rebuild")
     _check_shape(result, "rebuild")
-    data = result["data"]
-    # Two sessions per row: writer finished and indexed, not yet indexed, index current.
-    assert data["outcomes"] == ["rebuilt"] * 6
-    assert data["body_tokens"] > 0
+    rows = result["data"]["rows"]
+    assert {(r["stored"], r["file_size"], r["script"]) for r in rows} == {
+        (stored, size, script)
+        for stored in (60, 120)
+        for size in (4_000, 20_000)
+        for script in ("ASCII", "non-ASCII")
+    }
+    for row in rows:
+        assert row["outcomes"] == ["rebuilt"] * 2
+        assert row["body_tokens"] > 0
+        assert row["rebuild"]["n"] == row["realistic_floor"]["n"] == row["bare_floor"]["n"] == 2
     sections = {row[0] for row in result["tables"][1]["rows"]}
     assert {"Tasks ledger", "Session checkpoint", "Recent activity"} <= sections
 

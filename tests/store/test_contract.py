@@ -268,6 +268,18 @@ async def test_list_messages_since_last_and_agent_filters(store: Store) -> None:
     with pytest.raises(StoreError, match="last"):
         await store.list_messages(s.id, last=-1)
 
+    # exclude_agent: every agent but one (the sub-agents, beside a main window).
+    assert ids_of(
+        await store.list_messages(s.id, agent=None, exclude_agent=MAIN_AGENT)
+    ) == ids_of(sub)
+    assert ids_of(
+        await store.list_messages(s.id, agent=None, since=key, exclude_agent=MAIN_AGENT)
+    ) == ids_of([m for m in sub if (m.time_created, m.id) >= key])
+    assert ids_of(
+        await store.list_messages(s.id, agent=None, last=2, exclude_agent="sub-1")
+    ) == ids_of(main[4:])
+    assert await store.list_messages(s.id, exclude_agent=MAIN_AGENT) == []
+
     assert await store.count_messages(s.id) == 9
     assert await store.count_messages(s.id, agent=MAIN_AGENT) == 6
     assert await store.count_messages(s.id, agent="sub-1") == 3
@@ -657,6 +669,57 @@ async def test_update_missing_or_moved_message_rejects_whole_batch(store: Store)
     assert got.model_dump() == m.model_dump()
     assert await store.count_messages(other.id) == 0
     await store.update_messages([])  # no-op
+
+
+async def test_upsert_appends_new_and_replaces_known_messages(store: Store) -> None:
+    """upsert_messages: one call appends new ids and replaces known ones; each write
+    takes a change-feed position, the listing and the newest-finished index follow."""
+    s = await new_session(store)
+    first = user(s.id, "first", t=T0)
+    await store.append_messages([first])
+    _, seq = await store.changes_since(s.id, 0)
+    edited = with_text(first, "first, edited")
+    reply = assistant(s.id, "reply", t=T0 + 1)
+    await store.upsert_messages([edited, reply])
+    changed, after = await store.changes_since(s.id, seq)
+    assert dumps(changed) == dumps([edited, reply])
+    assert after > seq
+    assert dumps(await store.list_messages(s.id)) == dumps([edited, reply])
+    got = await store.get_message(first.id)
+    assert got is not None
+    assert got.model_dump() == edited.model_dump()
+    assert estimate_message_tokens(got) == estimate_message_tokens(edited)
+    latest = await store.latest_finished_assistant(s.id)
+    assert latest is not None
+    assert latest.id == reply.id
+    # A streamed answer stored again when it finished: replaced, not duplicated.
+    final = with_text(reply, "reply, finished")
+    await store.upsert_messages([final])
+    assert await store.count_messages(s.id) == 2
+    changed, _ = await store.changes_since(s.id, after)
+    assert dumps(changed) == dumps([final])
+    await store.upsert_messages([])  # an empty batch is a no-op
+
+
+async def test_upsert_rejects_bad_batches_whole(store: Store) -> None:
+    s = await new_session(store)
+    other = await new_session(store)
+    m = user(s.id, "stored", t=T0)
+    await store.append_messages([m])
+    _, seq = await store.changes_since(s.id, 0)
+    fresh = user(s.id, "fresh", t=T0 + 1)
+    with pytest.raises(StoreError, match="ses_unknown"):
+        await store.upsert_messages([fresh, user("ses_unknown", "stray", t=T0)])
+    with pytest.raises(StoreError, match=fresh.id):
+        await store.upsert_messages([fresh, fresh])
+    with pytest.raises(StoreError, match=m.id):
+        await store.upsert_messages([fresh, m.model_copy(update={"session_id": other.id})])
+    assert await store.get_message(fresh.id) is None
+    got = await store.get_message(m.id)
+    assert got is not None
+    assert got.model_dump() == m.model_dump()
+    assert await store.count_messages(other.id) == 0
+    assert await store.changes_since(s.id, seq) == ([], seq)
 
 
 async def test_concurrent_appends_lose_nothing(store: Store) -> None:
