@@ -443,9 +443,7 @@ async def _run(plan: _Plan) -> dict[str, Any]:
             settle_heap()
             seed = 100
             for stored in plan.histories:
-                for (size, script), row_sessions in zip(
-                    variants, by_history[stored], strict=True
-                ):
+                for (size, script), row_sessions in zip(variants, by_history[stored], strict=True):
                     rows.append(
                         await _measure_row(
                             middleware, layout, text, row_sessions, stored, size, script, seed
@@ -520,8 +518,7 @@ def _report(plan: _Plan, rows: list[_Row]) -> dict[str, Any]:
             worst_ratio <= 3,
             ratio=worst_ratio,
             note=(
-                f"worst: {fmt_num(worst.stored)} stored, {_size_label(worst.size)} "
-                f"{worst.script}"
+                f"worst: {fmt_num(worst.stored)} stored, {_size_label(worst.size)} {worst.script}"
                 if worst is not None
                 else ""
             ),
@@ -573,4 +570,3 @@ def _report(plan: _Plan, rows: list[_Row]) -> dict[str, Any]:
 def run(*, quick: bool = False) -> dict[str, Any]:
     """Run the rebuild benchmark (``quick``: small sessions and files, two per row)."""
     return anyio.run(_run, QUICK if quick else FULL)
-

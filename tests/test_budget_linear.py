@@ -127,10 +127,12 @@ def test_r6_2_linear_read_equals_the_reference_at_every_budget() -> None:
     ]
     caps = [SectionCap(("Beta",), 30)]
     for text in documents:
-        for budget in range(0, 260):
+        for budget in range(260):
             for section_caps in (None, caps):
                 got = read_budgeted_section_aware(
                     text, budget, path="cp.md", section_caps=section_caps
                 )
-                want = reference_section_aware(text, budget, path="cp.md", section_caps=section_caps)
+                want = reference_section_aware(
+                    text, budget, path="cp.md", section_caps=section_caps
+                )
                 assert got == want, (text[:20], budget)

@@ -269,9 +269,9 @@ async def test_list_messages_since_last_and_agent_filters(store: Store) -> None:
         await store.list_messages(s.id, last=-1)
 
     # exclude_agent: every agent but one (the sub-agents, beside a main window).
-    assert ids_of(
-        await store.list_messages(s.id, agent=None, exclude_agent=MAIN_AGENT)
-    ) == ids_of(sub)
+    assert ids_of(await store.list_messages(s.id, agent=None, exclude_agent=MAIN_AGENT)) == ids_of(
+        sub
+    )
     assert ids_of(
         await store.list_messages(s.id, agent=None, since=key, exclude_agent=MAIN_AGENT)
     ) == ids_of([m for m in sub if (m.time_created, m.id) >= key])
