@@ -210,6 +210,19 @@ class Windows:
             state.windows[agent] = window
         return window
 
+    async def recorded(self, session_id: str, state: LiveSession, message: Message) -> LiveWindow:
+        """The window of ``message``'s agent after the middleware stored it.
+
+        A loaded window takes the usage from the message itself instead of reading
+        back what was just written; the next refresh brings the message in from the
+        change feed. A window not loaded yet is loaded.
+        """
+        window = state.windows.get(message.agent)
+        if window is None or not window.loaded:
+            return await self.refresh(session_id, state, message.agent)
+        window.note_finished(message)
+        return window
+
     async def load(self, session_id: str, agent: str) -> LiveWindow:
         """The agent's window read from the store: the newest boundary and what follows it."""
         store = self._store

@@ -395,11 +395,7 @@ class ContextMiddleware:
             await self._store.upsert_messages([message])
         if message.agent == MAIN_AGENT and usage_tokens(message) is not None:
             async with state.lock:
-                window = state.windows.get(MAIN_AGENT)
-                if window is None or not window.loaded:
-                    window = await self._windows.refresh(message.session_id, state, MAIN_AGENT)
-                else:
-                    window.note_finished(message)
+                window = await self._windows.recorded(message.session_id, state, message)
                 await self._maybe_start_writer(message.session_id, window)
 
     # -- the hot path -----------------------------------------------------------------
