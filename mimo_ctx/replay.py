@@ -44,12 +44,13 @@ How the replay is made faithful and deterministic (our choices):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, cast
@@ -59,7 +60,8 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from mimo_ctx.config import RebuildConfig
-from mimo_ctx.events import Event, WriterFailed, WriterFinished, WriterStarted
+from mimo_ctx.errors import ContextOverflowError
+from mimo_ctx.events import ContextRebuilt, Event, WriterFailed, WriterFinished, WriterStarted
 from mimo_ctx.importers import ImportedTranscript
 from mimo_ctx.messages import (
     MAIN_AGENT,
@@ -74,18 +76,21 @@ from mimo_ctx.messages import (
     ToolStateError,
     new_message_id,
 )
-from mimo_ctx.middleware import ContextMiddleware
+from mimo_ctx.middleware import ContextMiddleware, RequestView
+from mimo_ctx.rebuild import RebuildOutcome, RebuildReport
 from mimo_ctx.store.in_memory import InMemoryStore
 from mimo_ctx.tokens import TokenCounter, estimate_message_tokens, js_json
-from mimo_ctx.triggers import ModelLimits, lacks_usage
+from mimo_ctx.triggers import ModelLimits, lacks_usage, usage_tokens
 from mimo_ctx.typed_input import TypedInput, newest_words, run_share, typed_inputs
 
 __all__ = [
     "USER_WORDS_BUDGET",
     "ReplayCompaction",
+    "ReplayOverflow",
     "ReplayPoint",
     "ReplayRebuild",
     "ReplayReport",
+    "ReplayRequest",
     "ReplayWriterRun",
     "read_typed_inputs",
     "replay_transcript",
@@ -210,6 +215,49 @@ class ReplayCompaction:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """One main-agent request of a replay: the series ``--plot`` and the sparkline draw.
+
+    Attributes:
+        at: Index of the assistant message the request was prepared for.
+        tokens: Estimated tokens of the request sent (after a rebuild, if one ran;
+            after the recovery, if the provider overflowed).
+        transcript_tokens: The transcript's own usage for that message (its
+            provider's count of the context *it* sent), when it has one.
+    """
+
+    at: int
+    tokens: int
+    transcript_tokens: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The request as a JSON-ready mapping."""
+        return {"at": self.at, "tokens": self.tokens, "transcript_tokens": self.transcript_tokens}
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOverflow:
+    """A request the provider would have refused: larger than the model's input limit.
+
+    The replay then does what a live loop does
+    (:meth:`~mimo_ctx.middleware.ContextMiddleware.on_error`: rebuild once, retry).
+
+    Attributes:
+        at: Index of the assistant message the request was for.
+        tokens: Estimated tokens of the refused request.
+        recovered: The retried request fitted.
+    """
+
+    at: int
+    tokens: int
+    recovered: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The overflow as a JSON-ready mapping."""
+        return {"at": self.at, "tokens": self.tokens, "recovered": self.recovered}
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayPoint:
     """The manual rebuild a replay ran where it was asked to stop (``rebuild_at``).
 
@@ -258,6 +306,11 @@ class ReplayReport:
         estimated_usage_turns: Turns recorded with an estimated usage.
         format: The transcript's format.
         point: The manual rebuild at ``rebuild_at``, when one was asked for.
+        session_id: The transcript's session id.
+        writer_thresholds: The usage thresholds that start the writer (SPEC A3).
+        input_limit: What the provider accepts: larger requests overflow.
+        requests: Every main-agent request, in order.
+        overflows: Every request the provider would have refused.
     """
 
     window: int
@@ -273,6 +326,11 @@ class ReplayReport:
     estimated_usage_turns: int = 0
     format: str = ""
     point: ReplayPoint | None = None
+    session_id: str = ""
+    writer_thresholds: list[int] = field(default_factory=list[int])
+    input_limit: int = 0
+    requests: list[ReplayRequest] = field(default_factory=list[ReplayRequest])
+    overflows: list[ReplayOverflow] = field(default_factory=list[ReplayOverflow])
 
     def to_json(self) -> dict[str, Any]:
         """The report as the JSON document ``mimo-ctx replay --json`` prints.
@@ -295,6 +353,11 @@ class ReplayReport:
                 "transcript_turns": self.transcript_usage_turns,
                 "estimated_turns": self.estimated_usage_turns,
             },
+            "session_id": self.session_id,
+            "writer_thresholds": self.writer_thresholds,
+            "input_limit": self.input_limit,
+            "overflows": [o.to_json() for o in self.overflows],
+            "requests": [r.to_json() for r in self.requests],
             **({"point": self.point.to_json()} if self.point is not None else {}),
         }
 
@@ -475,9 +538,12 @@ class _Recorder:
     live_to_imported: dict[str, str]
     at: int = 0
     runs: list[ReplayWriterRun] = field(default_factory=list[ReplayWriterRun])
+    rebuilt: ContextRebuilt | None = None
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, WriterStarted):
+        if isinstance(event, ContextRebuilt):
+            self.rebuilt = event
+        elif isinstance(event, WriterStarted):
             self.runs.append(
                 ReplayWriterRun(
                     at=self.at,
@@ -597,6 +663,10 @@ async def _replay(transcript: ImportedTranscript, options: _Options, root: Path)
     turns = peak = total = 0
     transcript_turns = estimated_turns = 0
     rebuilds: list[ReplayRebuild] = []
+    requests: list[ReplayRequest] = []
+    overflows: list[ReplayOverflow] = []
+    limits = options.limits
+    input_limit = limits.input_limit if limits.input_limit is not None else limits.context_window
     point: ReplayPoint | None = None
     async with ContextMiddleware(
         store,
@@ -621,30 +691,58 @@ async def _replay(transcript: ImportedTranscript, options: _Options, root: Path)
             await _settle(middleware, session_id)
             peak = max(peak, view.tokens)
             total += view.tokens
-            report = view.rebuild
-            if report is not None:
-                retained = (
-                    user_words_retained(typed_before(options.typed, imported, turns), view.messages)
-                    if options.typed is not None
-                    else None
-                )
+            if view.rebuild is not None:
                 rebuilds.append(
-                    ReplayRebuild(
-                        at=index,
-                        message_id=imported.id,
-                        outcome=report.outcome,
-                        trigger=report.trigger,
-                        watermark=(
-                            live_to_imported.get(report.watermark, report.watermark)
-                            if report.watermark is not None
-                            else None
-                        ),
-                        tokens_before=report.tokens_before,
-                        tokens_after=view.tokens,
-                        compacted_results=report.compacted_results,
-                        user_words_retained=retained,
+                    _rebuild_entry(
+                        index,
+                        imported,
+                        view,
+                        turns=turns,
+                        report=view.rebuild,
+                        options=options,
+                        live_to_imported=live_to_imported,
                     )
                 )
+            if view.tokens > input_limit:
+                # The provider would refuse this request: recover as a live loop does.
+                refused = view.tokens
+                recorder.rebuilt = None
+                with contextlib.suppress(ContextOverflowError):
+                    await middleware.on_error(session_id, _ProviderOverflow(refused, input_limit))
+                await _settle(middleware, session_id)
+                view = await middleware.prepare(session_id)
+                await _settle(middleware, session_id)
+                total += view.tokens
+                event = recorder.rebuilt
+                if event is not None:
+                    report = RebuildReport(
+                        outcome=cast("RebuildOutcome", event.outcome),
+                        trigger="overflow",
+                        boundary_id=event.boundary_id,
+                        watermark=event.watermark,
+                        tokens_before=event.tokens_before,
+                        tokens_after=event.tokens_after,
+                        compacted_results=event.compacted_results,
+                    )
+                    rebuilds.append(
+                        _rebuild_entry(
+                            index,
+                            imported,
+                            view,
+                            turns=turns,
+                            report=report,
+                            options=options,
+                            live_to_imported=live_to_imported,
+                        )
+                    )
+                overflows.append(
+                    ReplayOverflow(at=index, tokens=refused, recovered=view.tokens <= input_limit)
+                )
+            requests.append(
+                ReplayRequest(
+                    at=index, tokens=view.tokens, transcript_tokens=usage_tokens(imported)
+                )
+            )
             turns += 1
 
             own_usage_valid = (
@@ -692,4 +790,47 @@ async def _replay(transcript: ImportedTranscript, options: _Options, root: Path)
         estimated_usage_turns=estimated_turns,
         format=transcript.format,
         point=point,
+        session_id=session_id,
+        writer_thresholds=middleware.thresholds,
+        input_limit=input_limit,
+        requests=requests,
+        overflows=overflows,
+    )
+
+
+class _ProviderOverflow(Exception):
+    """What the replay's stand-in provider raises for a request over the input limit."""
+
+    def __init__(self, tokens: int, limit: int) -> None:
+        # Anthropic's wording: recognised as an overflow (SPEC A11).
+        super().__init__(f"prompt is too long: {tokens} tokens > {limit} maximum")
+
+
+def _rebuild_entry(
+    index: int,
+    imported: Message,
+    view: RequestView,
+    *,
+    turns: int,
+    report: RebuildReport,
+    options: _Options,
+    live_to_imported: Mapping[str, str],
+) -> ReplayRebuild:
+    """A rebuild as the replay reports it, ``view`` being the request prepared after it."""
+    retained = (
+        user_words_retained(typed_before(options.typed, imported, turns), view.messages)
+        if options.typed is not None
+        else None
+    )
+    watermark = report.watermark
+    return ReplayRebuild(
+        at=index,
+        message_id=imported.id,
+        outcome=report.outcome,
+        trigger=report.trigger,
+        watermark=live_to_imported.get(watermark, watermark) if watermark else None,
+        tokens_before=report.tokens_before,
+        tokens_after=view.tokens,
+        compacted_results=report.compacted_results,
+        user_words_retained=retained,
     )

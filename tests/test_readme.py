@@ -51,3 +51,38 @@ def test_readme_documents_every_config_key() -> None:
         assert model.model_fields  # nested models are walked above
     missing = [k for k in keys if f"`{k}`" not in text]
     assert not missing, f"README configuration table lacks: {missing}"
+
+
+def test_readme_image_is_committed_and_regenerated_by_the_documented_command(
+    tmp_path: Path,
+) -> None:
+    """The picture of the demo's session: committed, and made by the command shown."""
+    import pytest
+
+    image = pytest.importorskip("matplotlib.image", reason="the plot extra draws the picture")
+    text = README.read_text()
+    committed = README.parent / "docs" / "images" / "replay-demo.png"
+    assert "](docs/images/replay-demo.png)" in text
+    assert committed.is_file()
+    commands = re.findall(r"^mimo-ctx (.+)$", text.split("### A picture of a session", 1)[1], re.M)
+    assert commands[:2] == [
+        "demo --transcript demo-session.json",
+        "replay demo-session.json --window 50K --plot docs/images/replay-demo.png",
+    ]
+    (tmp_path / "docs" / "images").mkdir(parents=True)
+    for command in commands[:2]:
+        result = subprocess.run(
+            [sys.executable, "-m", "mimo_ctx", *command.split()],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+    fresh = image.imread(tmp_path / "docs" / "images" / "replay-demo.png")
+    assert fresh.shape == image.imread(committed).shape
+    # The same session gives the same chart: only the session id in the subtitle (it
+    # comes from the transcript file's time) may differ.
+    differing = (abs(fresh - image.imread(committed)).sum(axis=2) > 0.01).mean()
+    assert differing < 0.01

@@ -18,9 +18,11 @@ writer takes milliseconds; in a real agent it runs concurrently).
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -61,8 +63,9 @@ from mimo_ctx.events import (
     WriterStarted,
 )
 from mimo_ctx.memory import MemoryLayout, write_text_atomic
-from mimo_ctx.messages import MAIN_AGENT
+from mimo_ctx.messages import MAIN_AGENT, Message, Part, ToolPart, ToolStateCompleted
 from mimo_ctx.middleware import ContextMiddleware, RebuildReport
+from mimo_ctx.providers.openai import to_openai_chat
 from mimo_ctx.session import Actor, Task, TaskStatus
 from mimo_ctx.store.sqlite import SQLiteStore
 from mimo_ctx.testing import ScriptedModel
@@ -74,6 +77,7 @@ __all__ = [
     "DemoRebuild",
     "DemoResult",
     "add_parser",
+    "export_transcript",
     "print_demo",
     "run_demo",
 ]
@@ -221,7 +225,12 @@ def _task(session_id: str, task_id: str, status: TaskStatus, summary: str, now: 
 
 
 async def run_demo(
-    store_path: Path, memory_root: Path, *, kept: bool = False, memory_kept: bool | None = None
+    store_path: Path,
+    memory_root: Path,
+    *,
+    kept: bool = False,
+    memory_kept: bool | None = None,
+    transcript: Path | None = None,
 ) -> DemoResult:
     """Run the scripted session on an SQLite store at ``store_path``.
 
@@ -231,6 +240,8 @@ async def run_demo(
         memory_root: Where checkpoint, memory and notes files go.
         kept: The caller keeps the store (reported in the JSON document).
         memory_kept: The caller keeps the memory root (default: like ``kept``).
+        transcript: Also write the main agent's session as an OpenAI chat transcript
+            there (:func:`export_transcript`), for ``mimo-ctx replay``.
     """
     started = time.perf_counter()
     now = now_ms()
@@ -347,9 +358,55 @@ async def run_demo(
         everything = await store.list_messages(sid, agent=None)
         result.messages_stored = len(everything)
         result.compacted = compacted_by_tool(everything)
+        if transcript is not None:
+            document = export_transcript(everything, system=SYSTEM_PROMPT, tools=tools)
+            text = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+            await anyio.Path(transcript).write_text(text, encoding="utf-8")
     result.events = result_events
     result.seconds = time.perf_counter() - started
     return result
+
+
+def export_transcript(
+    messages: Sequence[Message], *, system: str, tools: Sequence[dict[str, object]]
+) -> dict[str, Any]:
+    """The main agent's history as an OpenAI chat transcript, as the agent produced it.
+
+    Rebuild boundaries are left out and cleared tool results are written in full
+    (what the agent saw before any rebuild); each assistant message carries its
+    usage, so ``mimo-ctx replay`` of the file drives its triggers with the demo's
+    own figures. The shape is the ``openai-chat`` import format
+    (``{"messages": [...], "tools": [...]}``).
+    """
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for message in messages:
+        if message.agent != MAIN_AGENT or message.is_boundary:
+            continue
+        entries = to_openai_chat([_uncleared(message)])
+        usage = message.usage
+        if usage is not None and entries and entries[0].get("role") == "assistant":
+            entries[0]["usage"] = {
+                "prompt_tokens": usage.input,
+                "completion_tokens": usage.output,
+                "total_tokens": usage.total
+                if usage.total is not None
+                else usage.input + usage.output,
+            }
+        out.extend(entries)
+    return {"messages": out, "tools": [dict(t) for t in tools]}
+
+
+def _uncleared(message: Message) -> Message:
+    """``message`` with its tool results as they were before micro-compaction."""
+    parts: list[Part] = []
+    for part in message.parts:
+        if isinstance(part, ToolPart) and isinstance(part.state, ToolStateCompleted):
+            time = part.state.time.model_copy(update={"compacted": None, "placeholder": None})
+            state = part.state.model_copy(update={"time": time})
+            parts.append(part.model_copy(update={"state": state}))
+        else:
+            parts.append(part)
+    return message.model_copy(update={"parts": parts})
 
 
 async def _run_subagent(mw: ContextMiddleware, session_id: str, model: ScriptedModel) -> None:
@@ -503,6 +560,11 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="memory files directory (default with --store: <dir>/<stem>-memory beside it)",
     )
+    demo.add_argument(
+        "--transcript",
+        metavar="FILE",
+        help="also write the session as an OpenAI chat transcript (input for mimo-ctx replay)",
+    )
     demo.add_argument("--json", action="store_true", help="print one JSON document")
     demo.set_defaults(run=_run)
 
@@ -510,18 +572,25 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
 async def _run(args: argparse.Namespace, streams: Streams) -> int:
     store_arg = cast("str | None", args.store)
     memory_arg = cast("str | None", args.memory_root)
+    transcript_arg = cast("str | None", args.transcript)
+    transcript = Path(transcript_arg) if transcript_arg else None
+    if transcript is not None and not await anyio.Path(transcript.parent).is_dir():
+        raise CliError(f"--transcript {transcript}: no such directory {transcript.parent}")
     if store_arg is not None:
         store_path = Path(store_arg)
         if await anyio.Path(store_path).is_dir():
             raise CliError(f"--store {store_path}: a directory; give a file path such as demo.db")
         memory_root = Path(memory_arg) if memory_arg else default_memory_root(store_path)
-        result = await run_demo(store_path, memory_root, kept=True)
+        result = await run_demo(store_path, memory_root, kept=True, transcript=transcript)
     else:
         directory = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "mimo-ctx-demo-"))
         try:
             memory_root = Path(memory_arg) if memory_arg else directory / "memory"
             result = await run_demo(
-                directory / "demo.db", memory_root, memory_kept=memory_arg is not None
+                directory / "demo.db",
+                memory_root,
+                memory_kept=memory_arg is not None,
+                transcript=transcript,
             )
         finally:
             await anyio.to_thread.run_sync(partial(shutil.rmtree, directory, ignore_errors=True))

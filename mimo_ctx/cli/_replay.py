@@ -8,12 +8,15 @@ transcript's own compactions, the peak request and the tokens sent).
 from __future__ import annotations
 
 import argparse
-from typing import Any, cast
+import importlib
+from pathlib import Path
+from typing import Any, Final, cast
 
 import anyio
 import anyio.to_thread
 
 from mimo_ctx.cli._common import (
+    CliError,
     Streams,
     add_transcript_arguments,
     load_cli_config,
@@ -21,9 +24,13 @@ from mimo_ctx.cli._common import (
     window_tokens,
 )
 from mimo_ctx.cli._output import Output, dump_json, fmt_tokens
-from mimo_ctx.replay import replay_transcript
+from mimo_ctx.plot import PLOT_FORMATS, marker_line, save_replay_plot, sparkline
+from mimo_ctx.replay import ReplayReport, replay_transcript
 
 __all__ = ["add_parser"]
+
+SPARK_WIDTH: Final = 72
+"""Characters of the terminal sparkline (a longer replay is drawn in buckets)."""
 
 
 def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -50,12 +57,54 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="ignore the transcript's usage figures and estimate every turn",
     )
+    replay.add_argument(
+        "--plot",
+        metavar="OUT",
+        help="also draw the replay as a chart, OUT.png or OUT.svg (the plot extra: matplotlib)",
+    )
     replay.add_argument("--json", action="store_true", help="print one JSON document")
     replay.set_defaults(run=_run)
 
 
+def _plot_target(value: str | None) -> Path | None:
+    """The ``--plot`` file, checked before the replay runs (it may take minutes)."""
+    if value is None:
+        return None
+    target = Path(value)
+    if target.suffix.lower() not in PLOT_FORMATS:
+        raise CliError(f"--plot {value}: the chart is written as .png or .svg")
+    if not target.parent.is_dir():
+        raise CliError(f"--plot {value}: no such directory {target.parent}")
+    try:
+        importlib.import_module("matplotlib.figure")
+    except ImportError:
+        raise CliError('--plot needs matplotlib: pip install "mimo-ctx[plot]"') from None
+    return target
+
+
+def _sparkline_rows(report: ReplayReport) -> list[str]:
+    """The requests as a sparkline (full block = the window) and a line of markers."""
+    series = [r.tokens for r in report.requests]
+    position = {r.at: i for i, r in enumerate(report.requests)}
+
+    def spot(at: int) -> int:
+        # A marker sits on the first request at or after its transcript position.
+        later = [i for a, i in position.items() if a >= at]
+        return min(later) if later else len(series) - 1
+
+    marks: list[tuple[int, str]] = [(spot(w.at), "w") for w in report.writer_runs]
+    marks += [(spot(c.at), "C") for c in report.transcript_compactions]
+    marks += [(spot(r.at), "R") for r in report.rebuilds]
+    marks += [(spot(o.at), "O") for o in report.overflows]
+    return [
+        sparkline(series, top=report.window, width=SPARK_WIDTH),
+        marker_line(len(series), marks, width=SPARK_WIDTH),
+    ]
+
+
 async def _run(args: argparse.Namespace, streams: Streams) -> int:
     config = load_cli_config(cast("str | None", args.config))
+    plot = _plot_target(cast("str | None", args.plot))
     transcript = await anyio.to_thread.run_sync(load_transcript_file, args.file)
     report = await replay_transcript(
         transcript,
@@ -63,8 +112,14 @@ async def _run(args: argparse.Namespace, streams: Streams) -> int:
         config=config,
         use_transcript_usage=not args.estimate_usage,
     )
+    if plot is not None:
+        title = transcript.source.name
+        await anyio.to_thread.run_sync(lambda: save_replay_plot(report, plot, title=title))
     if args.json:
-        dump_json(report.to_json(), streams.out)
+        document = report.to_json()
+        if plot is not None:
+            document["plot"] = str(plot)
+        dump_json(document, streams.out)
         return 0
     out = Output(streams.out, plain=args.plain)
     counts = transcript.counts()
@@ -152,6 +207,22 @@ async def _run(args: argparse.Namespace, streams: Streams) -> int:
             )
     else:
         out.line("none: the session never reached the trigger line")
+    if report.overflows:
+        out.heading("Provider overflows (requests over the input limit)")
+        out.table(
+            ["At", "Tokens", "Recovered"],
+            [
+                [f"#{o.at}", fmt_tokens(o.tokens), "yes" if o.recovered else "no"]
+                for o in report.overflows
+            ],
+            align=["right", "right", "left"],
+        )
+    out.heading(
+        f"Tokens sent per request (a full block is the window, {fmt_tokens(report.window)})"
+    )
+    for row in _sparkline_rows(report):
+        out.line(row)
+    out.line("w writer run · R rebuild · O provider overflow · C the transcript's own compaction")
     out.heading("Summary")
     out.fields(
         [
@@ -159,6 +230,8 @@ async def _run(args: argparse.Namespace, streams: Streams) -> int:
             ("Tokens sent", f"{fmt_tokens(report.total_tokens_sent)} over {report.turns} requests"),
             ("Writer runs", str(len(report.writer_runs))),
             ("Rebuilds", str(len(report.rebuilds))),
+            ("Provider overflows", str(len(report.overflows))),
+            *([("Plot", str(plot))] if plot is not None else []),
         ]
     )
     return 0
