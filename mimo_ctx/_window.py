@@ -186,7 +186,6 @@ class Windows:
             state.windows[agent] = window
             return window
         changed, seq = await self._store.changes_since(session_id, window.seq)
-        window.seq = seq
         reload = False
         for message in changed:
             if message.agent != agent:
@@ -206,8 +205,14 @@ class Windows:
             elif window.live(message):
                 window.put(message)
         if reload:
+            # Until the reload has completed the window keeps its old change-feed
+            # position: a cancellation during it (a host's turn timeout right after
+            # another worker's rebuild) leaves the change to be seen again by the
+            # next refresh, not skipped for good with the old boundary kept.
             window = await self.load(session_id, agent)
             state.windows[agent] = window
+            return window
+        window.seq = seq
         return window
 
     async def recorded(self, session_id: str, state: LiveSession, message: Message) -> LiveWindow:
