@@ -198,6 +198,14 @@ class WriterConfig(_Frozen):
         allow_inf_nan=False,
         description="Seconds a worker's writer lease lives without renewal (several workers).",
     )
+    run_timeout: float = Field(
+        default=150.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds one checkpoint-writer run may take; past it the writer is "
+        "cancelled, counts as failed and the fallback writer runs. Below ensure_wait_auto "
+        "by default, so the fallback's checkpoint still arrives inside that wait.",
+    )
 
     @field_validator("thresholds")
     @classmethod

@@ -34,6 +34,7 @@ from mimo_ctx import (
     ToolPart,
     ToolStateCompleted,
     ToolTime,
+    WriterFinished,
     WriterRequest,
 )
 from mimo_ctx.testing import filler_text
@@ -388,6 +389,40 @@ async def lease_lifetime(config: RebuildConfig, root: Path) -> object:
     return lease.ttls
 
 
+class SlowWriter:
+    """The offline writer's checkpoint, after a second."""
+
+    name = "slow"
+
+    async def write(self, request: WriterRequest) -> CheckpointDraft:
+        await anyio.sleep(1.0)
+        return OfflineCheckpointWriter().build(request)
+
+
+async def run_timeout(config: RebuildConfig, root: Path) -> object:
+    """Which writer's checkpoint a run keeps when the primary writer is slow."""
+    finished: list[str] = []
+
+    def on_event(event: object) -> None:
+        if isinstance(event, WriterFinished):
+            finished.append(event.writer)
+
+    async with ContextMiddleware(
+        InMemoryStore(),
+        root / "mem",
+        model=LIMITS,
+        config=config,
+        writer=SlowWriter(),
+        fallback_writer=OfflineCheckpointWriter(),
+        on_event=on_event,
+    ) as mw:
+        session = await mw.open_session(project_id="p")
+        await _history(mw, session.id, rounds=12)
+        assert await mw.start_writer(session.id) == "started"
+        assert await mw.wait_for_writer(session.id, timeout=30) == "finished"
+    return finished
+
+
 async def cleared_as(config: RebuildConfig, root: Path) -> object:
     """What the results a rebuild cleared read in the next request's sources."""
     store = InMemoryStore()
@@ -440,6 +475,7 @@ PROBES: dict[str, tuple[object, Observe]] = {
     "writer.thresholds": (("50%",), limits_figures),
     "writer.reserved": (100_000, limits_figures),
     "writer.lease_ttl": (7.0, lease_lifetime),
+    "writer.run_timeout": (0.05, run_timeout),
     "micro_compact_tools": (("grep",), rebuild_fingerprint),
     "micro_compact_exclude": (("read",), rebuild_fingerprint),
     "micro_compact_keep": (3, rebuild_fingerprint),

@@ -57,7 +57,7 @@ from anyio.abc import TaskGroup
 
 from mimo_ctx._util import now_ms
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
-from mimo_ctx.checkpoint.document import section_budgets
+from mimo_ctx.checkpoint.document import checkpoint_defect, section_budgets
 from mimo_ctx.checkpoint.lease import WriterLease
 from mimo_ctx.checkpoint.protocol import CheckpointDraft, CheckpointWriter, WriterRequest
 from mimo_ctx.config import RebuildConfig
@@ -199,6 +199,13 @@ class WriterCoordinator:
             and ``skipped`` when there is nothing new to cover or another worker
             holds the session's writer lease.
         """
+        started = await self._start(session_id, reason=reason)
+        return "skipped" if started in ("nothing", "busy") else started
+
+    async def _start(
+        self, session_id: str, *, reason: str
+    ) -> Literal["started", "queued", "nothing", "busy"]:
+        """:meth:`request`, telling "nothing new to cover" from "another worker writes"."""
         if self._task_group is None:
             raise MimoCtxError(
                 "the checkpoint writer needs a running middleware: "
@@ -215,7 +222,7 @@ class WriterCoordinator:
                 await self._release(session_id, claim[1])
             return self._queue(slot, reason)
         if isinstance(claim, str):
-            return "skipped"
+            return claim
         job = _Job(reason)
         slot.running = job
         self._task_group.start_soon(self._run, session_id, job, claim)
@@ -225,8 +232,10 @@ class WriterCoordinator:
         """Start a writer when ``usage`` crossed thresholds not marked yet (SPEC A3).
 
         The due thresholds are marked in the session's state once a writer started
-        or queued. While a writer runs here, or another worker holds the lease,
-        none is marked, so they fire again later.
+        or queued, and also when the writer had nothing new to cover (the
+        watermark cannot move yet): re-checking such a threshold would read the
+        history again on every turn until it can. While a writer runs here, or
+        another worker holds the lease, none is marked, so they fire again later.
         """
         slot = self._slots.setdefault(session_id, _Slot())
         if not due_thresholds(usage, self._thresholds, slot.crossed):
@@ -238,7 +247,7 @@ class WriterCoordinator:
         due = due_thresholds(usage, self._thresholds, slot.crossed)
         if not due or self.in_flight(session_id):
             return
-        if await self.request(session_id, reason=f"usage {usage} >= {due[-1]}") == "skipped":
+        if await self._start(session_id, reason=f"usage {usage} >= {due[-1]}") == "busy":
             return
         # Marked in the state as stored now, not in the copy read above: a rebuild
         # or another worker's mark since then is kept (no lost update).
@@ -279,7 +288,7 @@ class WriterCoordinator:
 
     # -- internals ----------------------------------------------------------------
     @staticmethod
-    def _queue(slot: _Slot, reason: str) -> StartResult:
+    def _queue(slot: _Slot, reason: str) -> Literal["queued"]:
         if slot.pending is not None:
             # The evicted request's waiters are released: the newer one covers more.
             slot.pending.result = "failed"
@@ -555,11 +564,21 @@ class WriterCoordinator:
                 )
             )
             try:
-                draft = await writer.write(request)
+                draft = await self._run_writer(writer, request)
+                # A draft that is not a checkpoint is never written: the previous
+                # checkpoint and the watermark stay; the fallback, if any, writes.
                 _check_draft(draft)
                 await self._persist(session_id, request, draft, owner)
             except _LeaseLost:
                 raise
+            except (_RejectedDraft, _RunTimedOut) as exc:
+                _log.warning("mimo_ctx %s checkpoint writer failed: %s", writer.name, exc)
+                await self._events.emit(
+                    WriterFailed(
+                        session_id=session_id, time=now_ms(), writer=writer.name, error=str(exc)
+                    )
+                )
+                continue
             except Exception as exc:
                 _log.warning("mimo_ctx %s checkpoint writer failed: %r", writer.name, exc)
                 await self._events.emit(
@@ -580,6 +599,30 @@ class WriterCoordinator:
             )
             return "finished", writer.name
         return "failed", None
+
+    async def _run_writer(
+        self, writer: CheckpointWriter, request: WriterRequest
+    ) -> CheckpointDraft:
+        """One writer run, cancelled past ``checkpoint.writer.run_timeout``.
+
+        A hung writer would otherwise hold the session's writer slot (and lease)
+        for good: no later writer starts, the fallback never runs and every rebuild
+        waits its full bound. A run past the limit counts as failed, whatever it
+        returns after the cancellation.
+
+        Raises:
+            _RunTimedOut: The run took longer than the limit.
+        """
+        limit = self._config.writer.run_timeout
+        draft: CheckpointDraft | None = None
+        with anyio.move_on_after(limit) as scope:
+            draft = await writer.write(request)
+        if scope.cancel_called or draft is None:
+            raise _RunTimedOut(
+                f"the {writer.name} checkpoint writer ran past checkpoint.writer.run_timeout "
+                f"({limit:g} s) and was cancelled"
+            )
+        return draft
 
     async def _persist(
         self,
@@ -615,10 +658,20 @@ class WriterCoordinator:
 
 
 def _watermark_of(messages: Sequence[Message], config: RebuildConfig) -> str | None:
-    boundary = compute_boundary(messages, config)
+    """The watermark over ``messages`` (R2.3-R2.6), never a boundary message.
+
+    Boundaries are left out: a boundary is back-dated right after the watermark it
+    covers, so after one large last turn it is "the message before the last
+    completed assistant" and R2.4 would return it. Covering up to a boundary would
+    put every message after the old watermark on both sides of the new one: sent
+    live again although digested, the activity section and the mid-loop reminder
+    lost.
+    """
+    candidates = [m for m in messages if not m.is_boundary]
+    boundary = compute_boundary(candidates, config)
     if boundary is None:
         return None
-    return adjust_boundary_for_api_invariants(messages, boundary)
+    return adjust_boundary_for_api_invariants(candidates, boundary)
 
 
 def _index_of(messages: Sequence[Message], message_id: str) -> int:
@@ -675,12 +728,32 @@ def _drop_prefix(path: Path, prefix: str, root: Path) -> None:
         return
 
 
+class _RejectedDraft(MimoCtxError):
+    """Internal: a writer's draft is not a checkpoint; nothing of it is written."""
+
+
+class _RunTimedOut(MimoCtxError):
+    """Internal: a writer ran past ``checkpoint.writer.run_timeout`` and was cancelled."""
+
+
 def _check_draft(draft: CheckpointDraft) -> None:
+    """Refuse a draft that would replace a good checkpoint with garbage (SPEC A14).
+
+    Raises:
+        _RejectedDraft: Empty, not text (control or unreadable characters), missing
+            a section, or a spill-over file with a bad name or garbage content.
+    """
     if not draft.text.strip():
-        raise MimoCtxError("the checkpoint writer returned an empty checkpoint")
-    for name in draft.extra_files:
+        raise _RejectedDraft("the checkpoint writer returned an empty checkpoint")
+    defect = checkpoint_defect(draft.text)
+    if defect is not None:
+        raise _RejectedDraft(f"rejected the writer's checkpoint: {defect}")
+    for name, content in draft.extra_files.items():
         if not _EXTRA_FILE.match(name):
-            raise MimoCtxError(
+            raise _RejectedDraft(
                 f"the checkpoint writer named a spill-over file {name!r}; "
                 "expected checkpoint-<topic>.md"
             )
+        defect = checkpoint_defect(content, sections=False)
+        if defect is not None:
+            raise _RejectedDraft(f"rejected the writer's spill-over file {name}: {defect}")

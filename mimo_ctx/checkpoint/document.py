@@ -11,6 +11,7 @@ budgeted read always keeps (SPEC A8).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -21,8 +22,10 @@ from mimo_ctx.tokens import estimate_text_tokens
 __all__ = [
     "CHECKPOINT_SECTIONS",
     "CheckpointSection",
+    "checkpoint_defect",
     "fit_items",
     "is_index_line",
+    "missing_sections",
     "parse_checkpoint",
     "render_checkpoint",
     "section_budgets",
@@ -150,6 +153,53 @@ def parse_checkpoint(text: str) -> dict[int, list[str]]:
         while lines and not lines[0].strip():
             lines.pop(0)
     return result
+
+
+def missing_sections(text: str) -> list[str]:
+    """Titles of the A14 sections ``text`` lacks, in section order."""
+    parsed = parse_checkpoint(text)
+    return [s.title for s in CHECKPOINT_SECTIONS if s.number not in parsed]
+
+
+_ALLOWED_CONTROLS: Final = frozenset("\t\n\r")
+_UNREADABLE_SHARE: Final = 0.02
+"""Above this share of unreadable characters a draft is taken as garbage, not text."""
+
+
+def checkpoint_defect(text: str, *, sections: bool = True) -> str | None:
+    """Why ``text`` cannot replace ``checkpoint.md``, or ``None`` when it can (SPEC A14).
+
+    A draft is refused when it is empty; when it holds control characters (NUL
+    included; tabs and line ends are fine), which no Markdown checkpoint has and a
+    binary or NUL-filled answer always has; when more than 2% of it is unreadable
+    (U+FFFD replacement characters, unassigned, private-use or surrogate code
+    points: undecoded bytes); and, with ``sections``, when it lacks one of the
+    eleven sections, which a checkpoint always has (``(none)`` when empty).
+    """
+    if not text.strip():
+        return "it is empty"
+    for offset, char in enumerate(text):
+        if char not in _ALLOWED_CONTROLS and unicodedata.category(char) == "Cc":
+            count = sum(
+                1 for c in text if c not in _ALLOWED_CONTROLS and unicodedata.category(c) == "Cc"
+            )
+            return (
+                f"it holds {count} control character(s) (U+{ord(char):04X} first, at "
+                f"offset {offset}): not Markdown text"
+            )
+    unreadable = sum(
+        1 for c in text if c == "\ufffd" or unicodedata.category(c) in ("Cn", "Co", "Cs")
+    )
+    if unreadable > len(text) * _UNREADABLE_SHARE:
+        return (
+            f"{unreadable} of its {len(text)} characters are unreadable (replacement, "
+            "unassigned or private-use): not text"
+        )
+    if sections:
+        missing = missing_sections(text)
+        if missing:
+            return "it lacks the sections " + ", ".join(missing)
+    return None
 
 
 def fit_items(

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from mimo_ctx._util import one_line
-from mimo_ctx.checkpoint.document import CHECKPOINT_SECTIONS, parse_checkpoint
+from mimo_ctx.checkpoint.document import CHECKPOINT_SECTIONS, missing_sections
 from mimo_ctx.checkpoint.protocol import CheckpointDraft, WriterRequest
 from mimo_ctx.checkpoint.sections import task_tree_lines
 from mimo_ctx.errors import MimoCtxError
@@ -167,8 +167,7 @@ def parse_llm_answer(answer: str, *, notes: str | None = None) -> CheckpointDraf
     for index, mark in enumerate(marks):
         end = marks[index + 1].start() if index + 1 < len(marks) else len(answer)
         extra[mark.group(1)] = answer[mark.end() : end].strip() + "\n"
-    parsed = parse_checkpoint(text)
-    missing = [s.title for s in CHECKPOINT_SECTIONS if s.number not in parsed]
+    missing = missing_sections(text)
     if not text.strip() or missing:
         raise MimoCtxError(
             "the model's checkpoint lacks sections: " + ", ".join(missing or ["(empty answer)"])
