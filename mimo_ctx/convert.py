@@ -42,7 +42,7 @@ from mimo_ctx.messages import (
     MAIN_AGENT,
     FilePart,
     Message,
-    MessageError,
+    MessageFailure,
     OpaquePart,
     Part,
     Role,
@@ -338,7 +338,7 @@ class MessageDraft:
     agent: str | None = None
     time_completed: int | None = None
     finish: str | None = None
-    error: MessageError | None = None
+    error: MessageFailure | None = None
     usage: TokenUsage | None = None
     model: str | None = None
     provider_message_id: str | None = None

@@ -79,6 +79,7 @@ _TOOL_LOOKBACK: Final = 32
 """Stored host messages read back to find the call a separately stored result answers."""
 
 _T = TypeVar("_T")
+_C = TypeVar("_C")
 
 
 def chain_of(parent: str, fingerprint: str) -> str:
@@ -96,6 +97,10 @@ class Reconciled:
             :meth:`HostHistory.record` for the answer); None for an empty list.
         chains: For each host item, its chain (None for items that are not history:
             system prompts).
+        skipped: The positions of the items that are not history, in order (kept
+            from the last call for the items it saw, so O(new) to get).
+        unchanged: How many leading items are the ones the last call saw: only the
+            items from here on were fingerprinted.
         appended: The messages stored by this call, oldest first.
         dropped: Ids of stored messages this call marked off-branch.
         restored: Ids of off-branch messages this call brought back.
@@ -103,6 +108,8 @@ class Reconciled:
 
     head: str | None
     chains: list[str | None]
+    skipped: list[int] = field(default_factory=list[int])
+    unchanged: int = 0
     appended: list[Message] = field(default_factory=list[Message])
     dropped: list[str] = field(default_factory=list[str])
     restored: list[str] = field(default_factory=list[str])
@@ -116,6 +123,7 @@ class _Seen:
     fingerprints: list[str | None]
     chains: list[str | None]
     seed: str
+    skipped: list[int]
 
 
 class HostHistory:
@@ -138,7 +146,8 @@ class HostHistory:
         self.lock = anyio.Lock()
         """Held by every reconcile and record; hosts may hold it around their own steps."""
         self.caches: dict[str, object] = {}
-        """Per-session caches of the hosts (payload builders), released with the session."""
+        """Per-session caches of the hosts (payload builders), released with the session;
+        use :meth:`cached`."""
         self._nodes: dict[str, HostNode] = {}
         self._seq = 0
         self._head: str | None = None
@@ -146,6 +155,13 @@ class HostHistory:
         self._branch_at: dict[str, int] = {}
         self._seen: _Seen | None = None
         self._tools: dict[str, str] = {}
+
+    def cached(self, key: str, kind: type[_C], make: Callable[[], _C]) -> _C:
+        """The host cache ``key`` of this session (made on first use)."""
+        found = self.caches.get(key)
+        if not isinstance(found, kind):
+            found = self.caches[key] = make()
+        return found
 
     @property
     def head(self) -> str | None:
@@ -183,6 +199,10 @@ class HostHistory:
         for chain in reversed(path):
             self._branch_at[chain] = len(self._branch)
             self._branch.append(chain)
+
+    def on_branch(self, chain: str) -> bool:
+        """True when the host message ``chain`` is on the session's conversation."""
+        return chain in self._branch_at
 
     def message_ids(self, chain: str) -> list[str]:
         """The stored messages a host message (by its chain) stands for."""
@@ -317,12 +337,15 @@ class HostHistory:
     ) -> Reconciled | None:
         """One attempt: decide from what is known, commit; None when another caller won."""
         chains, seed = self._chains(same, fingerprints)
+        kept = self._seen.skipped if self._seen is not None else []
+        skipped = [i for i in kept if i < same]
+        skipped.extend(i for i in range(same, len(chains)) if chains[i] is None)
         end = len(chains)
         while end and chains[end - 1] is None:
             end -= 1
         if not end:
-            self._seen = _Seen(host, fingerprints, chains, seed)
-            return Reconciled(head=None, chains=chains)
+            self._seen = _Seen(host, fingerprints, chains, seed, skipped)
+            return Reconciled(head=None, chains=chains, skipped=skipped, unchanged=same)
         head = chains[end - 1]
         assert head is not None
         # Everything the last call saw was stored then (nodes are never removed), and
@@ -364,10 +387,12 @@ class HostHistory:
             for node in nodes:
                 self._nodes[node.chain] = node
             self._set_head(head)
-        self._seen = _Seen(host, fingerprints, chains, seed)
+        self._seen = _Seen(host, fingerprints, chains, seed, skipped)
         return Reconciled(
             head=head,
             chains=chains,
+            skipped=skipped,
+            unchanged=same,
             appended=messages,
             dropped=[m.id for m in updated if m.off_branch],
             restored=[m.id for m in updated if not m.off_branch],

@@ -2,12 +2,14 @@
 
 A host (a wrapped client, a framework integration) resends its whole conversation
 every call; the store must receive each host message exactly once. Random host
-histories are driven through every implementation of that decision and compared
-with an oracle: every host message that was ever sent (or recorded as an answer)
-is stored once, in the order it first appeared.
+histories are driven through the reconciler (directly, and through the
+integrations' layer over it) and compared with an oracle: every host message
+that was ever sent (or recorded as an answer) is stored once, in the order it
+first appeared. Written first against the two implementations this one replaced
+(the wrappers' ``HistorySync`` and the integrations' ``SessionSync``): the three
+agreed with the oracle on every case below before the old two were deleted.
 
-Four kinds of histories, the cases where the intended behaviour is the same for
-every implementation:
+Four kinds of histories:
 
 * growing: the list only grows (answers and new user turns appended);
 * repeated "continue": the same text typed again and again is stored each time;
@@ -33,10 +35,9 @@ from hypothesis import strategies as st
 
 from mimo_ctx._util import now_ms
 from mimo_ctx.convert import MessageDraft
-from mimo_ctx.integrations._sync import Draft, SessionSync
+from mimo_ctx.integrations._sync import IntegrationSync, add_part, new_draft
 from mimo_ctx.messages import Message, TextPart
 from mimo_ctx.middleware import ContextMiddleware
-from mimo_ctx.providers._sync import HistorySync, fingerprint
 from mimo_ctx.store import InMemoryStore
 
 SID = "ses_equivalence"
@@ -142,44 +143,22 @@ async def _with_middleware(
         return expected, everything
 
 
-async def _old_provider_path(tmp_path: Path, script: Script) -> Stored:
-    """The wrappers' ``HistorySync`` (fingerprints, order-aware matching)."""
+async def _integration_path(tmp_path: Path, script: Script) -> Stored:
+    """The integrations' layer over the reconciler (origins, slots)."""
 
     async def body(mw: ContextMiddleware) -> list[Item]:
-        sync = HistorySync(mw)
+        sync = IntegrationSync(mw, SID, source="test")
 
-        async def send(host: list[Item], answer: Item) -> None:
-            await sync.sync(
-                SID,
-                host,
-                fingerprints=[fingerprint(i.role, i.text) for i in host],
-                convert=lambda run: [_message(i) for i in run],
-            )
-            await sync.record(
-                _message(answer), fingerprints=[fingerprint("assistant", answer.text)]
-            )
-
-        return await _run(script, send)
-
-    return await _with_middleware(tmp_path, body)
-
-
-async def _old_integration_path(tmp_path: Path, script: Script) -> Stored:
-    """The integrations' ``SessionSync`` (keys numbered by occurrence)."""
-
-    async def body(mw: ContextMiddleware) -> list[Item]:
-        sync: SessionSync[Item] = SessionSync(mw, SID, source="test", agent="main")
-
-        def draft(item: Item) -> Draft:
-            made = Draft(role=item.role, finish="stop" if item.role == "assistant" else None)
-            made.add(TextPart(text=item.text), 0)
+        def draft(item: Item) -> MessageDraft:
+            made = new_draft(item.role, "test", finish="stop" if item.role == "assistant" else None)
+            add_part(made, TextPart(text=item.text), 0)
             return made
 
         async def send(host: list[Item], answer: Item) -> None:
             await sync.sync(
                 host, key=lambda i: f"{i.role}:{i.text}", convert=lambda i, _: [draft(i)]
             )
-            await sync.record(f"assistant:{answer.text}", draft(answer))
+            await sync.record(f"assistant:{answer.text}", draft(answer), answer)
 
         return await _run(script, send)
 
@@ -216,11 +195,7 @@ async def _reconciler_path(tmp_path: Path, script: Script) -> Stored:
     return await _with_middleware(tmp_path, body)
 
 
-PATHS = {
-    "provider": _old_provider_path,
-    "integration": _old_integration_path,
-    "reconciler": _reconciler_path,
-}
+PATHS = {"reconciler": _reconciler_path, "integration": _integration_path}
 
 
 def _scripts(ops: Sequence[Op], *, duplicates: bool) -> st.SearchStrategy[Script]:

@@ -1,76 +1,65 @@
-"""History sync shared by the framework integrations (no framework import here).
+"""What the framework integrations share (no framework import here).
 
 Agent frameworks (pydantic-ai, LangChain) keep the conversation themselves and
-resend all of it with every model request. :class:`SessionSync` turns that list
-into the session's stored history without a second copy of anything:
+resend all of it with every model request. :class:`IntegrationSync` hands that
+list to the session's host-history reconciler (:mod:`mimo_ctx.reconcile`), the
+one the provider wrappers use too, so the conversation rule is the same: a list
+that extends the session appends, one that diverges is followed (what the
+framework dropped leaves the view, storage keeps it), one that shares nothing is
+refused with :class:`~mimo_ctx.errors.ConversationMismatchError`, and any worker
+can serve any turn.
 
-* **Recognition.** Every framework message has a *key*: a stable identity the
-  integration computes (LangChain's message id, or a digest of a pydantic-ai
-  message's content), numbered by occurrence (``<key>#0``, ``<key>#1``...) so
-  two identical messages stay two messages. A key seen before maps to the
-  messages already stored for it, so they are never stored again — also after a
-  rebuild hid them from the request, and after a restart: the key and the layout
-  of every stored message are kept in its ``metadata`` under :data:`META_KEY`
-  and read back the first time a process syncs the session.
-* **New messages** are converted by the integration into :class:`Draft` s and
-  appended in one store call, oldest first, so they sort after everything stored.
-  Model responses are stored by :meth:`SessionSync.record` as they arrive (with
-  their usage, which drives the trigger line).
-* **The way back.** :meth:`SessionSync.plan` lines up a
-  :class:`~mimo_ctx.middleware.RequestView` with what the framework sent: for each
-  message to send, the framework message it came from (the *origin*, when it is in
-  the current history) and the *slots* that say which framework part each stored
-  part came from. An integration then sends the framework's own objects for
-  everything the send rules left unchanged (byte-identical, prompt caches keep
-  hitting), edits only what changed (cleared tool results), and converts what the
-  framework never had (the rebuild boundary, the per-turn reminder).
+On top of the reconciler it keeps what an integration needs to send the
+framework's own objects back:
+
+* **Origins.** For each stored message, the framework message it was stored from
+  (when that message is in the history the framework sent): updated only for the
+  messages a call has not seen, so O(new messages) per call.
+* **Slots.** Which framework part each stored part came from, kept in the stored
+  message's ``metadata`` under :data:`META_KEY` by the integration's converter
+  (:func:`new_draft`, :func:`add_part`). An integration then sends the framework's
+  own objects for everything the send rules left unchanged (byte-identical,
+  prompt caches keep hitting), edits only what changed (cleared tool results),
+  and converts what the framework never had (the rebuild boundary, the per-turn
+  reminder).
 * **Carried parts.** Framework part kinds the internal model does not know are
   stored as :class:`~mimo_ctx.messages.OpaquePart` s. The send rules never send
   an opaque part, so a stored message holding nothing else disappears from the
-  view; :meth:`SessionSync.plan` puts such messages back where they belong while
-  they are live (after the watermark and not folded into the activity digest,
-  the same rule the view applies to every other message), so they reach the
-  model unchanged instead of being dropped.
+  view; :meth:`IntegrationSync.plan` puts such messages back where they belong
+  while they are live (after the watermark and not folded into the activity
+  digest, the same rule the view applies to every other message), so they reach
+  the model unchanged instead of being dropped.
 
-A session is synced by the integration that stored it: messages stored by other
-means (an importer, ``add_user_message``) are sent as they are but are never
-matched against the framework's history.
+Messages stored by other means (an importer, ``add_user_message``) are sent as
+they are but are never matched against the framework's history.
 """
 
 from __future__ import annotations
 
-import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import anyio
 
+from mimo_ctx.convert import MessageDraft, build_messages
 from mimo_ctx.errors import MimoCtxError
-from mimo_ctx.messages import (
-    MAIN_AGENT,
-    CompactionPart,
-    Message,
-    OpaquePart,
-    Part,
-    Role,
-    TokenUsage,
-)
+from mimo_ctx.messages import MAIN_AGENT, CompactionPart, Message, OpaquePart, Part, Role
 from mimo_ctx.middleware import ContextMiddleware, RequestView
+from mimo_ctx.reconcile import HostHistory
 
 __all__ = [
     "META_KEY",
-    "Draft",
+    "IntegrationSync",
     "OutgoingItem",
-    "SessionSync",
     "Slot",
+    "add_part",
     "extra_error",
-    "session_sync",
+    "new_draft",
 ]
 
 META_KEY: Final = "mimo_ctx_integration"
-"""Key of a stored message's ``metadata`` entry recording where it came from."""
+"""Key of a stored message's ``metadata`` entry recording where its parts came from."""
 
 T = TypeVar("T")
 
@@ -83,38 +72,16 @@ def extra_error(module: str, extra: str, package: str) -> ImportError:
     )
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+def new_draft(role: Role, source: str, **fields: Any) -> MessageDraft:
+    """A draft of a framework message, ready to record where its parts come from."""
+    return MessageDraft(role, metadata={META_KEY: {"source": source, "origins": []}}, **fields)
 
 
-@dataclass(slots=True)
-class Draft:
-    """One message to store, as an integration converted it from a framework message.
-
-    Attributes:
-        role: ``user``, ``assistant`` or ``tool``.
-        parts: The internal parts, in order.
-        origins: For each part, the index of the framework part it came from
-            (several internal parts may share one, e.g. the items of one
-            multimodal prompt), or None when it stands for no single part.
-        finish: Finish reason of an assistant message (set: the message is complete).
-        usage: Provider usage of an assistant message.
-        model: The model that answered.
-        provider_message_id: The provider's id of the response.
-    """
-
-    role: Role
-    parts: list[Part] = field(default_factory=list["Part"])
-    origins: list[int | None] = field(default_factory=list[int | None])
-    finish: str | None = None
-    usage: TokenUsage | None = None
-    model: str | None = None
-    provider_message_id: str | None = None
-
-    def add(self, part: Part, origin: int | None) -> None:
-        """Append a part that came from framework part ``origin``."""
-        self.parts.append(part)
-        self.origins.append(origin)
+def add_part(draft: MessageDraft, part: Part, origin: int | None) -> None:
+    """Append a part that came from framework part ``origin`` (None: from no single part)."""
+    draft.parts.append(part)
+    meta = cast(dict[str, Any], draft.metadata[META_KEY])
+    cast(list[int | None], meta["origins"]).append(origin)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,12 +129,27 @@ class _Stored:
     all_opaque: bool
 
 
-class SessionSync(Generic[T]):
-    """What one integration has stored of one session's history (see the module docs).
+@dataclass(slots=True)
+class _Known:
+    """What one integration knows of one session (kept with the session's reconciler)."""
 
-    Get the shared instance with :func:`session_sync`; hold :attr:`lock` around a
-    sync and the request built from it, so concurrent requests of one session do
-    not store a message twice.
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    opened: bool = False
+    head: str | None = None
+    origins: dict[str, object] = field(default_factory=dict[str, object])
+    chains: dict[str, str] = field(default_factory=dict[str, str])
+    stored: dict[str, _Stored] = field(default_factory=dict[str, _Stored])
+    all_opaque: dict[str, _Stored] = field(default_factory=dict[str, _Stored])
+    boundaries: dict[str, tuple[str | None, str | None]] = field(
+        default_factory=dict[str, tuple[str | None, str | None]]
+    )
+
+
+class IntegrationSync:
+    """One integration's view of one session's history (see the module docs).
+
+    Hold :attr:`lock` around a sync and the request built from it, so concurrent
+    requests of one session line up.
 
     Args:
         middleware: The engine.
@@ -177,59 +159,50 @@ class SessionSync(Generic[T]):
     """
 
     def __init__(
-        self, middleware: ContextMiddleware, session_id: str, *, source: str, agent: str
+        self,
+        middleware: ContextMiddleware,
+        session_id: str,
+        *,
+        source: str,
+        agent: str = MAIN_AGENT,
     ) -> None:
+        if not session_id:
+            raise MimoCtxError("session_id must be a non-empty string")
         self.middleware = middleware
         self.session_id = session_id
         self.source = source
         self.agent = agent
-        self.lock = anyio.Lock()
-        self._opened = False
-        self._loaded = False
-        self._by_key: dict[str, list[str]] = {}
-        self._occurrences: dict[str, int] = {}
-        self._stored: dict[str, _Stored] = {}
-        self._all_opaque: dict[str, _Stored] = {}
-        self._boundaries: dict[str, tuple[str | None, str | None]] = {}
+        self.history: HostHistory = middleware.host_history(session_id, agent=agent)
+        self._known = self.history.cached(f"integration:{source}", _Known, _Known)
+
+    @property
+    def lock(self) -> anyio.Lock:
+        """The session's lock for this integration's steps."""
+        return self._known.lock
 
     # -- session ----------------------------------------------------------------------
     async def open(
         self, *, project_id: str, system: str, tools: Sequence[dict[str, object]]
     ) -> None:
         """Create the session on first use, freezing ``system`` and ``tools`` as its prefix."""
-        if self._opened:
+        if self._known.opened:
             return
         await self.middleware.open_session(
             self.session_id, project_id=project_id, system=system, tools=tools
         )
-        self._opened = True
+        self._known.opened = True
 
-    async def _load(self) -> None:
-        if self._loaded:
+    def _remember(self, message: Message) -> None:
+        meta = message.metadata.get(META_KEY)
+        info: Mapping[str, Any] = cast(Mapping[str, Any], meta) if isinstance(meta, Mapping) else {}
+        origins: object = info.get("origins")
+        if info.get("source") != self.source:
             return
-        stored = await self.middleware.store.list_messages(self.session_id, agent=self.agent)
-        for message in stored:
-            meta = message.metadata.get(META_KEY)
-            if not isinstance(meta, Mapping):
-                continue
-            info: Mapping[str, Any] = meta  # pyright: ignore[reportUnknownVariableType]
-            key = info.get("key")
-            origins = info.get("origins")
-            if info.get("source") != self.source or not isinstance(key, str):
-                continue
-            if not isinstance(origins, list) or len(origins) != len(message.parts):  # pyright: ignore[reportUnknownArgumentType]
-                origins = [None] * len(message.parts)
-            self._remember(key, message, [o if isinstance(o, int) else None for o in origins])  # pyright: ignore[reportUnknownVariableType]
-        self._loaded = True
-
-    def _remember(self, key: str, message: Message, origins: Sequence[int | None]) -> None:
-        self._by_key.setdefault(key, []).append(message.id)
-        base, _, number = key.rpartition("#")
-        if number.isdigit():
-            self._occurrences[base] = max(self._occurrences.get(base, 0), int(number) + 1)
+        if not isinstance(origins, list) or len(cast(list[Any], origins)) != len(message.parts):
+            origins = [None] * len(message.parts)
         slots = tuple(
-            Slot(p.id, origin, p if isinstance(p, OpaquePart) else None)
-            for p, origin in zip(message.parts, origins, strict=True)
+            Slot(p.id, o if isinstance(o, int) else None, p if isinstance(p, OpaquePart) else None)
+            for p, o in zip(message.parts, cast(list[Any], origins), strict=True)
         )
         stored = _Stored(
             role=message.role,
@@ -237,110 +210,92 @@ class SessionSync(Generic[T]):
             slots=slots,
             all_opaque=bool(slots) and all(s.opaque is not None for s in slots),
         )
-        self._stored[message.id] = stored
+        self._known.stored[message.id] = stored
         if stored.all_opaque:
-            self._all_opaque[message.id] = stored
-
-    def _build(self, draft: Draft, key: str, now: int) -> Message:
-        return Message(
-            session_id=self.session_id,
-            role=draft.role,
-            agent=self.agent,
-            time_created=now,
-            time_completed=now if draft.role == "assistant" else None,
-            finish=draft.finish,
-            usage=draft.usage,
-            model=draft.model,
-            provider_message_id=draft.provider_message_id,
-            parts=list(draft.parts),
-            metadata={
-                META_KEY: {"source": self.source, "key": key, "origins": list(draft.origins)}
-            },
-        )
+            self._known.all_opaque[message.id] = stored
 
     # -- framework -> store -------------------------------------------------------------
     async def sync(
         self,
         history: Sequence[T],
         *,
-        key: Callable[[T], str],
-        convert: Callable[[T, int], list[Draft]],
-    ) -> dict[str, object]:
-        """Store what is new in ``history``; map stored ids to their framework message.
+        key: Callable[[T], str | None],
+        convert: Callable[[T, bool], list[MessageDraft]],
+    ) -> None:
+        """Store what is new in ``history`` and learn which framework message each stored
+        message came from.
 
         Args:
             history: Everything the framework is about to send, oldest first.
-            key: A message's stable identity (occurrences are numbered here).
-            convert: Turns a new message (and its index in ``history``) into drafts.
-
-        Returns:
-            Stored message id -> the message of ``history`` it came from, for every
-            stored message of this history (new or recognised).
+            key: A message's fingerprint (None: prefix material, not history).
+            convert: Turns a new message into drafts (made with :func:`new_draft`);
+                the flag is True for the first message of ``history``.
         """
-        await self._load()
-        counts: dict[str, int] = {}
-        origins: dict[str, object] = {}
-        new: list[tuple[str, Message, list[int | None]]] = []
-        now = _now_ms()
-        for index, item in enumerate(history):
-            base = key(item)
-            number = counts.get(base, 0)
-            counts[base] = number + 1
-            full = f"{base}#{number}"
-            known = self._by_key.get(full)
-            if known is None:
-                for draft in convert(item, index):
-                    if not draft.parts:
-                        continue
-                    if len(draft.origins) != len(draft.parts):
-                        raise MimoCtxError("integration bug: a draft needs one origin per part")
-                    message = self._build(draft, full, now)
-                    new.append((full, message, list(draft.origins)))
-                    origins[message.id] = item
-            else:
-                for stored_id in known:
-                    origins[stored_id] = item
-        if new:
-            await self.middleware.append([m for _, m, _ in new])
-            for full, message, message_origins in new:
-                self._remember(full, message, message_origins)
-        return origins
+        host = list(history)
+        first = host[0] if host else None
 
-    async def record(self, base_key: str, draft: Draft) -> Message:
+        def drafts(run: Sequence[T]) -> list[MessageDraft]:
+            out: list[MessageDraft] = []
+            for index, item in enumerate(run):
+                for draft in convert(item, item is first):
+                    draft.item = index
+                    out.append(draft)
+            return out
+
+        done = await self.history.reconcile(host, fingerprint=key, convert=drafts)
+        self._known.head = done.head
+        for message in done.appended:
+            self._remember(message)
+        known = self._known
+        for position in range(done.unchanged, len(host)):
+            chain = done.chains[position]
+            if chain is None:
+                continue
+            for message_id in self.history.message_ids(chain):
+                known.origins[message_id] = host[position]
+                known.chains[message_id] = chain
+                if message_id not in known.stored:
+                    # Stored by another worker (or before this process): read it once.
+                    message = await self.middleware.store.get_message(message_id)
+                    if message is not None:
+                        self._remember(message)
+
+    async def record(self, key: str, draft: MessageDraft, origin: object) -> Message:
         """Store a model response (with its usage) the moment it arrives.
 
-        ``base_key`` must be what the ``key`` function of :meth:`sync` gives for the
+        ``key`` must be what the ``key`` function of :meth:`sync` gives for the
         response once the framework puts it in its history, so the next sync
-        recognises it.
+        recognises it; ``origin`` is the framework's response object.
         """
-        await self._load()
-        number = self._occurrences.get(base_key, 0)
-        full = f"{base_key}#{number}"
-        message = self._build(draft, full, _now_ms())
-        await self.middleware.record(message)
-        self._remember(full, message, draft.origins)
-        return message
+        message = build_messages(
+            [draft], session_id=self.session_id, agent=self.agent, finished=True
+        )
+        if not message:
+            raise MimoCtxError("integration bug: a response draft without parts")
+        stored = await self.history.record(message[0], fingerprints=[key], after=self._known.head)
+        self._remember(stored)
+        self._known.origins[stored.id] = origin
+        if self.history.head is not None and not stored.off_branch:
+            self._known.chains[stored.id] = self.history.head
+        return stored
 
     # -- view -> framework ---------------------------------------------------------------
-    async def plan(self, view: RequestView, origins: Mapping[str, object]) -> list[OutgoingItem]:
+    async def plan(self, view: RequestView) -> list[OutgoingItem]:
         """Line up the view with the framework messages it came from.
-
-        Args:
-            view: What :meth:`~mimo_ctx.middleware.ContextMiddleware.prepare` returned.
-            origins: The result of the :meth:`sync` that preceded it.
 
         Returns:
             The messages to send in order: the view's messages plus, where they
             belong, live stored messages that hold only carried parts.
         """
+        known = self._known
         items: list[OutgoingItem] = []
         for message in view.messages:
-            stored = self._stored.get(message.id)
+            stored = known.stored.get(message.id)
             items.append(
                 OutgoingItem(
                     message=message,
                     role=message.role,
-                    origin=origins.get(message.id),
+                    origin=known.origins.get(message.id),
                     slots=stored.slots if stored is not None else (),
                     is_boundary=message.id == view.boundary_id,
                 )
@@ -354,31 +309,38 @@ class SessionSync(Generic[T]):
             if item.message is not None and not item.is_boundary:
                 position = (item.message.time_created, item.message.id)
                 while pending and pending[0][0] < position:
-                    out.append(self._carried_item(pending.pop(0)[1], origins))
+                    out.append(self._carried_item(pending.pop(0)[1]))
             out.append(item)
-        out.extend(self._carried_item(stored_id, origins) for _, stored_id in pending)
+        out.extend(self._carried_item(stored_id) for _, stored_id in pending)
         return out
 
-    def _carried_item(self, stored_id: str, origins: Mapping[str, object]) -> OutgoingItem:
-        stored = self._stored[stored_id]
+    def _carried_item(self, stored_id: str) -> OutgoingItem:
+        stored = self._known.stored[stored_id]
         return OutgoingItem(
-            message=None, role=stored.role, origin=origins.get(stored_id), slots=stored.slots
+            message=None,
+            role=stored.role,
+            origin=self._known.origins.get(stored_id),
+            slots=stored.slots,
         )
 
     async def _carried(self, view: RequestView) -> list[tuple[tuple[int, str], str]]:
-        if not self._all_opaque:
+        known = self._known
+        if not known.all_opaque:
             return []
         covered: str | None = None
         digested: str | None = None
         if view.boundary_id is not None:
-            cached = self._boundaries.get(view.boundary_id)
+            cached = known.boundaries.get(view.boundary_id)
             if cached is None:
                 boundary = await self.middleware.store.get_message(view.boundary_id)
                 cached = _boundary_range(boundary)
-                self._boundaries[view.boundary_id] = cached
+                known.boundaries[view.boundary_id] = cached
             covered, digested = cached
         live: list[tuple[tuple[int, str], str]] = []
-        for stored_id, stored in self._all_opaque.items():
+        for stored_id, stored in known.all_opaque.items():
+            chain = known.chains.get(stored_id)
+            if chain is None or not self.history.on_branch(chain):
+                continue  # the framework left it behind (the session follows it)
             # The rule the view applies (SPEC R8.2, R7.3): hidden up to the
             # watermark; after it, folded into the digest unless a user message.
             if covered is not None and stored_id <= covered:
@@ -400,28 +362,3 @@ def _boundary_range(boundary: Message | None) -> tuple[str | None, str | None]:
         if isinstance(part, CompactionPart):
             return (part.covered_up_to, None)
     return (None, None)
-
-
-_SyncKey = tuple[str, str, str]
-_registry: weakref.WeakKeyDictionary[ContextMiddleware, dict[_SyncKey, SessionSync[Any]]]
-_registry = weakref.WeakKeyDictionary()
-
-
-def session_sync(
-    middleware: ContextMiddleware, session_id: str, *, source: str, agent: str = MAIN_AGENT
-) -> SessionSync[Any]:
-    """The one :class:`SessionSync` of this middleware, session, integration and agent.
-
-    Shared by every integration object built on the same middleware, so two
-    agents (or two runs) of one session never store a message twice.
-    """
-    if not session_id:
-        raise MimoCtxError("session_id must be a non-empty string")
-    syncs = _registry.get(middleware)
-    if syncs is None:
-        syncs = _registry[middleware] = {}
-    key = (source, session_id, agent)
-    found = syncs.get(key)
-    if found is None:
-        found = syncs[key] = SessionSync(middleware, session_id, source=source, agent=agent)
-    return found

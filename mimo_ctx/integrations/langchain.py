@@ -47,19 +47,27 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeGuard, cast
 
+from mimo_ctx.convert import (
+    BOUNDARY_TEXT_SEPARATOR,
+    MessageDraft,
+    build_messages,
+    decode_arguments,
+    file_mention,
+    make_data_url,
+    tool_outcome,
+)
 from mimo_ctx.errors import ContextOverflowError, MimoCtxError
 from mimo_ctx.integrations._sync import (
-    Draft,
+    IntegrationSync,
     OutgoingItem,
-    SessionSync,
     Slot,
+    add_part,
     extra_error,
-    session_sync,
+    new_draft,
 )
 from mimo_ctx.messages import (
     MAIN_AGENT,
@@ -76,13 +84,6 @@ from mimo_ctx.messages import (
 )
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.overflow import is_context_overflow
-from mimo_ctx.providers import (
-    BOUNDARY_TEXT_SEPARATOR,
-    decode_arguments,
-    file_mention,
-    make_data_url,
-    tool_outcome,
-)
 from mimo_ctx.view import apply_send_rules, tool_results_by_call
 
 try:
@@ -250,12 +251,13 @@ def usage_from_langchain(message: AIMessage) -> TokenUsage | None:
     )
 
 
-def _assistant_draft(message: AIMessage) -> Draft:
-    draft = Draft(role="assistant", usage=usage_from_langchain(message))
+def _assistant_draft(message: AIMessage) -> MessageDraft:
+    draft = new_draft("assistant", SOURCE, usage=usage_from_langchain(message))
     for part in _content_parts(message.content, assistant=True):
-        draft.add(part, 0)
+        add_part(draft, part, 0)
     for call in message.tool_calls:
-        draft.add(
+        add_part(
+            draft,
             ToolPart(
                 call_id=call.get("id") or "",
                 tool=call["name"],
@@ -273,28 +275,33 @@ def _assistant_draft(message: AIMessage) -> Draft:
     return draft
 
 
-def _drafts(message: BaseMessage, *, names: Mapping[str, str]) -> list[Draft]:
+def _drafts(
+    message: BaseMessage, *, names: Mapping[str, str], missing_tool: str = ""
+) -> list[MessageDraft]:
+    """A message -> drafts; a tool result's tool name is the message's, else the call's in
+    ``names``, else ``missing_tool`` (empty: the host-history reconciler fills it in from
+    the stored call)."""
     if isinstance(message, HumanMessage):
-        draft = Draft(role="user")
+        draft = new_draft("user", SOURCE)
         for part in _content_parts(message.content, assistant=False):
-            draft.add(part, 0)
+            add_part(draft, part, 0)
         return [draft]
     if isinstance(message, AIMessage):
         return [_assistant_draft(message)]
     if isinstance(message, ToolMessage):
-        draft = Draft(role="tool")
-        tool = message.name or names.get(message.tool_call_id) or "unknown"
+        draft = new_draft("tool", SOURCE)
+        tool = message.name or names.get(message.tool_call_id) or missing_tool
         result = ToolResultPart(
             call_id=message.tool_call_id,
             tool=tool,
             output=_text_of(message.content),
             is_error=message.status == "error",
         )
-        draft.add(result, 0)
+        add_part(draft, result, 0)
         return [draft]
     # A system message later in the conversation, legacy message types: carried.
-    draft = Draft(role="user")
-    draft.add(OpaquePart(source=SOURCE, kind=message.type, data=_dump(message)), None)
+    draft = new_draft("user", SOURCE)
+    add_part(draft, OpaquePart(source=SOURCE, kind=message.type, data=_dump(message)), None)
     return [draft]
 
 
@@ -330,27 +337,16 @@ def from_langchain_messages(
         session_id: Session of the new messages.
         agent: Agent id of the new messages.
     """
-    now = time.time_ns() // 1_000_000
     names = _tool_names(messages)
     skip = len(_leading_system(messages))
-    out: list[Message] = []
-    for message in messages[skip:]:
-        for draft in _drafts(message, names=names):
-            out.append(
-                Message(
-                    session_id=session_id,
-                    role=draft.role,
-                    agent=agent,
-                    time_created=now,
-                    time_completed=now if draft.role == "assistant" else None,
-                    finish=draft.finish,
-                    usage=draft.usage,
-                    model=draft.model,
-                    provider_message_id=draft.provider_message_id,
-                    parts=list(draft.parts),
-                )
-            )
-    return out
+    drafts = [
+        d
+        for message in messages[skip:]
+        for d in _drafts(message, names=names, missing_tool="unknown")
+    ]
+    for draft in drafts:
+        draft.metadata = {}
+    return build_messages(drafts, session_id=session_id, agent=agent, finished=True)
 
 
 # --------------------------------------------------------------------------- to LangChain
@@ -568,7 +564,7 @@ class MimoCtxMiddleware(AgentMiddleware):
         self.project_id = project_id
         self.agent = agent
 
-    def _sync(self, request: ModelRequest[Any]) -> SessionSync[BaseMessage]:
+    def _sync(self, request: ModelRequest[Any]) -> IntegrationSync:
         chosen = self.session_id
         session_id = chosen(request) if callable(chosen) else chosen
         if session_id is None:
@@ -579,10 +575,10 @@ class MimoCtxMiddleware(AgentMiddleware):
                 "MimoCtxMiddleware: no session id: pass session_id= or run the agent with "
                 'config={"configurable": {"thread_id": ...}}'
             )
-        return session_sync(self.middleware, session_id, source=SOURCE, agent=self.agent)
+        return IntegrationSync(self.middleware, session_id, source=SOURCE, agent=self.agent)
 
     async def _prepared(
-        self, sync: SessionSync[BaseMessage], request: ModelRequest[Any]
+        self, sync: IntegrationSync, request: ModelRequest[Any]
     ) -> ModelRequest[Any]:
         history = list(request.messages)
         leading = _leading_system(history)
@@ -593,26 +589,28 @@ class MimoCtxMiddleware(AgentMiddleware):
             await sync.open(
                 project_id=self.project_id, system="\n\n".join(t for t in texts if t), tools=tools
             )
-            names = _tool_names(history)
-            skip = len(leading)
+            prefix = {id(m) for m in leading}
 
-            def convert(message: BaseMessage, index: int) -> list[Draft]:
-                return [] if index < skip else _drafts(message, names=names)
+            def key(message: BaseMessage) -> str | None:
+                return None if id(message) in prefix else message_key(message)
 
-            origins = await sync.sync(history, key=message_key, convert=convert)
+            def convert(message: BaseMessage, first: bool) -> list[MessageDraft]:
+                return _drafts(message, names={})
+
+            await sync.sync(history, key=key, convert=convert)
             view = await self.middleware.prepare(sync.session_id, agent=self.agent)
-            items = await sync.plan(view, origins)
+            items = await sync.plan(view)
         messages = cast("list[AnyMessage]", _outgoing(items, view.messages, leading))
         return request.override(messages=messages)
 
-    async def _record(self, sync: SessionSync[BaseMessage], response: object) -> None:
+    async def _record(self, sync: IntegrationSync, response: object) -> None:
         for message in _ai_messages(response):
             if not message.id:
                 # The graph would give it a fresh id; give it one now so the next
                 # sync recognises the stored copy.
                 message.id = f"lc_mimo-{uuid.uuid4()}"
             async with sync.lock:
-                await sync.record(message_key(message), _assistant_draft(message))
+                await sync.record(message_key(message), _assistant_draft(message), message)
 
     async def awrap_model_call(
         self,

@@ -60,19 +60,27 @@ import dataclasses
 import hashlib
 import json
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
+from mimo_ctx.convert import (
+    BOUNDARY_TEXT_SEPARATOR,
+    MessageDraft,
+    build_messages,
+    decode_arguments,
+    file_mention,
+    parse_data_url,
+    tool_outcome,
+)
 from mimo_ctx.errors import MimoCtxError
 from mimo_ctx.integrations._sync import (
-    Draft,
+    IntegrationSync,
     OutgoingItem,
-    SessionSync,
     Slot,
+    add_part,
     extra_error,
-    session_sync,
+    new_draft,
 )
 from mimo_ctx.messages import (
     MAIN_AGENT,
@@ -88,13 +96,6 @@ from mimo_ctx.messages import (
     ToolStatePending,
 )
 from mimo_ctx.middleware import ContextMiddleware
-from mimo_ctx.providers import (
-    BOUNDARY_TEXT_SEPARATOR,
-    decode_arguments,
-    file_mention,
-    parse_data_url,
-    tool_outcome,
-)
 from mimo_ctx.view import apply_send_rules, tool_results_by_call
 
 try:
@@ -237,7 +238,7 @@ def _user_items(part: UserPromptPart) -> list[Part]:
     return out
 
 
-def _request_drafts(message: ModelRequest, *, first: bool) -> list[Draft]:
+def _request_drafts(message: ModelRequest, *, first: bool) -> list[MessageDraft]:
     """A request -> a ``tool`` message (tool results) and a ``user`` message (the rest).
 
     System prompt parts that open the conversation belong to the frozen prefix
@@ -277,11 +278,11 @@ def _request_drafts(message: ModelRequest, *, first: bool) -> list[Draft]:
     has_user = any(kind == "user" for _, kind, _ in classified)
     has_tool = any(kind == "tool" for _, kind, _ in classified)
     carried_to = "user" if has_user or not has_tool else "tool"
-    tool = Draft(role="tool")
-    user = Draft(role="user")
+    tool = new_draft("tool", SOURCE)
+    user = new_draft("user", SOURCE)
     for index, kind, part in classified:
         target = carried_to if kind == "carried" else kind
-        (tool if target == "tool" else user).add(part, index)
+        add_part(tool if target == "tool" else user, part, index)
     return [d for d in (tool, user) if d.parts]
 
 
@@ -304,16 +305,17 @@ def usage_from_pydantic_ai(usage: RequestUsage) -> TokenUsage | None:
     )
 
 
-def _response_draft(message: ModelResponse) -> Draft:
-    draft = Draft(
-        role="assistant",
+def _response_draft(message: ModelResponse) -> MessageDraft:
+    draft = new_draft(
+        "assistant",
+        SOURCE,
         usage=usage_from_pydantic_ai(message.usage),
         model=message.model_name,
         provider_message_id=message.provider_response_id,
     )
     for index, part in enumerate(message.parts):
         if isinstance(part, AITextPart):
-            draft.add(TextPart(text=part.content), index)
+            add_part(draft, TextPart(text=part.content), index)
         elif isinstance(part, ThinkingPart):
             extra = {
                 k: v
@@ -324,7 +326,8 @@ def _response_draft(message: ModelResponse) -> Draft:
                 )
                 if v is not None
             }
-            draft.add(
+            add_part(
+                draft,
                 ReasoningPart(
                     text=part.content,
                     signature=part.signature,
@@ -338,17 +341,17 @@ def _response_draft(message: ModelResponse) -> Draft:
                 tool=part.tool_name,
                 state=ToolStatePending(input=decode_arguments(part.args)),
             )
-            draft.add(call, index)
+            add_part(draft, call, index)
         else:
-            draft.add(_opaque(part, response=True), index)
+            add_part(draft, _opaque(part, response=True), index)
     calls = any(isinstance(p, ToolPart) for p in draft.parts)
     draft.finish = "tool-calls" if calls else (message.finish_reason or "stop")
     return draft
 
 
-def _drafts(message: ModelMessage, index: int) -> list[Draft]:
+def _drafts(message: ModelMessage, first: bool) -> list[MessageDraft]:
     if isinstance(message, ModelRequest):
-        return _request_drafts(message, first=index == 0)
+        return _request_drafts(message, first=first)
     return [_response_draft(message)]
 
 
@@ -366,25 +369,10 @@ def from_model_messages(
         session_id: Session of the new messages.
         agent: Agent id of the new messages.
     """
-    now = time.time_ns() // 1_000_000
-    out: list[Message] = []
-    for index, message in enumerate(messages):
-        for draft in _drafts(message, index):
-            out.append(
-                Message(
-                    session_id=session_id,
-                    role=draft.role,
-                    agent=agent,
-                    time_created=now,
-                    time_completed=now if draft.role == "assistant" else None,
-                    finish=draft.finish,
-                    usage=draft.usage,
-                    model=draft.model,
-                    provider_message_id=draft.provider_message_id,
-                    parts=list(draft.parts),
-                )
-            )
-    return out
+    drafts = [d for index, m in enumerate(messages) for d in _drafts(m, index == 0)]
+    for draft in drafts:
+        draft.metadata = {}
+    return build_messages(drafts, session_id=session_id, agent=agent, finished=True)
 
 
 # --------------------------------------------------------------------------- to pydantic-ai
@@ -745,7 +733,7 @@ class MimoCtxCapability(AbstractCapability[Any]):
         """Not spec-serialisable: it holds a live middleware."""
         return None
 
-    def _sync(self, ctx: RunContext[Any]) -> SessionSync[ModelMessage]:
+    def _sync(self, ctx: RunContext[Any]) -> IntegrationSync:
         chosen = self.session_id
         session_id = chosen(ctx) if callable(chosen) else chosen
         if session_id is None:
@@ -754,7 +742,7 @@ class MimoCtxCapability(AbstractCapability[Any]):
             raise MimoCtxError(
                 "MimoCtxCapability: no session id: pass session_id= or run with a conversation_id"
             )
-        return session_sync(self.middleware, session_id, source=SOURCE, agent=self.agent)
+        return IntegrationSync(self.middleware, session_id, source=SOURCE, agent=self.agent)
 
     async def prepare_model_request(
         self,
@@ -767,9 +755,9 @@ class MimoCtxCapability(AbstractCapability[Any]):
         async with sync.lock:
             system, tools = _prefix_of(history, request_context)
             await sync.open(project_id=self.project_id, system=system, tools=tools)
-            origins = await sync.sync(history, key=message_key, convert=_drafts)
+            await sync.sync(history, key=message_key, convert=_drafts)
             view = await self.middleware.prepare(sync.session_id, agent=self.agent)
-            items = await sync.plan(view, origins)
+            items = await sync.plan(view)
         request_context.messages = _outgoing(items, view.messages, history)
         return request_context
 
@@ -789,7 +777,7 @@ class MimoCtxCapability(AbstractCapability[Any]):
         response = await handler(request_context)
         sync = self._sync(ctx)
         async with sync.lock:
-            await sync.record(message_key(response), _response_draft(response))
+            await sync.record(message_key(response), _response_draft(response), response)
         return response
 
     async def on_model_request_error(

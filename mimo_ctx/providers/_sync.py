@@ -1,39 +1,32 @@
-"""What the client wrappers share: history sync, one overflow retry, recording streams.
+"""What the client wrappers share: the session of a call, one overflow retry, recording streams.
 
 Nothing here imports a provider SDK: the OpenAI and Anthropic wrappers
 (:mod:`mimo_ctx.providers.openai_client`, :mod:`mimo_ctx.providers.anthropic_client`)
-and framework integrations plug their formats in.
+plug their formats in.
 
-History sync (:class:`HistorySync`). A host that calls a provider resends its
-whole conversation every turn; the store must get only what is new, and must
-keep recognising what it already has after a rebuild (the host still sends its
-old full list, the store now starts at a boundary). Each host item (one provider
-message or input item) gets a *fingerprint*, a digest of what identifies it:
-the tool-call ids for calls and results, else its role and canonical content
-(:func:`fingerprint`). The fingerprints of items already stored are kept per
-session and agent, in the order they were stored, and mapped to the ids of the
-messages stored for them. A new host list is matched against them in order
-(an item takes the first unused stored occurrence at or after the previous
-match, else the first unused one anywhere), so that
+The session of a call (:class:`SessionBinding`). A host resends its whole
+conversation every call. The binding hands the list to the session's
+host-history reconciler (:mod:`mimo_ctx.reconcile`), which stores only what is
+new and follows the host's branch: a list that extends the session appends; one
+that diverges from it (a regenerated answer, an edited message) is followed,
+the dropped messages leaving the view (storage keeps them, nothing is invented
+for them); one that shares nothing with the session is refused with a
+:class:`~mimo_ctx.errors.ConversationMismatchError` naming the session. With
+``conversations="per-first-message"`` such a list gets a session of its own
+instead, ``<session_id>-<digest of its first message>``, the same on every
+worker, so one wrapped client can serve many conversations without merging any
+two. The first call of a session opens it with the host's system prompt and
+tools as its frozen prefix.
 
-* a list that only grew stores only its tail;
-* a message typed twice ("continue") is stored twice, since each stored
-  occurrence matches one host item;
-* a host that trims or edits the front of its own list stores only the edited
-  items.
-
-The fingerprints are also written into the stored messages' ``metadata``
-(:data:`HOST_METADATA_KEY`), so a new process rebuilds the index from the store
-instead of storing the whole history again. Runs of consecutive new items are
-converted together (so a call and its result that arrive together are joined)
-and appended in one store call. Tool results stored apart from their call get
-the call's tool name (micro-compaction selects results by tool name, SPEC R4.5).
-
-Our choices and limits: the index is kept in memory per
-:class:`~mimo_ctx.middleware.ContextMiddleware` (shared by every wrapper on it),
-so one conversation should be driven by one process at a time; content a host
-changes in place (an edited old message) is stored again as a new message, at
-the end (the store never rewrites history).
+Native context management. A managed call that asks the provider to manage the
+same history (:func:`native_context_parameter`: Responses
+``previous_response_id``, ``conversation``, ``truncation="auto"``,
+``context_management``; Anthropic ``context_management`` and the
+context-management / compaction betas) is refused with a
+:class:`~mimo_ctx.errors.ConfigError` that says how to choose: drop the
+parameter (mimo_ctx manages the context) or make that call through
+``client.unwrapped`` (the provider does, and mimo_ctx steps aside). Two
+compactors that do not know each other would each cut what the other relies on.
 
 One overflow retry (:class:`RecoveringCall`). Prepare, build the payload, send;
 on a context overflow, :meth:`~mimo_ctx.middleware.ContextMiddleware.on_error`
@@ -47,12 +40,20 @@ unchanged, while a :class:`StreamAdapter` accumulates the final message; when th
 stream ends the message is recorded with its usage. Events that only open a
 stream (``message_start``, ``response.created``...) are held back until the
 first event with content, so that an overflow reported at the start of a stream
-(an error event, or the SDK raising one) is retried transparently: the host then
-sees only the retried stream. An overflow reported after content was passed on
+is retried transparently. An overflow reported after content was passed on
 cannot be taken back: the rebuild still runs (so the next turn fits) and the
-provider's error reaches the host unchanged. A stream the host closes before
-its end is not recorded (if the host keeps the partial answer, it sends it back
-next turn and the sync stores it).
+provider's error reaches the host unchanged.
+
+A stream that ends honestly is recorded as the provider finished it. One that
+ends before its finish reason (the connection dropped, the server stopped, an
+error mid-stream) or that the host closes or cancels before its end is recorded
+as **incomplete**: an unfinished assistant message (no ``finish``) with an
+aborted :class:`~mimo_ctx.messages.MessageFailure` named :data:`INCOMPLETE_STREAM`,
+the text received so far, and tool calls whose arguments were not complete kept
+as calls that never ran (their arguments as received). The next request sends it
+the way an interrupted call is sent (SPEC A10: its calls answered
+``[Tool execution was interrupted]``), or, when the host leaves it out of its
+next list, the session follows the host and it leaves the view.
 """
 
 from __future__ import annotations
@@ -60,53 +61,50 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import weakref
-from bisect import bisect_left
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, Generic, Protocol, Self, TypeVar, cast
+from typing import Any, Final, Generic, Literal, Protocol, Self, TypeVar, cast
 
 import anyio
 
-from mimo_ctx.errors import ContextOverflowError, InvalidRequestError, ProviderReportedOverflow
-from mimo_ctx.messages import (
-    MAIN_AGENT,
-    CheckpointPart,
-    CompactionPart,
-    Message,
-    Part,
-    TextPart,
-    TokenUsage,
-    ToolPart,
-    ToolResultPart,
+from mimo_ctx.convert import MessageDraft
+from mimo_ctx.errors import (
+    ConfigError,
+    ContextOverflowError,
+    ConversationMismatchError,
+    InvalidRequestError,
+    ProviderReportedOverflow,
 )
+from mimo_ctx.messages import MAIN_AGENT, Message, MessageFailure
 from mimo_ctx.middleware import ContextMiddleware, RequestView
 from mimo_ctx.overflow import is_context_overflow
-from mimo_ctx.tokens import estimate_message_tokens
-from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER, COMPACTION_SUMMARY_HEADER
+from mimo_ctx.providers._payload import Convert, PayloadBuilder
+from mimo_ctx.providers.validate import RequestFormat
+from mimo_ctx.reconcile import HostHistory
 
 __all__ = [
-    "HOST_METADATA_KEY",
-    "USAGE_ESTIMATED_KEY",
+    "INCOMPLETE_STREAM",
     "ClientWrapper",
-    "HistorySync",
+    "Conversations",
     "ProviderReportedOverflow",
     "RecordingStream",
     "RecoveringCall",
     "SessionBinding",
     "StreamAdapter",
-    "converter_input",
+    "Turn",
     "fingerprint",
+    "incomplete",
+    "native_context_parameter",
     "plain",
+    "refuse_native_context",
 ]
 
-HOST_METADATA_KEY: Final = "mimo_ctx_host"
-"""``Message.metadata`` key listing the fingerprints of the host items a message stands for."""
+INCOMPLETE_STREAM: Final = "IncompleteStream"
+"""``MessageFailure.name`` of an answer whose stream ended (or was closed) before its end."""
 
-USAGE_ESTIMATED_KEY: Final = "mimo_ctx_usage_estimated"
-"""``Message.metadata`` key set to True when the provider reported no usage and the
-wrapper estimated it (request estimate as input, answer estimate as output)."""
+Conversations = Literal["refuse", "per-first-message"]
+"""What a wrapper does with a list that shares nothing with its session (see the module docs)."""
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -120,6 +118,7 @@ def plain(value: object) -> Any:
 
     Hosts put SDK objects in their histories (``messages.append(completion.choices[0].message)``);
     the SDKs serialise them with ``model_dump(exclude_unset=True)``, and so does this.
+    Called only for host items a call has not seen before.
     """
     dump = getattr(value, "model_dump", None)
     if callable(dump) and not isinstance(value, type):
@@ -146,12 +145,13 @@ def _drop_none(value: Any) -> Any:
 def fingerprint(kind: str, *values: object) -> str:
     """A stable digest of a host item: ``kind`` plus the canonical JSON of ``values``.
 
-    ``None`` members of mappings are ignored (an SDK object dumps unset fields as
-    ``None``, a host's dict leaves them out), keys are sorted.
+    ``values`` are what identifies the item (already plain data: call ids, texts,
+    content parts). ``None`` members of mappings are ignored (an SDK object dumps
+    unset fields as ``None``, a host's dict leaves them out), keys are sorted.
     """
     try:
         data = json.dumps(
-            _drop_none(plain(list(values))),
+            _drop_none(list(values)),
             sort_keys=True,
             ensure_ascii=False,
             separators=(",", ":"),
@@ -162,231 +162,76 @@ def fingerprint(kind: str, *values: object) -> str:
     return f"{kind}:{hashlib.sha256(data.encode('utf-8')).hexdigest()[:32]}"
 
 
+def incomplete(message: Message, why: str) -> Message:
+    """``message`` as an answer whose stream did not end: unfinished, aborted (SPEC A10)."""
+    return message.model_copy(
+        update={
+            "finish": None,
+            "time_completed": None,
+            "error": MessageFailure(name=INCOMPLETE_STREAM, message=why, aborted=True),
+        }
+    )
+
+
 # --------------------------------------------------------------------------- #
-# History sync
+# Native context management
 # --------------------------------------------------------------------------- #
 
-
-@dataclass(slots=True)
-class _Index:
-    """The host items already stored for one session and agent, in stored order."""
-
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
-    loaded: bool = False
-    order: list[str] = field(default_factory=list[str])
-    stored: list[tuple[str, ...]] = field(default_factory=list[tuple[str, ...]])
-    positions: dict[str, list[int]] = field(default_factory=dict[str, list[int]])
-    tool_names: dict[str, str] = field(default_factory=dict[str, str])
-
-    def add(self, fp: str, ids: tuple[str, ...]) -> None:
-        self.positions.setdefault(fp, []).append(len(self.order))
-        self.order.append(fp)
-        self.stored.append(ids)
-
-    def learn_tools(self, message: Message) -> None:
-        for part in message.parts:
-            if isinstance(part, ToolPart):
-                self.tool_names.setdefault(part.call_id, part.tool)
-
-    def match(self, fps: Sequence[str]) -> list[int | None]:
-        """For each host fingerprint, the stored entry it is (None: new)."""
-        used: set[int] = set()
-        cursor = 0
-        out: list[int | None] = []
-        for fp in fps:
-            candidates = self.positions.get(fp, [])
-            start = bisect_left(candidates, cursor)
-            pick = next((c for c in candidates[start:] if c not in used), None)
-            if pick is None:
-                # Out of order (the host moved or trimmed items): any unused occurrence.
-                pick = next((c for c in candidates[:start] if c not in used), None)
-            if pick is None:
-                out.append(None)
-                continue
-            used.add(pick)
-            cursor = max(cursor, pick + 1)
-            out.append(pick)
-        return out
+_NATIVE_BETAS: Final = ("context-management", "compact")
 
 
-_INDEXES: weakref.WeakKeyDictionary[ContextMiddleware, dict[tuple[str, str], _Index]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _index_for(middleware: ContextMiddleware, session_id: str, agent: str) -> _Index:
-    per_middleware = _INDEXES.get(middleware)
-    if per_middleware is None:
-        per_middleware = _INDEXES[middleware] = {}
-    key = (session_id, agent)
-    index = per_middleware.get(key)
-    if index is None:
-        index = per_middleware[key] = _Index()
-    return index
-
-
-def _tag(message: Message, fps: Sequence[str]) -> Message:
-    if not fps:
-        return message
-    known: object = message.metadata.get(HOST_METADATA_KEY)
-    merged: list[Any] = list(fps)
-    if isinstance(known, list):
-        merged = [*cast(list[Any], known), *fps]
-    metadata: dict[str, Any] = {**message.metadata, HOST_METADATA_KEY: merged}
-    return message.model_copy(update={"metadata": metadata})
-
-
-def _with_tool_names(message: Message, names: Mapping[str, str]) -> Message:
-    parts: list[Part] = []
-    changed = False
-    for part in message.parts:
-        if isinstance(part, ToolResultPart) and not part.tool and part.call_id in names:
-            parts.append(part.model_copy(update={"tool": names[part.call_id]}))
-            changed = True
-        else:
-            parts.append(part)
-    return message.model_copy(update={"parts": parts}) if changed else message
-
-
-class HistorySync:
-    """Stores only the new part of a history a host resends every turn (see the module docs).
+def native_context_parameter(kwargs: Mapping[str, Any], *, api: str) -> str | None:
+    """The parameter of a call that asks the provider to manage the context, if any.
 
     Args:
-        middleware: The middleware whose store holds the session.
-        agent: The agent the host's messages belong to.
+        kwargs: The call's keyword arguments.
+        api: ``responses`` or ``messages`` (Chat Completions has none).
+
+    Returns:
+        ``name=value`` of the first such parameter, or None.
     """
-
-    def __init__(self, middleware: ContextMiddleware, *, agent: str = MAIN_AGENT) -> None:
-        self.middleware = middleware
-        self.agent = agent
-
-    async def _load(self, session_id: str, index: _Index) -> None:
-        """Fill ``index`` from the store's metadata once (call with ``index.lock`` held)."""
-        if not index.loaded:
-            stored = await self.middleware.store.list_messages(session_id, agent=self.agent)
-            for message in stored:
-                index.learn_tools(message)
-                fps = message.metadata.get(HOST_METADATA_KEY)
-                if isinstance(fps, list):
-                    for fp in fps:  # pyright: ignore[reportUnknownVariableType]
-                        if isinstance(fp, str):
-                            index.add(fp, (message.id,))
-            index.loaded = True
-
-    async def sync(
-        self,
-        session_id: str,
-        items: Sequence[_T],
-        *,
-        fingerprints: Sequence[str],
-        convert: Callable[[Sequence[_T]], Sequence[Message]],
-    ) -> list[Message]:
-        """Store the items not stored yet; return the messages appended.
-
-        Args:
-            session_id: The session (it must exist).
-            items: The host's history items, oldest first (system prompts excluded).
-            fingerprints: One per item (:func:`fingerprint`).
-            convert: Turns a run of consecutive new items into messages of this
-                session and agent (a provider ``from_*`` converter).
-
-        Raises:
-            InvalidRequestError: ``convert`` rejected an item; nothing was stored.
-        """
-        if len(items) != len(fingerprints):
-            raise InvalidRequestError(
-                f"{len(items)} history items but {len(fingerprints)} fingerprints"
-            )
-        index = _index_for(self.middleware, session_id, self.agent)
-        async with index.lock:
-            await self._load(session_id, index)
-            matched = index.match(fingerprints)
-            runs: list[list[int]] = []
-            for position, entry in enumerate(matched):
-                if entry is not None:
-                    continue
-                if runs and runs[-1][-1] == position - 1:
-                    runs[-1].append(position)
-                else:
-                    runs.append([position])
-            batches: list[tuple[list[str], list[Message]]] = []
-            for run in runs:
-                converted = list(convert([items[p] for p in run]))
-                for message in converted:
-                    index.learn_tools(message)
-                batches.append(([fingerprints[p] for p in run], converted))
-            appended: list[Message] = []
-            for fps, converted in batches:
-                messages = [_with_tool_names(m, index.tool_names) for m in converted]
-                if messages:
-                    messages[0] = _tag(messages[0], fps)
-                appended.extend(messages)
-            if appended:
-                await self.middleware.append(appended)
-            for fps, converted in batches:
-                ids = tuple(m.id for m in converted)
-                for fp in fps:
-                    index.add(fp, ids)
-            return appended
-
-    async def record(self, message: Message, *, fingerprints: Sequence[str]) -> Message:
-        """Record an assistant answer and remember the items the host will resend for it.
-
-        Args:
-            message: The assistant message built from the provider's response.
-            fingerprints: The fingerprints of the items the host is expected to
-                send back for it next turn.
-
-        Returns:
-            The message as recorded (with its fingerprints in ``metadata``).
-        """
-        index = _index_for(self.middleware, message.session_id, self.agent)
-        tagged = _tag(message, fingerprints)
-        async with index.lock:
-            await self._load(message.session_id, index)
-            await self.middleware.record(tagged)
-            index.learn_tools(tagged)
-            for fp in fingerprints:
-                index.add(fp, (tagged.id,))
-        return tagged
-
-    async def stored_ids(self, session_id: str, fingerprint: str) -> list[tuple[str, ...]]:
-        """The stored message ids of every stored occurrence of ``fingerprint`` (for hosts
-        and tests that want to see what a host item was stored as)."""
-        index = _index_for(self.middleware, session_id, self.agent)
-        async with index.lock:
-            await self._load(session_id, index)
-            return [index.stored[p] for p in index.positions.get(fingerprint, [])]
+    extra = kwargs.get("extra_body")
+    body: Mapping[str, Any] = cast(Mapping[str, Any], extra) if isinstance(extra, Mapping) else {}
+    if kwargs.get("context_management") is not None or body.get("context_management") is not None:
+        return "context_management=..."
+    if api == "responses":
+        for name in ("previous_response_id", "conversation"):
+            if kwargs.get(name) or body.get(name):
+                return f"{name}={kwargs.get(name) or body.get(name)!r}"
+        truncation = kwargs.get("truncation", body.get("truncation"))
+        if truncation == "auto":
+            return "truncation='auto'"
+    if api == "messages":
+        headers = kwargs.get("extra_headers")
+        betas: list[str] = []
+        if isinstance(headers, Mapping):
+            for key, value in cast(Mapping[str, Any], headers).items():
+                if str(key).lower() == "anthropic-beta" and isinstance(value, str):
+                    betas.extend(v.strip() for v in value.split(","))
+        raw_betas = kwargs.get("betas")
+        if isinstance(raw_betas, list | tuple):
+            betas.extend(str(b) for b in cast(Sequence[Any], raw_betas))
+        for beta in betas:
+            if any(marker in beta for marker in _NATIVE_BETAS):
+                return f"anthropic-beta: {beta}"
+    return None
 
 
-def converter_input(view: RequestView) -> list[Message]:
-    """The view's messages with the boundary recognisable again, for a ``to_*`` converter.
+def refuse_native_context(kwargs: Mapping[str, Any], *, api: str, call: str) -> None:
+    """Raise when a managed call asks the provider to manage the context (the policy).
 
-    The view already has the send rules applied, so its boundary's ``checkpoint``
-    (or ``compaction``) part reads as a plain text; the converters send a boundary
-    as one text only when they can tell it is one (SPEC R8.1). This puts the part
-    back (the send rules turn it into the same text again), so the boundary is
-    sent as one text whatever the provider.
+    Raises:
+        ConfigError: It does; the message says how to choose.
     """
-    if view.boundary_id is None:
-        return view.messages
-    out = list(view.messages)
-    for position, message in enumerate(out):
-        if message.id != view.boundary_id:
-            continue
-        if message.is_boundary or not message.parts:
-            return out
-        first = message.parts[0]
-        marker: Part | None = None
-        if isinstance(first, TextPart) and first.text == CHECKPOINT_SUMMARY_HEADER:
-            marker = CheckpointPart(id=first.id, covered_up_to="")
-        elif isinstance(first, TextPart) and first.text.startswith(COMPACTION_SUMMARY_HEADER):
-            summary = first.text[len(COMPACTION_SUMMARY_HEADER) :].removeprefix("\n\n")
-            marker = CompactionPart(id=first.id, summary=summary)
-        if marker is not None:
-            out[position] = message.model_copy(update={"parts": [marker, *message.parts[1:]]})
-        return out
-    return out
+    found = native_context_parameter(kwargs, api=api)
+    if found is not None:
+        raise ConfigError(
+            f"{call}({found}): this asks the provider to manage the conversation's context, "
+            "and mimo_ctx manages the same history; two compactors that do not know each "
+            "other cut what the other relies on. Choose one: leave the parameter out "
+            "(mimo_ctx manages the context), or make this call with client.unwrapped "
+            "(the provider manages it and mimo_ctx steps aside)"
+        )
 
 
 # --------------------------------------------------------------------------- #
@@ -470,18 +315,51 @@ class RecoveringCall(Generic[_P, _R]):
 
 
 # --------------------------------------------------------------------------- #
-# Session binding and recording
+# The session of a call
 # --------------------------------------------------------------------------- #
 
 
+@dataclass(slots=True)
+class Turn:
+    """One managed call: its session, the host's system items, where its answer goes.
+
+    Attributes:
+        session_id: The session the call belongs to.
+        agent: The agent taking the turn.
+        head: The host's items that are not history (system prompts), as sent.
+        after: The chain the answer follows (:attr:`mimo_ctx.reconcile.Reconciled.head`).
+        history: The session's reconciler.
+    """
+
+    session_id: str
+    agent: str
+    head: list[Any]
+    after: str | None
+    history: HostHistory
+    call: RecoveringCall[Any, Any] | None = field(default=None)
+
+    def builder(
+        self, format: RequestFormat, convert: Convert, *, role_key: str | None = None
+    ) -> PayloadBuilder:
+        """The session's payload builder for ``format`` (kept with the session)."""
+        return self.history.cached(
+            f"payload:{format}",
+            PayloadBuilder,
+            lambda: PayloadBuilder(format, convert, role_key=role_key),
+        )
+
+
 class SessionBinding:
-    """One wrapped client's link to its session: opening it, syncing, sending, recording.
+    """One wrapped client's link to its sessions: syncing, sending, recording.
 
     Args:
         middleware: The middleware.
         session_id: The session every call of the wrapper belongs to.
         agent: The agent the calls are made for.
-        project_id: Project of the session when the wrapper creates it.
+        project_id: Project of a session the wrapper creates.
+        conversations: ``refuse`` (a list that shares nothing with the session
+            raises :class:`~mimo_ctx.errors.ConversationMismatchError`) or
+            ``per-first-message`` (it gets a session of its own).
     """
 
     def __init__(
@@ -491,51 +369,100 @@ class SessionBinding:
         *,
         agent: str = MAIN_AGENT,
         project_id: str = "default",
+        conversations: Conversations = "refuse",
     ) -> None:
+        if conversations not in ("refuse", "per-first-message"):
+            raise ConfigError(
+                f"conversations: expected 'refuse' or 'per-first-message', got {conversations!r}"
+            )
         self.middleware = middleware
         self.session_id = session_id
         self.agent = agent
         self.project_id = project_id
-        self.history = HistorySync(middleware, agent=agent)
-        self._opened = False
+        self.conversations: Conversations = conversations
+        self._opened: set[str] = set()
+        self._by_first: dict[str, str] = {}
 
-    async def open(self, *, system: str, tools: Sequence[dict[str, Any]]) -> None:
-        """Open (or create, with this frozen prefix) the session on first use."""
-        if self._opened:
-            return
-        await self.middleware.open_session(
-            self.session_id, project_id=self.project_id, system=system, tools=tools
-        )
-        self._opened = True
-
-    def call(
-        self, build: Callable[[RequestView], _P], send: Callable[[_P], Awaitable[_R]]
-    ) -> RecoveringCall[_P, _R]:
-        """A :class:`RecoveringCall` for this session."""
-        return RecoveringCall(
-            self.middleware, self.session_id, agent=self.agent, build=build, send=send
-        )
-
-    async def record(
-        self, message: Message | None, *, fingerprints: Sequence[str], view: RequestView | None
-    ) -> Message | None:
-        """Record an answer; usage the provider did not report is estimated.
+    async def sync(
+        self,
+        items: Sequence[_T],
+        *,
+        fingerprint: Callable[[_T], str | None],
+        convert: Callable[[Sequence[_T]], Sequence[MessageDraft]],
+        prefix: Callable[[Sequence[_T]], tuple[str, Sequence[dict[str, Any]]]],
+    ) -> Turn:
+        """Store what is new of the host's list and follow its branch (see the module docs).
 
         Args:
+            items: The host's whole list.
+            fingerprint: A host item's fingerprint (None: a system item).
+            convert: New history items -> drafts.
+            prefix: The system items -> (system prompt, tools) of a session this
+                call creates.
+        """
+        host = list(items)
+        session_id = self.session_id
+        first: str | None = None
+        if self.conversations == "per-first-message":
+            first = next((fp for fp in map(fingerprint, host) if fp is not None), None)
+            if first is not None:
+                session_id = self._by_first.get(first, session_id)
+        try:
+            return await self._sync(session_id, host, fingerprint, convert, prefix)
+        except ConversationMismatchError:
+            if first is None or session_id != self.session_id:
+                raise
+        # A conversation of its own, named after its first message: every worker
+        # picks the same session for it.
+        own = f"{self.session_id}-{hashlib.sha256(first.encode()).hexdigest()[:12]}"
+        self._by_first[first] = own
+        return await self._sync(own, host, fingerprint, convert, prefix)
+
+    async def _sync(
+        self,
+        session_id: str,
+        host: list[_T],
+        fingerprint: Callable[[_T], str | None],
+        convert: Callable[[Sequence[_T]], Sequence[MessageDraft]],
+        prefix: Callable[[Sequence[_T]], tuple[str, Sequence[dict[str, Any]]]],
+    ) -> Turn:
+        middleware = self.middleware
+        history = middleware.host_history(session_id, agent=self.agent)
+        if session_id not in self._opened:
+            heads = [
+                item for item, fp in zip(host, map(fingerprint, host), strict=True) if fp is None
+            ]
+            system, tools = prefix(heads)
+            await middleware.open_session(
+                session_id, project_id=self.project_id, system=system, tools=tools
+            )
+            self._opened.add(session_id)
+        done = await history.reconcile(host, fingerprint=fingerprint, convert=convert)
+        return Turn(session_id, self.agent, [host[i] for i in done.skipped], done.head, history)
+
+    def call(
+        self, turn: Turn, build: Callable[[RequestView], _P], send: Callable[[_P], Awaitable[_R]]
+    ) -> RecoveringCall[_P, _R]:
+        """A :class:`RecoveringCall` for the turn's session."""
+        call = RecoveringCall(
+            self.middleware, turn.session_id, agent=self.agent, build=build, send=send
+        )
+        turn.call = call
+        return call
+
+    async def record(
+        self, turn: Turn, message: Message | None, *, fingerprints: Sequence[str]
+    ) -> Message | None:
+        """Record an answer of the turn (the middleware estimates usage the provider omitted).
+
+        Args:
+            turn: The call it answers.
             message: The assistant message (None: nothing to record).
             fingerprints: What the host will send back for it.
-            view: The request view it answered (its token estimate stands in for
-                missing input usage).
         """
         if message is None:
             return None
-        if message.usage is None:
-            input_tokens = view.tokens if view is not None else 0
-            usage = TokenUsage(input=input_tokens, output=estimate_message_tokens(message))
-            message = message.model_copy(
-                update={"usage": usage, "metadata": {**message.metadata, USAGE_ESTIMATED_KEY: True}}
-            )
-        return await self.history.record(message, fingerprints=fingerprints)
+        return await turn.history.record(message, fingerprints=fingerprints, after=turn.after)
 
 
 # --------------------------------------------------------------------------- #
@@ -562,9 +489,15 @@ class StreamAdapter(Protocol[_E_contra]):
         """A description when the event reports a context overflow, else None."""
         ...
 
+    def complete(self) -> bool:
+        """True once the provider said how the answer ended (its finish reason)."""
+        ...
+
     def answer(self) -> tuple[Message | None, tuple[str, ...]]:
         """The accumulated assistant message (None when there is none to record) and
-        the fingerprints of what the host will send back for it."""
+        the fingerprints of what the host will send back for it. Before
+        :meth:`complete`, tool calls whose arguments did not finish are open calls
+        with the arguments received."""
         ...
 
 
@@ -593,7 +526,7 @@ class RecordingStream(Generic[_E]):
 
     Args:
         binding: The wrapper's session binding.
-        call: The call that opened ``stream`` (used to retry once).
+        turn: The call that opened ``stream`` (its ``call`` retries once).
         stream: The SDK stream.
         adapter: The provider's event adapter.
     """
@@ -601,15 +534,18 @@ class RecordingStream(Generic[_E]):
     def __init__(
         self,
         binding: SessionBinding,
-        call: RecoveringCall[Any, Any],
+        turn: Turn,
         stream: Any,
         adapter: StreamAdapter[_E],
     ) -> None:
+        assert turn.call is not None
         self._binding = binding
-        self._call = call
+        self._turn = turn
+        self._call: RecoveringCall[Any, Any] = turn.call
         self._stream: Any = stream
         self._adapter = adapter
         self._iterator: AsyncIterator[_E] | None = None
+        self._done = False
         self.recorded: Message | None = None
         """The assistant message recorded at the end of the stream, once it ended."""
 
@@ -648,7 +584,7 @@ class RecordingStream(Generic[_E]):
         await self.close()
 
     async def close(self) -> None:
-        """Close the underlying stream (an unfinished answer is not recorded)."""
+        """Close the underlying stream; an answer not finished yet is recorded incomplete."""
         iterator, self._iterator = self._iterator, None
         aclose = getattr(iterator, "aclose", None)
         if callable(aclose):
@@ -656,6 +592,22 @@ class RecordingStream(Generic[_E]):
             if isinstance(result, Awaitable):
                 await result
         await _close_quietly(self._stream)
+        await self._record("the host closed the stream before its end")
+
+    async def _record(self, why: str | None) -> None:
+        """Record the answer once: as the provider finished it, or incomplete (``why``)."""
+        if self._done:
+            return
+        self._done = True
+        message, fps = self._adapter.answer()
+        if message is None:
+            return
+        if why is None and not self._adapter.complete():
+            why = "the stream ended before its finish reason"
+        if why is not None:
+            message = incomplete(message, why)
+        with anyio.CancelScope(shield=True):
+            self.recorded = await self._binding.record(self._turn, message, fingerprints=fps)
 
     async def _events(self) -> AsyncIterator[_E]:
         late_overflow: str | None = None
@@ -691,20 +643,29 @@ class RecordingStream(Generic[_E]):
                     # provider's error reach the host (whether or not it rebuilt).
                     with contextlib.suppress(ContextOverflowError):
                         await self._binding.middleware.on_error(
-                            self._binding.session_id, exc, agent=self._binding.agent
+                            self._turn.session_id, exc, agent=self._turn.agent
                         )
+                else:
+                    await self._record(f"the stream failed: {type(exc).__name__}")
+                raise
+            except GeneratorExit:
+                # The host closed the stream while it still ran: what arrived is
+                # kept, as an answer that did not end.
+                await self._record("the host closed the stream before its end")
+                raise
+            except BaseException:
+                await self._record("the stream was cancelled before its end")
                 raise
             for earlier in held:
                 self._adapter.add(earlier)
                 yield earlier
             break
-        message, fps = self._adapter.answer()
-        self.recorded = await self._binding.record(message, fingerprints=fps, view=self._call.view)
+        await self._record(None)
         if late_overflow is not None:
             await self._binding.middleware.on_error(
-                self._binding.session_id,
+                self._turn.session_id,
                 ProviderReportedOverflow(late_overflow),
-                agent=self._binding.agent,
+                agent=self._turn.agent,
             )
 
 

@@ -80,6 +80,8 @@ __all__ = [
     "EMPTY_ERROR_TEXT",
     "LEADING_USER_TEXT",
     "AnthropicSystem",
+    "anthropic_turns",
+    "drafts_from_anthropic",
     "from_anthropic",
     "is_anthropic_reasoning",
     "to_anthropic",
@@ -219,9 +221,14 @@ def _merge(turns: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]
             merged[-1]["content"] = [*merged[-1]["content"], *blocks]
         else:
             merged.append({"role": role, "content": list(blocks)})
-    if merged and merged[0]["role"] != "user":
-        merged.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]})
     return merged
+
+
+def _lead(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The turns with a user turn first (the API requires it; see the module docs)."""
+    if turns and turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]})
+    return turns
 
 
 def to_anthropic(
@@ -238,6 +245,20 @@ def to_anthropic(
         :func:`~mimo_ctx.providers.validate.validate_request` with
         ``format="anthropic"``.
     """
+    return system, anthropic_turns(messages)
+
+
+def anthropic_turns(messages: Sequence[Message], *, first: bool = True) -> list[dict[str, Any]]:
+    """The turns of :func:`to_anthropic` for a run of messages.
+
+    Args:
+        messages: The messages, oldest first.
+        first: The run starts the request: a user turn is put first when it would
+            start with an assistant turn. False for a run that continues a request
+            (the wrappers build a request run by run).
+    """
+    if first:
+        return _lead(anthropic_turns(messages, first=False))
     boundaries = {m.id for m in messages if m.is_boundary}
     view = apply_send_rules(messages)
     results = tool_results_by_call(view)
@@ -251,7 +272,7 @@ def to_anthropic(
         elif message.role == "user":
             turns.append(("user", _user_blocks(message.parts, boundary=message.id in boundaries)))
         # role "tool": its results were sent right after their calls.
-    return system, _merge(turns)
+    return _merge(turns)
 
 
 # --------------------------------------------------------------------------- #
@@ -370,6 +391,22 @@ def from_anthropic(
         InvalidRequestError: A message or block is malformed; the message names
             its index.
     """
+    system_text, drafts = drafts_from_anthropic(system, messages)
+    built = build_messages(
+        drafts, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
+    )
+    return system_text, built
+
+
+def drafts_from_anthropic(
+    system: AnthropicSystem | None, messages: Sequence[Mapping[str, Any]]
+) -> tuple[str | None, list[MessageDraft]]:
+    """Messages API ``(system, messages)`` -> (system text, drafts): :func:`from_anthropic`
+    before the drafts become messages (a draft's ``item`` is its message's index).
+
+    Raises:
+        InvalidRequestError: A message or block is malformed.
+    """
     system_texts: list[str] = []
     if system is not None:
         system_texts.append(_text_of(system, "system"))
@@ -397,10 +434,7 @@ def from_anthropic(
             raise InvalidRequestError(
                 f"{where}: unsupported role {role!r} (expected user, assistant or system)"
             )
-    built = build_messages(
-        drafts, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
-    )
-    return ("\n\n".join(system_texts) if system_texts else None), built
+    return ("\n\n".join(system_texts) if system_texts else None), drafts
 
 
 def _user_part(

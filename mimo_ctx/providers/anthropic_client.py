@@ -14,7 +14,8 @@ Managed calls: ``messages.create`` (``stream=False`` and ``stream=True``) and
 recording stream). Each call syncs the host's history into the store, prepares,
 sends the host's own keyword arguments with ``messages`` replaced by the
 converted view (:func:`~mimo_ctx.providers.anthropic.to_anthropic`, checked by
-:func:`~mimo_ctx.providers.validate.validate_request`), records the answer with
+the rules of :func:`~mimo_ctx.providers.validate.validate_request`; both in
+O(new messages) while the view only grows), records the answer with
 its usage (``input_tokens``, ``output_tokens``, ``cache_read_input_tokens``,
 ``cache_creation_input_tokens``) and finish (``tool_use`` -> ``tool-calls``,
 ``end_turn`` / ``stop_sequence`` -> ``stop``, ``max_tokens`` -> ``length``), and
@@ -42,6 +43,14 @@ Our choices, documented:
 * Not managed, delegated unchanged: ``messages.count_tokens``,
   ``messages.batches``, ``messages.parse``, ``beta``, ``with_raw_response`` and
   every other resource. ``with_options()`` and ``copy()`` return a wrapped client.
+* A call with ``context_management``, or the context-management / compaction
+  betas in ``extra_headers`` (the provider manages the context), raises
+  :class:`~mimo_ctx.errors.ConfigError` saying how to choose (leave it out, or
+  call ``client.unwrapped``); the beta client ``client.beta`` is not managed.
+* A stream that ends before its ``stop_reason``, or that the host closes or
+  cancels before its end, is recorded as incomplete; a ``tool_use`` block whose
+  JSON did not finish stays a call that never ran (see
+  :mod:`mimo_ctx.providers._sync`).
 * Async clients only (``AsyncAnthropic`` and its Bedrock / Vertex variants).
 """
 
@@ -53,22 +62,23 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Final, TypeVar, cast
 
+from mimo_ctx.convert import MessageDraft, decode_arguments
 from mimo_ctx.errors import ConfigError, MimoCtxError
 from mimo_ctx.messages import MAIN_AGENT, Message, TokenUsage
 from mimo_ctx.middleware import ContextMiddleware, RequestView
 from mimo_ctx.overflow import OVERFLOW_ERROR_CODES
-from mimo_ctx.providers import decode_arguments
 from mimo_ctx.providers._sync import (
     ClientWrapper,
+    Conversations,
     ProviderReportedOverflow,
     RecordingStream,
     SessionBinding,
-    converter_input,
+    Turn,
     fingerprint,
     plain,
+    refuse_native_context,
 )
-from mimo_ctx.providers.anthropic import from_anthropic, to_anthropic
-from mimo_ctx.providers.validate import validate_request
+from mimo_ctx.providers.anthropic import anthropic_turns, drafts_from_anthropic, from_anthropic
 
 __all__ = [
     "ANTHROPIC_EXTRA",
@@ -166,13 +176,11 @@ _STOP: Final = {
 }
 
 
-def _answer(
-    response: Mapping[str, Any], *, binding: SessionBinding
-) -> tuple[Message | None, tuple[str, ...]]:
+def _answer(response: Mapping[str, Any], *, turn: Turn) -> tuple[Message | None, tuple[str, ...]]:
     """The recorded message of a Messages API response (a ``Message`` as JSON)."""
     content = _blocks(response.get("content"))
     host = {"role": "assistant", "content": content}
-    _, converted = from_anthropic(None, [host], session_id=binding.session_id, agent=binding.agent)
+    _, converted = from_anthropic(None, [host], session_id=turn.session_id, agent=turn.agent)
     reason = response.get("stop_reason")
     calls = any(b.get("type") == "tool_use" for b in content)
     finish = (
@@ -184,7 +192,7 @@ def _answer(
     base = next((m for m in converted if m.role == "assistant"), None)
     if base is None:
         base = Message(
-            session_id=binding.session_id, role="assistant", agent=binding.agent, time_created=now
+            session_id=turn.session_id, role="assistant", agent=turn.agent, time_created=now
         )
     model = response.get("model")
     response_id = response.get("id")
@@ -203,14 +211,15 @@ def _answer(
 class _AnthropicStream:
     """Accumulates raw Messages stream events into the final message."""
 
-    def __init__(self, binding: SessionBinding) -> None:
-        self._binding = binding
+    def __init__(self, turn: Turn) -> None:
+        self._turn = turn
         self.reset()
 
     def reset(self) -> None:
         self._message: dict[str, Any] | None = None
         self._blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, str] = {}
+        self._stopped = False
 
     def is_preamble(self, event: Any) -> bool:
         return getattr(event, "type", None) == "message_start"
@@ -222,6 +231,9 @@ class _AnthropicStream:
         if isinstance(reason, str) and reason in OVERFLOW_ERROR_CODES:
             return f"stop_reason {reason}"
         return None
+
+    def complete(self) -> bool:
+        return self._stopped
 
     def add(self, event: Any) -> None:
         kind = getattr(event, "type", None)
@@ -241,6 +253,7 @@ class _AnthropicStream:
             for key in ("stop_reason", "stop_sequence"):
                 if key in delta:
                     self._message[key] = delta[key]
+            self._stopped = self._stopped or delta.get("stop_reason") is not None
             usage = {k: v for k, v in _dict(getattr(event, "usage", None)).items() if v is not None}
             self._message["usage"] = {**_dict(self._message.get("usage")), **usage}
 
@@ -261,8 +274,14 @@ class _AnthropicStream:
     def answer(self) -> tuple[Message | None, tuple[str, ...]]:
         if self._message is None:
             return None, ()
-        response = {**self._message, "content": [self._blocks[i] for i in sorted(self._blocks)]}
-        return _answer(response, binding=self._binding)
+        blocks = dict(self._blocks)
+        for index, partial in self._json.items():
+            # A tool_use cut before its content_block_stop: its input as received
+            # (broken JSON is kept as the raw text), and the answer is incomplete.
+            if index in blocks:
+                blocks[index] = {**blocks[index], "input": decode_arguments(partial)}
+        response = {**self._message, "content": [blocks[i] for i in sorted(blocks)]}
+        return _answer(response, turn=self._turn)
 
 
 def _is_system(message: Mapping[str, Any]) -> bool:
@@ -284,6 +303,19 @@ def _tools(value: object) -> list[dict[str, Any]]:
     return [cast(dict[str, Any], t) for t in cast(list[Any], data) if isinstance(t, dict)]
 
 
+def _item_fingerprint(item: object) -> str | None:
+    data = _dict(item)
+    return None if _is_system(data) else anthropic_fingerprint(data)
+
+
+def _drafts(run: Sequence[object]) -> list[MessageDraft]:
+    return drafts_from_anthropic(None, [_dict(i) for i in run])[1]
+
+
+def _turns(run: Sequence[Message], first: bool) -> list[dict[str, Any]]:
+    return anthropic_turns(run, first=first)
+
+
 class _Messages:
     """``messages`` with managed ``create`` and ``stream``; everything else delegated."""
 
@@ -294,28 +326,22 @@ class _Messages:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def _prepare_call(self, kwargs: dict[str, Any], *, opener: Any, check_stop: bool) -> Any:
+    async def _prepare_call(
+        self, kwargs: dict[str, Any], *, opener: Any, check_stop: bool, call: str
+    ) -> Turn:
+        refuse_native_context(kwargs, api="messages", call=call)
         binding = self._binding
-        originals = list(cast(Sequence[Any], kwargs["messages"]))
-        plain_items = [_dict(m) for m in originals]
-        head = [o for o, p in zip(originals, plain_items, strict=True) if _is_system(p)]
-        items = [p for p in plain_items if not _is_system(p)]
-        await binding.open(
-            system=_system_text(kwargs.get("system")), tools=_tools(kwargs.get("tools"))
+        turn = await binding.sync(
+            cast(Sequence[object], kwargs["messages"]),
+            fingerprint=_item_fingerprint,
+            convert=_drafts,
+            prefix=lambda heads: (_system_text(kwargs.get("system")), _tools(kwargs.get("tools"))),
         )
-        await binding.history.sync(
-            binding.session_id,
-            items,
-            fingerprints=[anthropic_fingerprint(i) for i in items],
-            convert=lambda run: from_anthropic(
-                None, run, session_id=binding.session_id, agent=binding.agent
-            )[1],
-        )
+        builder = turn.builder("anthropic", _turns, role_key="role")
 
         def build(view: RequestView) -> dict[str, Any]:
-            _, converted = to_anthropic(converter_input(view))
-            validate_request(converted, format="anthropic")
-            return {**kwargs, "messages": [*head, *converted]}
+            converted = builder.build(view.messages, view.boundary_id)
+            return {**kwargs, "messages": [*turn.head, *converted]}
 
         async def send(payload: dict[str, Any]) -> Any:
             result = await opener(payload)
@@ -324,7 +350,8 @@ class _Messages:
                 raise ProviderReportedOverflow(f"stop_reason {reason}", result)
             return result
 
-        return binding.call(build, send)
+        binding.call(turn, build, send)
+        return turn
 
     def _managed(self, kwargs: Mapping[str, Any]) -> bool:
         raw = kwargs.get("messages")
@@ -340,12 +367,15 @@ class _Messages:
         async def opener(payload: dict[str, Any]) -> Any:
             return await self._inner.create(**payload)
 
-        call = await self._prepare_call(kwargs, opener=opener, check_stop=not streaming)
-        result = await call.run()
+        turn = await self._prepare_call(
+            kwargs, opener=opener, check_stop=not streaming, call="messages.create"
+        )
+        assert turn.call is not None
+        result = await turn.call.run()
         if streaming:
-            return RecordingStream(binding, call, result, _AnthropicStream(binding))
-        message, fps = _answer(_dict(result), binding=binding)
-        await binding.record(message, fingerprints=fps, view=call.view)
+            return RecordingStream(binding, turn, result, _AnthropicStream(turn))
+        message, fps = _answer(_dict(result), turn=turn)
+        await binding.record(turn, message, fingerprints=fps)
         return result
 
     def stream(self, **kwargs: Any) -> Any:
@@ -363,6 +393,7 @@ class _MessageStreamManager:
         self._messages = messages
         self._kwargs = kwargs
         self._stream: Any = None
+        self._recording: RecordingStream[Any] | None = None
 
     async def __aenter__(self) -> Any:
         from anthropic.lib.streaming import AsyncMessageStream
@@ -383,17 +414,18 @@ class _MessageStreamManager:
                 )
             return raw
 
-        call = await messages._prepare_call(  # pyright: ignore[reportPrivateUsage]
-            self._kwargs, opener=opener, check_stop=False
+        turn = await messages._prepare_call(  # pyright: ignore[reportPrivateUsage]
+            self._kwargs, opener=opener, check_stop=False, call="messages.stream"
         )
-        raw = await call.run()
-        recording = RecordingStream(binding, call, raw, _AnthropicStream(binding))
+        assert turn.call is not None
+        raw = await turn.call.run()
+        self._recording = RecordingStream(binding, turn, raw, _AnthropicStream(turn))
         output_format = self._kwargs.get("output_format")
         if output_format is None:
             import anthropic
 
             output_format = anthropic.not_given
-        self._stream = AsyncMessageStream(cast(Any, recording), output_format=output_format)
+        self._stream = AsyncMessageStream(cast(Any, self._recording), output_format=output_format)
         return self._stream
 
     async def __aexit__(
@@ -404,6 +436,10 @@ class _MessageStreamManager:
     ) -> None:
         if self._stream is not None:
             await self._stream.close()
+        if self._recording is not None:
+            # The SDK's close does not reach the stream it reads: an answer cut here
+            # (the host left the block early) is recorded as incomplete.
+            await self._recording.close()
 
 
 class AnthropicWrapper(ClientWrapper):
@@ -426,6 +462,7 @@ def wrap_anthropic(
     session_id: str,
     agent: str = MAIN_AGENT,
     project_id: str = "default",
+    conversations: Conversations = "refuse",
 ) -> _C:
     """Wrap an ``anthropic.AsyncAnthropic`` client so its calls run through ``middleware``.
 
@@ -439,6 +476,10 @@ def wrap_anthropic(
         session_id: The session every call belongs to (created on first use).
         agent: The agent the calls are made for.
         project_id: Project of the session when it is created.
+        conversations: What a call whose messages share nothing with the session
+            does: ``refuse`` (:class:`~mimo_ctx.errors.ConversationMismatchError`)
+            or ``per-first-message`` (a session of its own; see
+            :mod:`mimo_ctx.providers._sync`).
 
     Raises:
         ImportError: The ``anthropic`` SDK is not installed (names the extra).
@@ -453,5 +494,7 @@ def wrap_anthropic(
         )
     if not session_id:
         raise ConfigError("session_id must be a non-empty string")
-    binding = SessionBinding(middleware, session_id, agent=agent, project_id=project_id)
+    binding = SessionBinding(
+        middleware, session_id, agent=agent, project_id=project_id, conversations=conversations
+    )
     return cast(_C, AnthropicWrapper(client, binding))

@@ -83,6 +83,8 @@ from mimo_ctx.messages import (
 from mimo_ctx.view import apply_send_rules, tool_results_by_call
 
 __all__ = [
+    "drafts_from_openai_chat",
+    "drafts_from_openai_responses",
     "from_openai_chat",
     "from_openai_responses",
     "to_openai_chat",
@@ -271,6 +273,22 @@ def from_openai_chat(
     Raises:
         InvalidRequestError: A message is malformed; the message names its index.
     """
+    system, drafts = drafts_from_openai_chat(payload_messages)
+    messages = build_messages(
+        drafts, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
+    )
+    return system, messages
+
+
+def drafts_from_openai_chat(
+    payload_messages: Sequence[Mapping[str, Any]],
+) -> tuple[str | None, list[MessageDraft]]:
+    """Chat Completions ``messages`` -> (system text, drafts): :func:`from_openai_chat`
+    before the drafts become messages (a draft's ``item`` is its message's index).
+
+    Raises:
+        InvalidRequestError: A message is malformed; the message names its index.
+    """
     system: list[str] = []
     drafts: list[MessageDraft] = []
     joiner = ToolCallJoiner()
@@ -316,10 +334,7 @@ def from_openai_chat(
                 f"{where}: unsupported role {role!r} (expected system, developer, user, "
                 "assistant or tool)"
             )
-    messages = build_messages(
-        drafts, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
-    )
-    return ("\n\n".join(system) if system else None), messages
+    return ("\n\n".join(system) if system else None), drafts
 
 
 def _chat_call(joiner: ToolCallJoiner, draft: MessageDraft, raw: object, where: str) -> None:
@@ -598,11 +613,24 @@ def from_openai_responses(
     Raises:
         InvalidRequestError: An item is malformed; the message names its index.
     """
+    system, drafts = drafts_from_openai_responses(items)
+    messages = build_messages(
+        drafts, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
+    )
+    return system, messages
+
+
+def drafts_from_openai_responses(
+    items: str | Sequence[Mapping[str, Any]],
+) -> tuple[str | None, list[MessageDraft]]:
+    """Responses API ``input`` -> (system text, drafts): :func:`from_openai_responses`
+    before the drafts become messages (a draft's ``item`` is its first item's index).
+
+    Raises:
+        InvalidRequestError: An item is malformed; the message names its index.
+    """
     if isinstance(items, str):
-        single = [MessageDraft("user", [TextPart(text=items)])]
-        return None, build_messages(
-            single, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
-        )
+        return None, [MessageDraft("user", [TextPart(text=items)])]
     system: list[str] = []
     drafts: list[MessageDraft] = []
     joiner = ToolCallJoiner()
@@ -674,7 +702,4 @@ def from_openai_responses(
             assistant().parts.append(
                 OpaquePart(source="openai-responses", kind=str(kind), data=dict(item))
             )
-    messages = build_messages(
-        drafts, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
-    )
-    return ("\n\n".join(system) if system else None), messages
+    return ("\n\n".join(system) if system else None), drafts

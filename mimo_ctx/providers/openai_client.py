@@ -9,16 +9,18 @@ code keeps running unchanged::
 Managed calls: ``chat.completions.create`` (``stream=False`` and ``stream=True``)
 and ``responses.create`` (both). Each call
 
-1. syncs the host's history into the store (only what is new, see
-   :mod:`mimo_ctx.providers._sync`); the first call opens the session with the
-   host's system prompt and tools as its frozen prefix;
+1. syncs the host's history into the store (only what is new, following the
+   host's branch; see :mod:`mimo_ctx.providers._sync` for the conversation
+   rule); the first call opens the session with the host's system prompt and
+   tools as its frozen prefix;
 2. prepares the request (:meth:`~mimo_ctx.middleware.ContextMiddleware.prepare`,
    which rebuilds when the last usage crossed the trigger line);
 3. sends the host's own keyword arguments with ``messages`` / ``input`` replaced
    by the converted view (:func:`~mimo_ctx.providers.openai.to_openai_chat`,
    :func:`~mimo_ctx.providers.openai.to_openai_responses`), after checking it with
-   :func:`~mimo_ctx.providers.validate.validate_request` (an invalid request
-   raises :class:`~mimo_ctx.errors.InvalidRequestError` and is not sent);
+   the rules of :func:`~mimo_ctx.providers.validate.validate_request` (an invalid
+   request raises :class:`~mimo_ctx.errors.InvalidRequestError` and is not sent);
+   converted and checked in O(new messages) while the view only grows;
 4. records the answer with its usage (``prompt_tokens`` / ``completion_tokens``
    / ``total_tokens`` and cached tokens; Responses ``input_tokens`` /
    ``output_tokens``) and its finish reason (``tool_calls`` -> ``tool-calls``,
@@ -38,15 +40,18 @@ Our choices, documented:
 * Streams (``stream=True``) are passed through chunk by chunk, unchanged; the
   request is not changed either: ``stream_options={"include_usage": True}`` is
   **not** added (it would add a usage-only chunk the host did not ask for). Without
-  it the chunks carry no usage, and the wrapper records an *estimate* (the
-  request's estimated tokens as input, the answer's as output; the message's
-  ``metadata["mimo_ctx_usage_estimated"]`` is True). Pass ``stream_options``
-  yourself for exact usage.
+  it the chunks carry no usage, and the middleware records an *estimate*
+  (``TokenUsage.estimated``). Pass ``stream_options`` yourself for exact usage.
+* A stream that ends before its finish reason, or that the host closes or
+  cancels before its end, is recorded as incomplete (see
+  :mod:`mimo_ctx.providers._sync`).
 * Tool-call arguments are sent back in compact JSON (the stored form), which may
   differ in spacing from what the model produced.
 * With ``n > 1`` only the first choice is recorded.
-* ``responses.create`` with ``previous_response_id`` or ``conversation`` (the
-  server keeps the history) is passed through unchanged and not recorded.
+* ``responses.create`` with ``previous_response_id``, ``conversation``,
+  ``truncation="auto"`` or ``context_management`` (the provider manages the
+  context) raises :class:`~mimo_ctx.errors.ConfigError` saying how to choose:
+  leave the parameter out, or call ``client.unwrapped``.
 * Not managed, delegated unchanged: ``chat.completions.parse`` / ``stream``,
   ``responses.parse`` / ``stream``, ``with_raw_response``,
   ``with_streaming_response`` and every other resource. ``with_options()`` and
@@ -62,26 +67,30 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar, cast
 
+from mimo_ctx.convert import MessageDraft
 from mimo_ctx.errors import ConfigError
 from mimo_ctx.messages import MAIN_AGENT, Message, Part, TokenUsage
 from mimo_ctx.middleware import ContextMiddleware, RequestView
 from mimo_ctx.overflow import OVERFLOW_ERROR_CODES, is_overflow_stream_event
 from mimo_ctx.providers._sync import (
     ClientWrapper,
+    Conversations,
     ProviderReportedOverflow,
     RecordingStream,
     SessionBinding,
-    converter_input,
+    Turn,
     fingerprint,
     plain,
+    refuse_native_context,
 )
 from mimo_ctx.providers.openai import (
+    drafts_from_openai_chat,
+    drafts_from_openai_responses,
     from_openai_chat,
     from_openai_responses,
     to_openai_chat,
     to_openai_responses,
 )
-from mimo_ctx.providers.validate import validate_request
 
 __all__ = [
     "OPENAI_EXTRA",
@@ -388,8 +397,8 @@ def _response_answer(
 class _ChatStream:
     """Accumulates Chat Completions chunks (choice 0) into the final message."""
 
-    def __init__(self, binding: SessionBinding) -> None:
-        self._binding = binding
+    def __init__(self, turn: Turn) -> None:
+        self._turn = turn
         self.reset()
 
     def reset(self) -> None:
@@ -423,6 +432,9 @@ class _ChatStream:
             if isinstance(reason, str) and reason.lower() in OVERFLOW_ERROR_CODES:
                 return f"finish_reason {reason}"
         return None
+
+    def complete(self) -> bool:
+        return self._finish is not None
 
     def add(self, event: Any) -> None:
         self._seen = True
@@ -470,9 +482,11 @@ class _ChatStream:
     def answer(self) -> tuple[Message | None, tuple[str, ...]]:
         if not self._seen:
             return None, ()
+        # A call cut before its id arrived cannot be sent back: it is left out.
+        calls = [self._calls[i] for i in sorted(self._calls) if self._calls[i]["id"]]
         message: dict[str, Any] = {
             "content": "".join(self._content) if self._content else None,
-            "tool_calls": [self._calls[i] for i in sorted(self._calls)],
+            "tool_calls": calls,
         }
         if self._refusal:
             message["refusal"] = "".join(self._refusal)
@@ -482,8 +496,8 @@ class _ChatStream:
             usage=self._usage,
             model=self._model,
             response_id=self._id,
-            session_id=self._binding.session_id,
-            agent=self._binding.agent,
+            session_id=self._turn.session_id,
+            agent=self._turn.agent,
         )
 
 
@@ -498,14 +512,14 @@ _RESPONSES_FINAL: Final = frozenset(
 class _ResponsesStream:
     """Accumulates Responses API stream events into the final message."""
 
-    def __init__(self, binding: SessionBinding) -> None:
-        self._binding = binding
+    def __init__(self, turn: Turn) -> None:
+        self._turn = turn
         self.reset()
 
     def reset(self) -> None:
         self._final: dict[str, Any] | None = None
         self._start: dict[str, Any] = {}
-        self._items: list[dict[str, Any]] = []
+        self._items: dict[int, dict[str, Any]] = {}
         self._failed = False
 
     def is_preamble(self, event: Any) -> bool:
@@ -517,12 +531,31 @@ class _ResponsesStream:
             return f"{kind} event"
         return None
 
+    def complete(self) -> bool:
+        return self._final is not None
+
     def add(self, event: Any) -> None:
         kind = getattr(event, "type", None)
+        index = getattr(event, "output_index", None)
         if kind == "response.created":
             self._start = _dict(getattr(event, "response", None))
-        elif kind == "response.output_item.done":
-            self._items.append(_dict(getattr(event, "item", None)))
+        elif kind in ("response.output_item.added", "response.output_item.done"):
+            if isinstance(index, int):
+                self._items[index] = _dict(getattr(event, "item", None))
+        elif kind == "response.output_text.delta" and isinstance(index, int):
+            item = self._items.get(index)
+            if item is not None:
+                content: list[Any] = item.setdefault("content", [])
+                if not content:
+                    content.append({"type": "output_text", "text": "", "annotations": []})
+                part = cast(dict[str, Any], content[-1])
+                part["text"] = str(part.get("text") or "") + str(getattr(event, "delta", ""))
+        elif kind == "response.function_call_arguments.delta" and isinstance(index, int):
+            item = self._items.get(index)
+            if item is not None:
+                item["arguments"] = str(item.get("arguments") or "") + str(
+                    getattr(event, "delta", "")
+                )
         elif kind in _RESPONSES_FINAL:
             self._final = _dict(getattr(event, "response", None))
         if kind in ("error", "response.failed"):
@@ -535,11 +568,10 @@ class _ResponsesStream:
         if response is None:
             if not self._items:
                 return None, ()
-            # The stream ended without its final event: what was completed.
-            response = {**self._start, "output": self._items, "status": "completed", "usage": None}
-        return _response_answer(
-            response, session_id=self._binding.session_id, agent=self._binding.agent
-        )
+            # The stream ended without its final event: what had arrived.
+            output = [self._items[i] for i in sorted(self._items)]
+            response = {**self._start, "output": output, "status": "completed", "usage": None}
+        return _response_answer(response, session_id=self._turn.session_id, agent=self._turn.agent)
 
 
 # --------------------------------------------------------------------------- #
@@ -547,14 +579,26 @@ class _ResponsesStream:
 # --------------------------------------------------------------------------- #
 
 
-def _convert_chat(binding: SessionBinding, items: Sequence[dict[str, Any]]) -> list[Message]:
-    _, messages = from_openai_chat(items, session_id=binding.session_id, agent=binding.agent)
-    return messages
+def _chat_item_fingerprint(item: object) -> str | None:
+    data = _dict(item)
+    return None if _is_system(data) else chat_fingerprint(data)
 
 
-def _convert_responses(binding: SessionBinding, items: Sequence[dict[str, Any]]) -> list[Message]:
-    _, messages = from_openai_responses(items, session_id=binding.session_id, agent=binding.agent)
-    return messages
+def _chat_drafts(run: Sequence[object]) -> list[MessageDraft]:
+    return drafts_from_openai_chat([_dict(i) for i in run])[1]
+
+
+def _chat_prefix(heads: Sequence[object], tools: object) -> tuple[str, list[dict[str, Any]]]:
+    return _system_text([_dict(h) for h in heads]), _tools(tools)
+
+
+def _responses_item_fingerprint(item: object) -> str | None:
+    data = _dict(item)
+    return None if _is_system(data) else responses_fingerprint(data)
+
+
+def _responses_drafts(run: Sequence[object]) -> list[MessageDraft]:
+    return drafts_from_openai_responses([_dict(i) for i in run])[1]
 
 
 class _ChatCompletions:
@@ -572,25 +616,20 @@ class _ChatCompletions:
         raw = kwargs.get("messages")
         if raw is None or isinstance(raw, str | bytes | Mapping):
             return await self._inner.create(**kwargs)  # let the SDK report the error
+        refuse_native_context(kwargs, api="chat", call="chat.completions.create")
         binding = self._binding
-        originals = list(cast(Sequence[Any], raw))
-        plain_items = [_dict(m) for m in originals]
-        head = [o for o, p in zip(originals, plain_items, strict=True) if _is_system(p)]
-        plain_head = [p for p in plain_items if _is_system(p)]
-        items = [p for p in plain_items if not _is_system(p)]
-        await binding.open(system=_system_text(plain_head), tools=_tools(kwargs.get("tools")))
-        await binding.history.sync(
-            binding.session_id,
-            items,
-            fingerprints=[chat_fingerprint(i) for i in items],
-            convert=lambda run: _convert_chat(binding, run),
+        turn = await binding.sync(
+            cast(Sequence[object], raw),
+            fingerprint=_chat_item_fingerprint,
+            convert=_chat_drafts,
+            prefix=lambda heads: _chat_prefix(heads, kwargs.get("tools")),
         )
         streaming = kwargs.get("stream") is True
+        builder = turn.builder("openai-chat", lambda run, first: to_openai_chat(run))
 
         def build(view: RequestView) -> dict[str, Any]:
-            converted = to_openai_chat(converter_input(view))
-            validate_request([*plain_head, *converted], format="openai-chat")
-            return {**kwargs, "messages": [*head, *converted]}
+            converted = builder.build(view.messages, view.boundary_id)
+            return {**kwargs, "messages": [*turn.head, *converted]}
 
         async def send(payload: dict[str, Any]) -> Any:
             result = await self._inner.create(**payload)
@@ -601,14 +640,13 @@ class _ChatCompletions:
                         raise ProviderReportedOverflow(f"finish_reason {reason}", result)
             return result
 
-        call = binding.call(build, send)
-        result = await call.run()
+        result = await binding.call(turn, build, send).run()
         if streaming:
-            return RecordingStream(binding, call, result, _ChatStream(binding))
+            return RecordingStream(binding, turn, result, _ChatStream(turn))
         message, fps = _completion_answer(
-            _dict(result), session_id=binding.session_id, agent=binding.agent
+            _dict(result), session_id=turn.session_id, agent=turn.agent
         )
-        await binding.record(message, fingerprints=fps, view=call.view)
+        await binding.record(turn, message, fingerprints=fps)
         return result
 
 
@@ -634,40 +672,31 @@ class _Responses:
     async def create(self, **kwargs: Any) -> Any:
         """``responses.create`` on the managed history (see the module docs)."""
         raw = kwargs.get("input")
-        if (
-            kwargs.get("previous_response_id")
-            or kwargs.get("conversation")
-            or raw is None
-            or isinstance(raw, bytes | Mapping)
-            or not isinstance(raw, str | Sequence)
-        ):
-            return await self._inner.create(**kwargs)
+        if raw is None or isinstance(raw, bytes | Mapping) or not isinstance(raw, str | Sequence):
+            return await self._inner.create(**kwargs)  # let the SDK report the error
+        refuse_native_context(kwargs, api="responses", call="responses.create")
         binding = self._binding
-        if isinstance(raw, str):
-            originals: list[Any] = [{"role": "user", "content": raw}]
-        else:
-            originals = list(cast(Sequence[Any], raw))
-        plain_items = [_dict(m) for m in originals]
-        head = [o for o, p in zip(originals, plain_items, strict=True) if _is_system(p)]
-        plain_head = [p for p in plain_items if _is_system(p)]
-        items = [p for p in plain_items if not _is_system(p)]
+        items: Sequence[object] = (
+            [{"role": "user", "content": raw}]
+            if isinstance(raw, str)
+            else cast(Sequence[object], raw)
+        )
         instructions = kwargs.get("instructions")
-        system = instructions if isinstance(instructions, str) else ""
-        head_text = _system_text(plain_head)
-        system = "\n\n".join(t for t in (system, head_text) if t)
-        await binding.open(system=system, tools=_tools(kwargs.get("tools")))
-        await binding.history.sync(
-            binding.session_id,
-            items,
-            fingerprints=[responses_fingerprint(i) for i in items],
-            convert=lambda run: _convert_responses(binding, run),
+
+        def prefix(heads: Sequence[object]) -> tuple[str, list[dict[str, Any]]]:
+            head_text = _system_text([_dict(h) for h in heads])
+            first = instructions if isinstance(instructions, str) else ""
+            return "\n\n".join(t for t in (first, head_text) if t), _tools(kwargs.get("tools"))
+
+        turn = await binding.sync(
+            items, fingerprint=_responses_item_fingerprint, convert=_responses_drafts, prefix=prefix
         )
         streaming = kwargs.get("stream") is True
+        builder = turn.builder("openai-responses", lambda run, first: to_openai_responses(run))
 
         def build(view: RequestView) -> dict[str, Any]:
-            converted = to_openai_responses(converter_input(view))
-            validate_request([*plain_head, *converted], format="openai-responses")
-            return {**kwargs, "input": [*head, *converted]}
+            converted = builder.build(view.messages, view.boundary_id)
+            return {**kwargs, "input": [*turn.head, *converted]}
 
         async def send(payload: dict[str, Any]) -> Any:
             result = await self._inner.create(**payload)
@@ -677,14 +706,11 @@ class _Responses:
                     raise ProviderReportedOverflow("response failed", result)
             return result
 
-        call = binding.call(build, send)
-        result = await call.run()
+        result = await binding.call(turn, build, send).run()
         if streaming:
-            return RecordingStream(binding, call, result, _ResponsesStream(binding))
-        message, fps = _response_answer(
-            _dict(result), session_id=binding.session_id, agent=binding.agent
-        )
-        await binding.record(message, fingerprints=fps, view=call.view)
+            return RecordingStream(binding, turn, result, _ResponsesStream(turn))
+        message, fps = _response_answer(_dict(result), session_id=turn.session_id, agent=turn.agent)
+        await binding.record(turn, message, fingerprints=fps)
         return result
 
 
@@ -710,6 +736,7 @@ def wrap_openai(
     session_id: str,
     agent: str = MAIN_AGENT,
     project_id: str = "default",
+    conversations: Conversations = "refuse",
 ) -> _C:
     """Wrap an ``openai.AsyncOpenAI`` client so its calls run through ``middleware``.
 
@@ -722,6 +749,10 @@ def wrap_openai(
         session_id: The session every call belongs to (created on first use).
         agent: The agent the calls are made for.
         project_id: Project of the session when it is created.
+        conversations: What a call whose messages share nothing with the session
+            does: ``refuse`` (:class:`~mimo_ctx.errors.ConversationMismatchError`)
+            or ``per-first-message`` (a session of its own; see
+            :mod:`mimo_ctx.providers._sync`).
 
     Raises:
         ImportError: The ``openai`` SDK is not installed (names the extra).
@@ -741,5 +772,7 @@ def wrap_openai(
         )
     if not session_id:
         raise ConfigError("session_id must be a non-empty string")
-    binding = SessionBinding(middleware, session_id, agent=agent, project_id=project_id)
+    binding = SessionBinding(
+        middleware, session_id, agent=agent, project_id=project_id, conversations=conversations
+    )
     return cast(_C, OpenAIWrapper(client, binding))

@@ -41,12 +41,13 @@ of an empty request.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from mimo_ctx.convert import opt_object
 from mimo_ctx.errors import InvalidRequestError
-from mimo_ctx.providers import opt_object
 
-__all__ = ["RequestFormat", "validate_request"]
+__all__ = ["RequestFormat", "RequestValidator", "ValidatorMark", "validate_request"]
 
 RequestFormat = Literal["openai-chat", "openai-responses", "anthropic"]
 
@@ -89,39 +90,136 @@ def _blocks(fmt: str, content: object, where: str) -> list[Mapping[str, Any]]:
     return [_entry(fmt, b, f"{where} block {j}") for j, b in enumerate(items)]
 
 
-def _validate_openai_chat(messages: list[Any]) -> None:
-    fmt = "openai-chat"
-    open_calls: dict[str, int] = {}  # call id -> index of the calling message
-    seen: set[str] = set()
-    for i, raw in enumerate(messages):
+@dataclass(frozen=True, slots=True)
+class ValidatorMark:
+    """Where a :class:`RequestValidator` stood (:meth:`RequestValidator.mark`)."""
+
+    index: int
+    seen: int
+    open_calls: tuple[tuple[str, int], ...]
+    previous: str | None
+    previous_index: int
+    empty_at: int | None
+
+
+class RequestValidator:
+    """The checks of :func:`validate_request`, fed entry by entry.
+
+    A payload built piece by piece (the wrappers extend the last payload while
+    the view only grows) is checked piece by piece: :meth:`feed` the new entries,
+    :meth:`finish` on what was fed; :meth:`mark` and :meth:`reset` step back to an
+    earlier point when a piece is rebuilt. Feeding a whole payload and finishing
+    is :func:`validate_request`.
+
+    Args:
+        format: ``"openai-chat"``, ``"openai-responses"`` or ``"anthropic"``.
+    """
+
+    def __init__(self, format: RequestFormat) -> None:
+        if format not in ("openai-chat", "openai-responses", "anthropic"):
+            raise InvalidRequestError(
+                f"unknown request format {format!r} (expected openai-chat, openai-responses "
+                "or anthropic)"
+            )
+        self.format: RequestFormat = format
+        self._index = 0
+        self._open: dict[str, int] = {}  # call id -> index of the entry that made it
+        self._seen: dict[str, None] = {}  # call ids, in the order they were made
+        self._previous: str | None = None
+        self._previous_index = -1
+        self._empty_at: int | None = None  # an empty assistant turn: only last is fine
+
+    def mark(self) -> ValidatorMark:
+        """Where the validator stands now."""
+        return ValidatorMark(
+            self._index,
+            len(self._seen),
+            tuple(self._open.items()),
+            self._previous,
+            self._previous_index,
+            self._empty_at,
+        )
+
+    def reset(self, mark: ValidatorMark) -> None:
+        """Go back to ``mark`` (entries fed after it are forgotten)."""
+        for call_id in list(self._seen)[mark.seen :]:
+            del self._seen[call_id]
+        self._index = mark.index
+        self._open = dict(mark.open_calls)
+        self._previous = mark.previous
+        self._previous_index = mark.previous_index
+        self._empty_at = mark.empty_at
+
+    def feed(self, entries: Sequence[Any]) -> None:
+        """Check the next entries.
+
+        Raises:
+            InvalidRequestError: A rule is broken (the message names the entry).
+        """
+        step = {
+            "openai-chat": self._chat,
+            "openai-responses": self._responses,
+            "anthropic": self._anthropic,
+        }[self.format]
+        for raw in entries:
+            step(raw, self._index)
+            self._index += 1
+
+    def finish(self) -> None:
+        """Check that nothing fed is left open (every call answered).
+
+        Raises:
+            InvalidRequestError: A call has no result.
+        """
+        if not self._open:
+            return
+        call_id, at = next(iter(self._open.items()))
+        if self.format == "openai-chat":
+            raise _fail(
+                self.format,
+                f"tool call {call_id!r} of message {at} (assistant) has no tool message",
+            )
+        if self.format == "openai-responses":
+            raise _fail(
+                self.format,
+                f"item {at} (function_call) call_id {call_id!r} has no later function_call_output",
+            )
+        raise _fail(
+            self.format,
+            f"tool_use {call_id!r} of message {at} (assistant) has no tool_result "
+            "(no user message follows)",
+        )
+
+    def _chat(self, raw: object, i: int) -> None:
+        fmt = self.format
         message = _entry(fmt, raw, f"message {i}")
         role = message.get("role")
         if not isinstance(role, str):
             raise _fail(fmt, f"message {i} has no role")
         if role == "tool":
             call_id = message.get("tool_call_id")
-            if call_id in open_calls:
-                del open_calls[call_id]
-                continue
-            if call_id in seen:
+            if call_id in self._open:
+                del self._open[call_id]
+                return
+            if call_id in self._seen:
                 raise _fail(fmt, f"message {i} (tool) answers call {call_id!r} a second time")
             raise _fail(
                 fmt,
                 f"message {i} (tool) answers call {call_id!r}, which no earlier "
                 "assistant message made",
             )
-        if open_calls:
-            call_id, at = next(iter(open_calls.items()))
+        if self._open:
+            call_id, at = next(iter(self._open.items()))
             raise _fail(
                 fmt,
                 f"tool call {call_id!r} of message {at} (assistant) has no tool message "
                 f"before message {i} ({role})",
             )
         if role != "assistant":
-            continue
+            return
         calls: object = message.get("tool_calls")
         if calls is None:
-            continue
+            return
         if isinstance(calls, str | bytes) or not isinstance(calls, Sequence):
             raise _fail(fmt, f"message {i} (assistant) tool_calls must be a list")
         call_list: Sequence[Any] = calls  # pyright: ignore[reportUnknownVariableType]
@@ -130,35 +228,28 @@ def _validate_openai_chat(messages: list[Any]) -> None:
             call_id = call.get("id")
             if not isinstance(call_id, str) or not call_id:
                 raise _fail(fmt, f"message {i} (assistant) tool call {j} has no id")
-            if call_id in seen:
+            if call_id in self._seen:
                 raise _fail(fmt, f"message {i} (assistant) reuses tool call id {call_id!r}")
-            seen.add(call_id)
-            open_calls[call_id] = i
-    if open_calls:
-        call_id, at = next(iter(open_calls.items()))
-        raise _fail(fmt, f"tool call {call_id!r} of message {at} (assistant) has no tool message")
+            self._seen[call_id] = None
+            self._open[call_id] = i
 
-
-def _validate_openai_responses(items: list[Any]) -> None:
-    fmt = "openai-responses"
-    open_calls: dict[str, int] = {}
-    seen: set[str] = set()
-    for i, raw in enumerate(items):
+    def _responses(self, raw: object, i: int) -> None:
+        fmt = self.format
         item = _entry(fmt, raw, f"item {i}")
         kind = item.get("type")
         if kind == "function_call":
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:
                 raise _fail(fmt, f"item {i} (function_call) has no call_id")
-            if call_id in seen:
+            if call_id in self._seen:
                 raise _fail(fmt, f"item {i} (function_call) reuses call_id {call_id!r}")
-            seen.add(call_id)
-            open_calls[call_id] = i
+            self._seen[call_id] = None
+            self._open[call_id] = i
         elif kind == "function_call_output":
             call_id = item.get("call_id")
-            if call_id in open_calls:
-                del open_calls[call_id]
-            elif call_id in seen:
+            if call_id in self._open:
+                del self._open[call_id]
+            elif call_id in self._seen:
                 raise _fail(
                     fmt, f"item {i} (function_call_output) answers call_id {call_id!r} twice"
                 )
@@ -168,39 +259,30 @@ def _validate_openai_responses(items: list[Any]) -> None:
                     f"item {i} (function_call_output) answers call_id {call_id!r}, which no "
                     "earlier function_call made",
                 )
-    if open_calls:
-        call_id, at = next(iter(open_calls.items()))
-        raise _fail(
-            fmt,
-            f"item {at} (function_call) call_id {call_id!r} has no later function_call_output",
-        )
 
-
-def _validate_anthropic(messages: list[Any]) -> None:
-    fmt = "anthropic"
-    previous: str | None = None
-    previous_index = -1
-    open_calls: dict[str, int] = {}  # tool_use id -> index of the assistant turn
-    seen: set[str] = set()
-    last = len(messages) - 1
-    for i, raw in enumerate(messages):
+    def _anthropic(self, raw: object, i: int) -> None:
+        fmt = self.format
         message = _entry(fmt, raw, f"message {i}")
         role = message.get("role")
         if role == "system":
-            continue
+            return
+        if self._empty_at is not None:
+            raise _fail(fmt, f"message {self._empty_at} (assistant) has empty content")
         if role not in ("user", "assistant"):
             raise _fail(fmt, f"message {i} has role {role!r} (expected user or assistant)")
-        if previous is None and role != "user":
+        if self._previous is None and role != "user":
             raise _fail(fmt, f"the first message (message {i}) is {role}, not user")
-        if role == previous:
+        if role == self._previous:
             raise _fail(
-                fmt, f"message {i} ({role}) follows message {previous_index} of the same role"
+                fmt, f"message {i} ({role}) follows message {self._previous_index} of the same role"
             )
         blocks = _blocks(fmt, message.get("content"), f"message {i} ({role})")
-        if not blocks and not (role == "assistant" and i == last):
-            raise _fail(fmt, f"message {i} ({role}) has empty content")
+        if not blocks:
+            if role != "assistant":
+                raise _fail(fmt, f"message {i} ({role}) has empty content")
+            self._empty_at = i  # fine only as the final turn
         if role == "user":
-            _check_user_turn(fmt, i, blocks, open_calls, previous_index)
+            _check_user_turn(fmt, i, blocks, self._open, self._previous_index)
         else:
             for j, block in enumerate(blocks):
                 kind = block.get("type")
@@ -210,19 +292,12 @@ def _validate_anthropic(messages: list[Any]) -> None:
                     call_id = block.get("id")
                     if not isinstance(call_id, str) or not call_id:
                         raise _fail(fmt, f"message {i} (assistant) block {j} tool_use has no id")
-                    if call_id in seen:
+                    if call_id in self._seen:
                         raise _fail(fmt, f"message {i} (assistant) reuses tool_use id {call_id!r}")
-                    seen.add(call_id)
-                    open_calls[call_id] = i
+                    self._seen[call_id] = None
+                    self._open[call_id] = i
                 _check_text(fmt, i, role, j, block)
-        previous, previous_index = role, i
-    if open_calls:
-        call_id, at = next(iter(open_calls.items()))
-        raise _fail(
-            fmt,
-            f"tool_use {call_id!r} of message {at} (assistant) has no tool_result "
-            "(no user message follows)",
-        )
+        self._previous, self._previous_index = role, i
 
 
 def _check_text(fmt: str, i: int, role: str, j: int, block: Mapping[str, Any]) -> None:
@@ -279,20 +354,10 @@ def validate_request(payload: object, *, format: RequestFormat) -> None:
         InvalidRequestError: A rule is broken; the message names the message
             index, its role and the call id.
     """
-    if format == "openai-chat":
-        entries = _entries(payload, "messages", format)
-        assert entries is not None  # only Responses accepts a string input
-        _validate_openai_chat(entries)
-    elif format == "openai-responses":
-        entries = _entries(payload, "input", format)
-        if entries is not None:
-            _validate_openai_responses(entries)
-    elif format == "anthropic":
-        entries = _entries(payload, "messages", format)
-        assert entries is not None
-        _validate_anthropic(entries)
-    else:
-        raise InvalidRequestError(
-            f"unknown request format {format!r} (expected openai-chat, openai-responses "
-            "or anthropic)"
-        )
+    validator = RequestValidator(format)
+    key = "input" if format == "openai-responses" else "messages"
+    entries = _entries(payload, key, format)
+    if entries is None:  # a Responses string input: one user message
+        return
+    validator.feed(entries)
+    validator.finish()

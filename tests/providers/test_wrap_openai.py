@@ -36,7 +36,6 @@ from mimo_ctx.messages import TextPart, ToolResultPart
 from mimo_ctx.overflow import is_context_overflow
 from mimo_ctx.providers import openai_client as openai_module
 from mimo_ctx.providers import wrap_openai
-from mimo_ctx.providers._sync import HOST_METADATA_KEY, USAGE_ESTIMATED_KEY
 from mimo_ctx.store import InMemoryStore
 
 SID = "ses_wrap_openai"
@@ -181,8 +180,8 @@ async def test_sync_stores_only_new_messages_even_after_a_rebuild(tmp_path: Path
 
 
 async def test_sync_survives_a_new_process(tmp_path: Path) -> None:
-    """Fingerprints live in the stored messages' metadata: a new middleware on the same
-    store recognises the whole resent history."""
+    """Which host messages are stored lives in the store's host index: a new middleware
+    on the same store recognises the whole resent history."""
     fake = FakeProvider()
     store = InMemoryStore()
     host: list[Any] = [SYSTEM, {"role": "user", "content": "Read a.py and b.py."}]
@@ -193,7 +192,7 @@ async def test_sync_survives_a_new_process(tmp_path: Path) -> None:
         host += [reply.choices[0].message, tool("call_a", "1"), tool("call_b", "2")]
         await client.chat.completions.create(model=MODEL, messages=host)
     before = await store.list_messages(SID, agent=None)
-    assert all(HOST_METADATA_KEY in m.metadata for m in before if m.role != "tool")
+    assert len((await store.host_index(SID, agent="main")).nodes) == len(host) - 1 + 1
     async with running_middleware(tmp_path, store) as mw:
         client = wrap_openai(openai_client(fake), mw, session_id=SID)
         host += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}]
@@ -244,7 +243,7 @@ async def test_chat_stream_without_usage_is_estimated_not_changed(tmp_path: Path
         recorded = stream.recorded
         assert recorded is not None
         assert recorded.usage is not None
-        assert recorded.metadata[USAGE_ESTIMATED_KEY] is True
+        assert recorded.usage.estimated
         assert recorded.usage.input > 0
 
 
@@ -610,15 +609,31 @@ async def test_r1_1b_responses_overflow_and_error_event_retry_once(tmp_path: Pat
         assert await count_boundaries(mw, SID) == 2
 
 
-async def test_responses_with_previous_response_id_is_passed_through(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "native",
+    [
+        {"previous_response_id": "resp_0"},
+        {"conversation": "conv_0"},
+        {"truncation": "auto"},
+        {"extra_body": {"context_management": [{"type": "compaction", "compact_threshold": 1000}]}},
+    ],
+)
+async def test_native_context_management_is_refused_with_the_choice_named(
+    tmp_path: Path, native: dict[str, Any]
+) -> None:
+    """One policy (issue 16): a call that asks OpenAI to manage the context is refused
+    before anything is sent or stored; the message says how to choose. The unwrapped
+    client makes the same call untouched."""
     fake = FakeProvider()
     async with running_middleware(tmp_path) as mw:
         client = wrap_openai(openai_client(fake), mw, session_id=SID)
-        await client.responses.create(model=MODEL, input="hi", previous_response_id="resp_0")
-        assert fake.bodies(RESPONSES) == [
-            {"model": MODEL, "input": "hi", "previous_response_id": "resp_0"}
-        ]
+        with pytest.raises(ConfigError, match=r"client\.unwrapped") as info:
+            await client.responses.create(model=MODEL, input="hi", **native)
+        assert "leave the parameter out" in str(info.value)
+        assert fake.bodies(RESPONSES) == []
         assert await mw.store.get_session(SID) is None
+        await client.unwrapped.responses.create(model=MODEL, input="hi", **native)
+        assert len(fake.bodies(RESPONSES)) == 1
 
 
 # --------------------------------------------------------------------------- surface

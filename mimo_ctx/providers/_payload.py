@@ -1,0 +1,162 @@
+"""The provider payload of a request view, built in O(new messages) while the view grows.
+
+Private step of the client wrappers. A wrapper sends the view of
+:meth:`~mimo_ctx.middleware.ContextMiddleware.prepare` converted to the
+provider's JSON and checked with :func:`~mimo_ctx.providers.validate.validate_request`.
+Converting and checking 5,000 messages every call would make each call cost
+O(history), so :class:`PayloadBuilder` keeps what it built last time in
+*batches*: each call converts only the view messages after the longest prefix
+that is the same (the same objects) as last time, as one batch, and checks only
+that batch's entries, continuing from where the check of the kept batches
+stopped (:class:`~mimo_ctx.providers.validate.RequestValidator`).
+
+Why a kept prefix stays right: a view message's payload depends on the message
+and on the results later messages hold for its tool calls, and whenever a later
+result changes what is sent for a call, the view gives a new object for the
+calling message (SPEC A10: an answered call is sent as it is, an unanswered one
+as an interrupted copy), so the prefix ends before it. The middleware's own view
+reuses its message objects while it only grows, which is what makes the prefix
+long. A batch whose first entry has the role of the entry before it (Anthropic
+merges such turns) is converted together with the batch before it, so a merged
+turn never spans two batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from mimo_ctx.messages import CheckpointPart, CompactionPart, Message, Part, TextPart
+from mimo_ctx.providers.validate import RequestFormat, RequestValidator, ValidatorMark
+from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER, COMPACTION_SUMMARY_HEADER
+
+__all__ = ["Convert", "PayloadBuilder", "mark_boundary"]
+
+Convert = Callable[[Sequence[Message], bool], list[dict[str, Any]]]
+"""Converts a run of view messages; the flag is True when the run starts the payload."""
+
+_KEEP_MARKS: Final = 16
+"""Batches whose validator state is kept (a rebuild reaching further back starts over)."""
+
+
+def mark_boundary(message: Message) -> Message:
+    """The view's boundary with its ``checkpoint`` (or ``compaction``) part back.
+
+    The view has the send rules applied, so its boundary's marker part reads as a
+    plain text; the converters send a boundary as one text only when they can tell
+    it is one (SPEC R8.1). The send rules turn the part back into the same text.
+    """
+    if message.is_boundary or not message.parts:
+        return message
+    first = message.parts[0]
+    marker: Part | None = None
+    if isinstance(first, TextPart) and first.text == CHECKPOINT_SUMMARY_HEADER:
+        marker = CheckpointPart(id=first.id, covered_up_to="")
+    elif isinstance(first, TextPart) and first.text.startswith(COMPACTION_SUMMARY_HEADER):
+        summary = first.text[len(COMPACTION_SUMMARY_HEADER) :].removeprefix("\n\n")
+        marker = CompactionPart(id=first.id, summary=summary)
+    if marker is None:
+        return message
+    return message.model_copy(update={"parts": [marker, *message.parts[1:]]})
+
+
+@dataclass(slots=True)
+class _Batch:
+    start: int  # first view message of the batch
+    end: int  # one past its last view message
+    entries_end: int  # one past its last payload entry
+    mark: ValidatorMark | None  # the validator after the batch (None: not kept)
+
+
+class PayloadBuilder:
+    """Builds and checks the payload of successive views of one session.
+
+    Args:
+        format: The request format (what :class:`RequestValidator` checks).
+        convert: Converts a run of view messages to payload entries.
+        role_key: The entry key holding the role, when adjacent entries of one role
+            are merged by the converter (Anthropic turns); None otherwise.
+    """
+
+    def __init__(self, format: RequestFormat, convert: Convert, *, role_key: str | None = None):
+        self._format: RequestFormat = format
+        self._convert = convert
+        self._role_key = role_key
+        self._messages: list[Message] = []
+        self._boundary: str | None = None
+        self._entries: list[dict[str, Any]] = []
+        self._batches: list[_Batch] = []
+        self._validator = RequestValidator(format)
+        self._start = self._validator.mark()
+        self.converted = 0
+        """View messages converted by the last :meth:`build` (for tests and benchmarks)."""
+
+    def build(self, messages: Sequence[Message], boundary_id: str | None) -> list[dict[str, Any]]:
+        """The payload entries of a view (its messages and boundary id).
+
+        Raises:
+            InvalidRequestError: The payload breaks the provider's rules.
+        """
+        same = 0 if boundary_id != self._boundary else _common_prefix(messages, self._messages)
+        batches = self._batches
+        while batches and batches[-1].end > same:
+            batches.pop()
+        while batches and batches[-1].mark is None:
+            batches.pop()  # its validator state is gone: convert it again
+        start = batches[-1].end if batches else 0
+        while True:
+            kept_entries = batches[-1].entries_end if batches else 0
+            run = [mark_boundary(m) if m.id == boundary_id else m for m in messages[start:]]
+            fresh = self._convert(run, start == 0) if run else []
+            if not self._merges(kept_entries, fresh) or not batches:
+                break
+            start = batches.pop().start
+        del self._entries[kept_entries:]
+        mark = batches[-1].mark if batches else self._start
+        assert mark is not None
+        self._validator.reset(mark)
+        try:
+            self._validator.feed(fresh)
+            self._validator.finish()
+        except BaseException:
+            self._forget()
+            raise
+        self._entries.extend(fresh)
+        if run:
+            batches.append(_Batch(start, len(messages), len(self._entries), self._validator.mark()))
+            if len(batches) > _KEEP_MARKS:
+                batches[-_KEEP_MARKS - 1].mark = None
+        self._messages = list(messages)
+        self._boundary = boundary_id
+        self.converted = len(run)
+        return list(self._entries)
+
+    def _merges(self, kept: int, fresh: list[dict[str, Any]]) -> bool:
+        key = self._role_key
+        return (
+            key is not None
+            and kept > 0
+            and bool(fresh)
+            and self._entries[kept - 1].get(key) == fresh[0].get(key)
+        )
+
+    def _forget(self) -> None:
+        self._messages, self._entries, self._batches = [], [], []
+        self._boundary = None
+        self._validator.reset(self._start)
+
+
+def _common_prefix(new: Sequence[Message], old: Sequence[Message]) -> int:
+    """How many leading messages of ``new`` are the very objects of ``old``."""
+    known = len(old)
+    # C speed, identity first; messages equal without being the same object convert
+    # to the same entries, so taking them as the same is right too.
+    if known <= len(new) and list(new[:known]) == old:
+        return known
+    count = 0
+    for a, b in zip(new, old, strict=False):
+        if a is not b and a != b:
+            break
+        count += 1
+    return count
