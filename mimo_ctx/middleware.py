@@ -81,8 +81,9 @@ from mimo_ctx.triggers import (
 
 __all__ = ["Commit", "ContextMiddleware", "RebuildReport", "RequestView", "Trigger"]
 
-Commit = Callable[[Message], Awaitable[None]]
-"""Writes an answer for :meth:`ContextMiddleware.record` in the caller's own transaction."""
+Commit = Callable[[Message], Awaitable[Message]]
+"""Writes an answer for :meth:`ContextMiddleware.record` in the caller's own transaction
+and returns it as stored."""
 
 _NOT_RUNNING = (
     "this ContextMiddleware is not running: use it inside "
@@ -390,7 +391,7 @@ class ContextMiddleware:
         if lacks_usage(message):
             message = await _with_estimated_usage(self._windows, self._events, state, message)
         if commit is not None:
-            await commit(message)
+            message = await commit(message)
         else:
             await self._store.upsert_messages([message])
         if message.agent == MAIN_AGENT and usage_tokens(message) is not None:

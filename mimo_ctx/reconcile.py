@@ -544,8 +544,9 @@ class HostHistory:
         """
         stored: list[Message] = []
 
-        async def commit(prepared: Message) -> None:
+        async def commit(prepared: Message) -> Message:
             stored.append(await self._commit_answer(prepared, fingerprints, after))
+            return stored[0]
 
         await self._middleware.record(message, commit=commit)
         return stored[0]
