@@ -23,6 +23,7 @@ from mimo_ctx.checkpoint import (
     WriterRequest,
 )
 from mimo_ctx.config import PushCaps, RebuildConfig, TailConfig, WriterConfig, load_config
+from mimo_ctx.context_usage import ContextPart, ContextUsage
 from mimo_ctx.digest import build_tail_digest, collapse_checkpoint_tail, render_tail_digest
 from mimo_ctx.errors import (
     ConfigError,
@@ -104,7 +105,9 @@ __all__ = [
     "ConfigError",
     "ContextMiddleware",
     "ContextOverflowError",
+    "ContextPart",
     "ContextRebuilt",
+    "ContextUsage",
     "Event",
     "EventBus",
     "FilePart",

@@ -52,6 +52,7 @@ from mimo_ctx.checkpoint import (
 )
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.config import RebuildConfig
+from mimo_ctx.context_usage import ContextUsage, break_down
 from mimo_ctx.errors import ContextOverflowError, MimoCtxError
 from mimo_ctx.events import (
     EventBus,
@@ -72,6 +73,7 @@ from mimo_ctx.tokens import TokenCounter
 from mimo_ctx.tools import SessionTools
 from mimo_ctx.triggers import (
     ModelLimits,
+    effective_window,
     estimated_usage,
     lacks_usage,
     usable_tokens,
@@ -421,6 +423,27 @@ class ContextMiddleware:
                 await self._maybe_start_writer(session_id, window)
             view = await self._view(session_id, state, window)
         return view if report is None else dataclasses.replace(view, rebuild=report)
+
+    async def context_usage(self, session_id: str, *, agent: str = MAIN_AGENT) -> ContextUsage:
+        """What the next request is made of, part by part (:mod:`mimo_ctx.context_usage`).
+
+        Read-only: it breaks down the view :meth:`prepare` would return now without a
+        rebuild; no writer starts, nothing is stored. The parts add up to its tokens.
+        """
+        state = self._state(session_id)
+        async with state.lock:
+            window = await self._windows.refresh(session_id, state, agent)
+            view = await self._windows.view(session_id, state, window)
+        return break_down(
+            view.messages,
+            view.prefix,
+            session_id=session_id,
+            agent=agent,
+            boundary_id=window.boundary.id if window.boundary is not None else None,
+            window=effective_window(self._limits, self._config),
+            trigger_tokens=self._usable,
+            last_usage=usage_tokens(window.last_finished),
+        )
 
     async def on_error(
         self, session_id: str, error: BaseException, *, agent: str = MAIN_AGENT

@@ -20,6 +20,7 @@ __all__ = [
     "OUTPUT_TOKEN_MAX",
     "ModelLimits",
     "due_thresholds",
+    "effective_window",
     "estimated_usage",
     "is_recovered",
     "lacks_usage",
@@ -73,6 +74,18 @@ class ModelLimits:
             )
 
 
+def effective_window(limits: ModelLimits, config: RebuildConfig | None = None) -> int:
+    """The window the trigger line is a share of (SPEC R1.2).
+
+    The model's input limit if it has one, else its context window, lowered by
+    ``config.max_context`` when that is set.
+    """
+    effective = limits.input_limit if limits.input_limit is not None else limits.context_window
+    if config is not None and config.max_context is not None:
+        effective = min(effective, parse_token_amount(config.max_context, of=effective))
+    return effective
+
+
 def usable_tokens(limits: ModelLimits, config: RebuildConfig | None = None) -> int:
     """The trigger line (SPEC R1.2).
 
@@ -83,9 +96,7 @@ def usable_tokens(limits: ModelLimits, config: RebuildConfig | None = None) -> i
     """
     config = config or RebuildConfig()
     has_input_limit = limits.input_limit is not None
-    effective = limits.input_limit if limits.input_limit is not None else limits.context_window
-    if config.max_context is not None:
-        effective = min(effective, parse_token_amount(config.max_context, of=effective))
+    effective = effective_window(limits, config)
     output_reserve = (
         0
         if has_input_limit

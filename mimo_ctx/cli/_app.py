@@ -10,6 +10,8 @@ Subcommands:
   turn by turn and report every writer run and rebuild.
 * ``render --store PATH`` -- print what the next request of a stored session
   would carry, without changing the store.
+* ``context --store PATH`` -- what that request is made of, part by part, with
+  tokens, share of the window and the room before the trigger line (read-only).
 * ``db upgrade --dsn URL`` -- create or upgrade the PostgreSQL store's schema
   (the migration step of a multi-worker deployment).
 
@@ -39,7 +41,7 @@ from typing import TextIO, cast
 import anyio
 
 from mimo_ctx import __version__
-from mimo_ctx.cli import _db, _demo, _inspect, _render, _replay
+from mimo_ctx.cli import _context, _db, _demo, _inspect, _render, _replay
 from mimo_ctx.cli._common import Parser, Runner, Streams
 from mimo_ctx.errors import MimoCtxError
 
@@ -47,7 +49,7 @@ __all__ = ["build_parser", "main"]
 
 _PROG = "mimo-ctx"
 
-_COMMANDS = (_demo, _inspect, _replay, _render, _db)
+_COMMANDS = (_demo, _inspect, _replay, _render, _context, _db)
 """The subcommand modules, in the order ``--help`` lists them."""
 
 

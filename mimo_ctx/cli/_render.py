@@ -16,7 +16,9 @@ it stands.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -57,6 +59,7 @@ __all__ = [
     "message_text",
     "print_render",
     "render_session",
+    "stored_session",
 ]
 
 RenderFormat = Literal["text", "openai", "anthropic"]
@@ -109,6 +112,30 @@ class RenderResult:
         }
 
 
+@contextlib.asynccontextmanager
+async def stored_session(
+    store_path: Path, session_id: str | None
+) -> AsyncGenerator[tuple[SQLiteStore, str]]:
+    """The SQLite store at ``store_path`` and one of its sessions (default: the newest).
+
+    Raises:
+        CliError: The store file or the session does not exist.
+        StoreError: The file is not a mimo_ctx store.
+    """
+    if not await anyio.Path(store_path).is_file():
+        raise CliError(f"no store at {store_path} (give the SQLite file `mimo-ctx demo` wrote)")
+    async with await SQLiteStore.open(store_path) as store:
+        sessions = await store.list_sessions()
+        if session_id is None:
+            if not sessions:
+                raise CliError(f"the store {store_path} holds no session")
+            session_id = sessions[-1].id
+        elif await store.get_session(session_id) is None:
+            known = ", ".join(s.id for s in sessions[-5:]) or "none"
+            raise CliError(f"no session {session_id!r} in {store_path} (newest sessions: {known})")
+        yield store, session_id
+
+
 async def render_session(
     store_path: Path,
     session_id: str | None,
@@ -130,31 +157,23 @@ async def render_session(
         CliError: The store file or the session does not exist.
         StoreError: The file is not a mimo_ctx store.
     """
-    if not await anyio.Path(store_path).is_file():
-        raise CliError(f"no store at {store_path} (give the SQLite file `mimo-ctx demo` wrote)")
     root = memory_root if memory_root is not None else default_memory_root(store_path)
     # Read-only: no trigger line can be crossed and no writer can start.
     read_only = (config or RebuildConfig()).model_copy(
         update={"checkpoint_enabled": False, "trigger_ratio": 1.0}
     )
-    async with await SQLiteStore.open(store_path) as store:
-        sessions = await store.list_sessions()
-        if session_id is None:
-            if not sessions:
-                raise CliError(f"the store {store_path} holds no session")
-            session_id = sessions[-1].id
-        elif await store.get_session(session_id) is None:
-            known = ", ".join(s.id for s in sessions[-5:]) or "none"
-            raise CliError(f"no session {session_id!r} in {store_path} (newest sessions: {known})")
-        async with ContextMiddleware(store, root, model=_UNBOUNDED, config=read_only) as mw:
-            view = await mw.prepare(session_id)
+    async with (
+        stored_session(store_path, session_id) as (store, chosen),
+        ContextMiddleware(store, root, model=_UNBOUNDED, config=read_only) as mw,
+    ):
+        view = await mw.prepare(chosen)
     request = (
         None
         if fmt == "text"
         else provider_request(view.messages, system=view.prefix.system, fmt=fmt)
     )
     return RenderResult(
-        store_path=str(store_path), session_id=session_id, view=view, format=fmt, request=request
+        store_path=str(store_path), session_id=chosen, view=view, format=fmt, request=request
     )
 
 
