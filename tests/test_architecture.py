@@ -53,8 +53,12 @@ def _class_lines(path: Path, name: str) -> int:
 
 def test_the_middleware_is_a_facade_over_private_steps() -> None:
     """``ContextMiddleware`` keeps lifecycle, sessions and the public methods; the live
-    window (``_window``) and the rebuild pipeline (``rebuild``) live in their own modules."""
-    assert _class_lines(PACKAGE / "middleware.py", "ContextMiddleware") < 450
+    window (``_window``) and the rebuild pipeline (``rebuild``) live in their own modules.
+
+    The bound grows only with public entry points that delegate (``context_usage``
+    breaks the view down in ``context_usage``; the rebuild hooks run in ``rebuild``;
+    spans are opened by ``tracing``): logic added here instead fails it."""
+    assert _class_lines(PACKAGE / "middleware.py", "ContextMiddleware") < 500
 
 
 def test_only_the_middleware_and_its_steps_touch_the_writer_coordinator() -> None:
