@@ -10,7 +10,8 @@ import mimo_ctx
 EXPECTED = {
     "MAIN_AGENT", "Actor", "AutoRebuildDisabled", "BoundaryError", "CharEstimator",
     "CheckpointDraft", "CheckpointPart", "CheckpointWriter", "CompactionPart", "ConfigError",
-    "ContextMiddleware", "ContextOverflowError", "ContextPart", "ContextRebuilt", "ContextUsage", "Event", "EventBus",
+    "ContextMiddleware", "ContextOverflowError", "ContextPart", "ContextRebuilt", "ContextUsage",
+    "Event", "EventBus",
     "FilePart", "InMemoryStore", "InvalidRequestError", "LLMCheckpointWriter",
     "LastMessageInfo", "MemoryLayout", "Message", "MessageError", "MessageFailure", "MimoCtxError",
     "ModelLimits", "OfflineCheckpointWriter", "OpaquePart", "Part", "PathEscapeError",
