@@ -53,7 +53,14 @@ __all__ = [
     "write_results",
 ]
 
-BENCHMARKS: Final[tuple[str, ...]] = ("hot_path", "rebuild", "tokens", "replay", "quality")
+BENCHMARKS: Final[tuple[str, ...]] = (
+    "hot_path",
+    "turns",
+    "rebuild",
+    "tokens",
+    "replay",
+    "quality",
+)
 """The benchmarks, in the order a full run takes them."""
 
 RESULTS: Final = Path(__file__).resolve().parent / "RESULTS.md"

@@ -44,7 +44,7 @@ Exact rules (our choices where the SPEC is silent):
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -328,19 +328,28 @@ def _line_end(text: str, start: int, end: int) -> int:
     return end if found < 0 else found
 
 
-def _fenced_spans(text: str) -> list[tuple[int, int]]:
+def _fence_lines(text: str) -> list[int]:
+    """Where the lines that start with a fence run (indented by at most three) start.
+
+    Only such lines can open or close a fenced block, and a cut line can only open
+    one if it is such a line (a cut keeps a prefix).
+    """
+    starts = [0] if _FENCE_START.match(text) else []
+    starts.extend(m.start() + 1 for m in _FENCE_LINES.finditer(text))
+    return starts
+
+
+def _fenced_spans(text: str, starts: Sequence[int]) -> list[tuple[int, int]]:
     """``(first, last)`` offsets of each fenced block, as :func:`scan_fences` finds them.
 
     ``first`` is where the opening fence line starts, ``last`` where the closing
-    fence line ends (the end of the text for a block left open). Only lines that
-    start with a fence run can open or close a block, so only those are looked at.
+    fence line ends (the end of the text for a block left open); ``starts`` are the
+    fence lines (:func:`_fence_lines`), the only ones that can open or close one.
     """
     spans: list[tuple[int, int]] = []
     open_at = -1
     open_char = ""
     open_len = 0
-    starts = [0] if _FENCE_START.match(text) else []
-    starts.extend(m.start() + 1 for m in _FENCE_LINES.finditer(text))
     for start in starts:
         line = text[start : _line_end(text, start, len(text))]
         if open_at < 0:
@@ -361,14 +370,20 @@ class _Fences:
     """Whether a line (by the offset it starts at) lies inside a fenced block."""
 
     def __init__(self, text: str) -> None:
-        # Whether the text holds any fence characters at all (a section of a text
-        # without them needs no fence handling).
-        self.chars = _has_fence_chars(text)
-        self._spans = _fenced_spans(text) if self.chars else []
+        # One scan from line break to line break (cheaper than testing for the
+        # fence characters first: "```" is a slow substring search in code).
+        self._lines = _fence_lines(text)
+        self._spans = _fenced_spans(text, self._lines) if self._lines else []
         self._firsts = [first for first, _ in self._spans]
 
     def __bool__(self) -> bool:
         return bool(self._spans)
+
+    def any_line_in(self, start: int, end: int) -> bool:
+        """Whether a fence line starts in ``[start, end]``: only then can emitting a
+        part of that range leave a block open (and need a closing fence)."""
+        index = bisect_left(self._lines, start)
+        return index < len(self._lines) and self._lines[index] <= end
 
     def holds(self, offset: int) -> bool:
         index = bisect_right(self._firsts, offset) - 1
@@ -443,7 +458,7 @@ def _make_section(text: str, start: int, end: int, fences: _Fences, additive: bo
         skeleton=skeleton,
         body="\n".join(runs),
         body_lines=lines_before,
-        fence_chars=fences.chars and _has_fence_chars(section_text),
+        fence_chars=fences.any_line_in(start, end),
     )
     if additive:
         section.utf16 = utf16_length(section_text)

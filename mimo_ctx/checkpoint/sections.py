@@ -75,7 +75,9 @@ QUOTE_HEADER: Final = re.compile(r"^- (?P<label>[^(]+) \(user message (?P<id>[^)
 """The line that opens a quoted user message in §1 (its ``> `` lines follow)."""
 
 _INLINE_QUOTE = re.compile(r'\(user message (?P<id>[^)\s]+)\): ".*"$')
-_QUOTE_LINE = re.compile(r"^  (?:>|\[…elided )")
+_QUOTE_LINE = re.compile(r"  (?:>|\[…elided )")
+# Every quote (header or inline) names its message so; lines without it are kept.
+_QUOTE_MARK: Final = "(user message "
 
 PLAN_ICONS: Final[Mapping[str, str]] = {
     "completed": "✅",
@@ -392,33 +394,52 @@ def refer_to_quoted(text: str, quoted: Collection[str], where: str) -> str:
     (header and ``> `` lines) and inline quotes (``(user message <id>): "…"``) of it
     become ``(user message <id>): quoted under <where>``. Lines that are not such
     quotes are kept as they are.
+
+    Cost: only the lines that name a user message are looked at (found with one
+    substring search each), the rest is copied in slices; a checkpoint without
+    quotes is returned as it is.
     """
-    if not quoted:
+    if not quoted or _QUOTE_MARK not in text:
         return text
     wanted = set(quoted)
-    out: list[str] = []
-    skipping = False
-    for line in text.split("\n"):
-        if skipping and _QUOTE_LINE.match(line):
-            continue
-        skipping = False
+    pieces: list[str] = []
+    copied = 0  # text[:copied] is in `pieces` already
+    found = text.find(_QUOTE_MARK)
+    while found >= 0:
+        start = text.rfind("\n", 0, found) + 1
+        end = _end_of_line(text, found)
+        line = text[start:end]
         header = QUOTE_HEADER.match(line)
         if header is not None and header.group("id") in wanted:
-            out.append(
+            # The header and the quote lines right after it become one pointer.
+            while end < len(text) and _QUOTE_LINE.match(text, end + 1):
+                end = _end_of_line(text, end + 1)
+            replacement = (
                 f"- {header.group('label')} (user message {header.group('id')}): "
                 f"quoted under {where}"
             )
-            skipping = True
-            continue
-        inline = _INLINE_QUOTE.search(line)
-        if inline is not None and inline.group("id") in wanted:
-            out.append(
-                line[: inline.start()]
-                + f"(user message {inline.group('id')}): quoted under {where}"
-            )
+            pieces.extend((text[copied:start], replacement))
+            copied = end
         else:
-            out.append(line)
-    return "\n".join(out)
+            inline = _INLINE_QUOTE.search(line)
+            if inline is not None and inline.group("id") in wanted:
+                pieces.extend(
+                    (
+                        text[copied : start + inline.start()],
+                        f"(user message {inline.group('id')}): quoted under {where}",
+                    )
+                )
+                copied = end
+        found = text.find(_QUOTE_MARK, end)
+    if not pieces:
+        return text
+    pieces.append(text[copied:])
+    return "".join(pieces)
+
+
+def _end_of_line(text: str, position: int) -> int:
+    end = text.find("\n", position)
+    return len(text) if end < 0 else end
 
 
 def state_from_checkpoint(text: str | None) -> CheckpointState:
