@@ -297,6 +297,7 @@ def _report(plan: _Plan, shapes: dict[str, _ShapeTimings], langchain: bool) -> d
     rows: list[list[str]] = []
     worst_i: tuple[float, str] = (float("inf"), "")
     worst_ii: tuple[float, str] = (float("inf"), "")
+    worst_cpu_i = worst_min_i = worst_cpu_ii = worst_min_ii = float("inf")
     data: dict[str, Any] = {}
     for shape, t in shapes.items():
         turn, record, prepare = Samples.of(t.turn), Samples.of(t.record), Samples.of(t.prepare)
@@ -304,9 +305,18 @@ def _report(plan: _Plan, shapes: dict[str, _ShapeTimings], langchain: bool) -> d
         base_ii = Samples.of(t.base_ii) if t.base_ii else None
         ratio_i = base_i.median / turn.median
         ratio_ii = base_ii.median / turn.median if base_ii is not None else None
+        cpu_i = base_i.cpu_median / turn.cpu_median
+        min_i = base_i.minimum / turn.minimum
+        cpu_ii = base_ii.cpu_median / turn.cpu_median if base_ii is not None else None
+        min_ii = base_ii.minimum / turn.minimum if base_ii is not None else None
         worst_i = min(worst_i, (ratio_i, shape))
         if ratio_ii is not None:
             worst_ii = min(worst_ii, (ratio_ii, shape))
+        worst_cpu_i = min(worst_cpu_i, cpu_i)
+        worst_min_i = min(worst_min_i, min_i)
+        if cpu_ii is not None and min_ii is not None:
+            worst_cpu_ii = min(worst_cpu_ii, cpu_ii)
+            worst_min_ii = min(worst_min_ii, min_ii)
         rows.append(
             [
                 shape,
@@ -318,7 +328,11 @@ def _report(plan: _Plan, shapes: dict[str, _ShapeTimings], langchain: bool) -> d
                 fmt_ms(base_i.median),
                 fmt_ms(base_ii.median) if base_ii is not None else "n/a",
                 fmt_ratio(ratio_i),
+                f"{fmt_ratio(min_i)} / {fmt_ratio(cpu_i)}",
                 fmt_ratio(ratio_ii) if ratio_ii is not None else "n/a",
+                f"{fmt_ratio(min_ii)} / {fmt_ratio(cpu_ii)}"
+                if min_ii is not None and cpu_ii is not None
+                else "n/a",
             ]
         )
         data[shape] = {
@@ -329,6 +343,10 @@ def _report(plan: _Plan, shapes: dict[str, _ShapeTimings], langchain: bool) -> d
             "base_ii": base_ii.to_json() if base_ii is not None else None,
             "ratio_i": ratio_i,
             "ratio_ii": ratio_ii,
+            "ratio_i_min": min_i,
+            "ratio_i_cpu": cpu_i,
+            "ratio_ii_min": min_ii,
+            "ratio_ii_cpu": cpu_ii,
             "view_messages": t.view_messages,
         }
     main = table(
@@ -344,7 +362,9 @@ def _report(plan: _Plan, shapes: dict[str, _ShapeTimings], langchain: bool) -> d
             "(i) json.dumps",
             "(ii) LangChain pair",
             "(i)/ours",
+            "(i)/ours min / CPU",
             "(ii)/ours",
+            "(ii)/ours min / CPU",
         ],
         rows,
     )
@@ -355,7 +375,8 @@ def _report(plan: _Plan, shapes: dict[str, _ShapeTimings], langchain: bool) -> d
             fmt_ratio(worst_i[0]),
             worst_i[0] >= 5,
             ratio=worst_i[0],
-            note=f"worst shape: {worst_i[1]}",
+            note=f"worst shape: {worst_i[1]}; worst ratio of minimums "
+            f"{fmt_ratio(worst_min_i)}, of CPU medians {fmt_ratio(worst_cpu_i)}",
         )
     ]
     if langchain:
@@ -366,7 +387,8 @@ def _report(plan: _Plan, shapes: dict[str, _ShapeTimings], langchain: bool) -> d
                 fmt_ratio(worst_ii[0]),
                 worst_ii[0] >= 10,
                 ratio=worst_ii[0],
-                note=f"worst shape: {worst_ii[1]}",
+                note=f"worst shape: {worst_ii[1]}; worst ratio of minimums "
+                f"{fmt_ratio(worst_min_ii)}, of CPU medians {fmt_ratio(worst_cpu_ii)}",
             )
         )
     else:

@@ -27,7 +27,7 @@ import anyio.to_thread
 
 from mimo_ctx.digest import collapse_checkpoint_tail
 from mimo_ctx.memory import MemoryLayout
-from mimo_ctx.messages import MAIN_AGENT, Message, written_after
+from mimo_ctx.messages import MAIN_AGENT, Message, message_key, written_after
 from mimo_ctx.reminders import append_per_turn_reminder
 from mimo_ctx.session import RequestPrefix, Session
 from mimo_ctx.store.base import Store
@@ -49,11 +49,6 @@ MEMORY_RECHECK_SECONDS = 1.0
 
 _SEQ_PROBE = 2**62
 """A change-feed position past any real one: ``changes_since`` then returns only the head."""
-
-
-def message_key(message: Message) -> tuple[int, str]:
-    """The store's listing order of a message: ``(time_created, id)`` (SPEC A1)."""
-    return (message.time_created, message.id)
 
 
 @dataclass(slots=True)

@@ -48,6 +48,7 @@ __all__ = [
     "ToolStatePending",
     "ToolStateRunning",
     "ToolTime",
+    "message_key",
     "new_message_id",
     "new_part_id",
     "set_insert_seq",
@@ -410,6 +411,11 @@ class Message(_Model):
 
 
 _NOT_USER_INPUT: Final = frozenset({"tool", "tool_result", "checkpoint", "compaction"})
+
+
+def message_key(message: Message) -> tuple[int, str]:
+    """The stores' listing order of a message: ``(time_created, id)`` (SPEC A1)."""
+    return (message.time_created, message.id)
 
 
 def user_input_text(message: Message) -> str | None:

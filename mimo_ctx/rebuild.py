@@ -33,7 +33,7 @@ from typing import Final, Literal, TypeGuard
 import anyio
 
 from mimo_ctx._util import now_ms
-from mimo_ctx._window import LiveSession, Windows, message_key
+from mimo_ctx._window import LiveSession, Windows
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint import OfflineCheckpointWriter, WriterRequest
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
@@ -60,6 +60,7 @@ from mimo_ctx.messages import (
     ToolPart,
     ToolResultPart,
     ToolStateCompleted,
+    message_key,
     new_message_id,
     written_after,
 )
@@ -548,7 +549,8 @@ class Rebuilder:
             section_budgets(self._config.push_caps), self._usable - fixed - _SUMMARY_MARGIN
         )
         layout = self._layout
-        draft = OfflineCheckpointWriter().build(
+        # Off the event loop: the offline writer's build is CPU work (a thread).
+        draft = await OfflineCheckpointWriter().write(
             WriterRequest(
                 session_id=session_id,
                 project_id=session.project_id,

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mimo_ctx._window import message_key
-from mimo_ctx.messages import MAIN_AGENT, Message, TextPart, TokenUsage
+from mimo_ctx.messages import MAIN_AGENT, Message, TextPart, TokenUsage, message_key
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.rebuild import build_boundary_message
 from mimo_ctx.store import InMemoryStore, SQLiteStore, Store

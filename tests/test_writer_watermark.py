@@ -9,7 +9,7 @@ import pytest
 
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint import OfflineCheckpointWriter
-from mimo_ctx.checkpoint._coordinator import WATERMARK_WINDOW, WriterCoordinator
+from mimo_ctx.checkpoint._coordinator import WATERMARK_PAGE, WriterCoordinator
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.events import EventBus
 from mimo_ctx.memory import MemoryLayout
@@ -27,7 +27,7 @@ def _session_messages(sid: str, count: int, *, finished_tail: bool) -> list[Mess
                 )
             )
         else:
-            finished = finished_tail or i < count - 2 * WATERMARK_WINDOW
+            finished = finished_tail or i < count - 2 * WATERMARK_PAGE
             messages.append(
                 Message(
                     session_id=sid,
@@ -55,7 +55,7 @@ async def test_r2_watermark_on_the_newest_messages_equals_the_full_history(
     session = Session(time_created=1)
     await store.create_session(session)
     messages = _session_messages(
-        session.id, 2 * WATERMARK_WINDOW + 500, finished_tail=finished_tail
+        session.id, 2 * WATERMARK_PAGE + 500, finished_tail=finished_tail
     )
     await store.append_messages(messages)
     config = RebuildConfig()

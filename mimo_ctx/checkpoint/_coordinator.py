@@ -4,10 +4,12 @@ Private to the middleware and its steps.
 The coordinator runs at most one writer per session, plus a one-slot pending
 queue: a newer request evicts an older pending one. A request answers
 ``started``, ``queued`` or ``skipped``. The watermark is computed when a writer
-*starts* (``compute_boundary`` then ``adjust_boundary_for_api_invariants``), the
-writer sees the full, uncollapsed main-agent history up to and including it, and
-the watermark is persisted only when the writer succeeded and ``checkpoint.md``
-was written atomically.
+*starts* (``compute_boundary`` then ``adjust_boundary_for_api_invariants``, on
+the newest messages: see ``_next_watermark``), the writer sees what the model
+sees up to and including it (SPEC A3 as amended: the messages after the later of
+the previous watermark and the newest boundary's, uncollapsed, plus the previous
+checkpoint), and the watermark is persisted only when the writer succeeded and
+``checkpoint.md`` was written atomically. A run thus costs O(new messages).
 
 Waiting (R3.2, R3.3) is a bounded wait on an ``anyio.Event``: cancelling a waiter
 cancels only the waiter; the writer goes on, holds no lock the waiter needs, and
@@ -64,14 +66,14 @@ from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import MimoCtxError, PathEscapeError
 from mimo_ctx.events import EventBus, WriterFailed, WriterFinished, WriterStarted
 from mimo_ctx.memory import MemoryLayout, read_text, write_text_atomic
-from mimo_ctx.messages import MAIN_AGENT, Message
+from mimo_ctx.messages import MAIN_AGENT, Message, ToolPart, ToolResultPart, message_key
 from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import estimate_text_tokens
 from mimo_ctx.triggers import due_thresholds
 
 __all__ = [
     "WATERMARK_MARGIN",
-    "WATERMARK_WINDOW",
+    "WATERMARK_PAGE",
     "WRITER_MAX_CHARS",
     "StartResult",
     "WaitResult",
@@ -83,11 +85,11 @@ _log = logging.getLogger("mimo_ctx")
 StartResult = Literal["started", "queued", "skipped"]
 WaitResult = Literal["idle", "finished", "failed", "timeout"]
 
-WATERMARK_WINDOW = 1000
-"""Newest main-agent messages the watermark is computed on (see ``_next_watermark``)."""
+WATERMARK_PAGE = 128
+"""Newest main-agent messages the watermark is first computed on (see ``_next_watermark``)."""
 
-WATERMARK_MARGIN = 200
-"""A watermark closer than this to the start of that window is recomputed on everything."""
+WATERMARK_MARGIN = 16
+"""A watermark closer than this to the start of the messages read is computed on more."""
 
 WRITER_MAX_CHARS = 8_000_000
 """The writer reads at most this many characters of ``checkpoint.md`` and ``notes.md``."""
@@ -375,21 +377,20 @@ class WriterCoordinator:
             holder = successor  # another worker runs the writer now: wait for it
 
     async def _next_watermark(self, session_id: str) -> str | None:
-        # The watermark lies within the last few dozen messages (a tail of at most
-        # ~20000 tokens, R2.5): compute it on the newest WATERMARK_WINDOW messages and
-        # read the whole history only when the result lands near the suffix's start,
-        # where the full history could decide differently.
-        messages = await self._store.list_messages(
-            session_id, agent=MAIN_AGENT, last=WATERMARK_WINDOW
-        )
-        boundary = _watermark_of(messages, self._config)
-        if len(messages) >= WATERMARK_WINDOW and (
-            boundary is None or _index_of(messages, boundary) < WATERMARK_MARGIN
-        ):
-            messages = await self._store.list_messages(session_id, agent=MAIN_AGENT)
-            boundary = _watermark_of(messages, self._config)
-        if boundary is None:
+        # The watermark lies in the tail: at most about tail.max_tokens before the
+        # last finished answer (R2.5), so it is computed on the newest messages, a
+        # page that grows (x4) only while the whole history could decide otherwise
+        # (see _watermark_of): a writer run never reads the history to place it.
+        page = WATERMARK_PAGE
+        while True:
+            messages = await self._store.list_messages(session_id, agent=MAIN_AGENT, last=page)
+            found = _watermark_of(messages, self._config)
+            if len(messages) < page or found is None or found[1]:
+                break
+            page *= 4
+        if found is None:
             return None
+        boundary = found[0]
         current = await self._store.get_watermark(session_id)
         if current is not None and boundary <= current:
             return None
@@ -527,8 +528,7 @@ class WriterCoordinator:
         session = await self._store.get_session(session_id)
         if session is None:
             raise MimoCtxError(f"unknown session {session_id!r}")
-        history = await self._store.list_messages(session_id, agent=MAIN_AGENT)
-        covered = [m for m in history if m.id <= watermark]
+        covered = await self._covered(session_id, watermark)
         layout = self._layout
         checkpoint_path = layout.checkpoint_path(session_id)
         request = WriterRequest(
@@ -624,6 +624,33 @@ class WriterCoordinator:
             )
         return draft
 
+    async def _covered(self, session_id: str, watermark: str) -> list[Message]:
+        """What the writer gets to read: what the model sees, up to the new watermark.
+
+        SPEC A3 (amended): the original forks the session, so its writer reads the
+        session's view -- the newest boundary and the live messages after it -- not
+        the history. The messages start after the later of the previous watermark
+        (the previous checkpoint covers up to it, and is handed over too) and the
+        newest boundary's watermark (the boundary itself included); before any of
+        them, the history. A run thus reads O(new messages), not O(history).
+        """
+        store = self._store
+        since: tuple[int, str] | None = None
+        previous = await store.get_watermark(session_id)
+        starts = [previous] if previous is not None else []
+        boundary = await store.latest_boundary(session_id)
+        if boundary is not None and boundary.covered_up_to is not None:
+            starts.append(boundary.covered_up_to)
+        for message_id in starts:
+            start = await store.get_message(message_id)
+            if start is not None and (since is None or message_key(start) > since):
+                since = message_key(start)
+        listed = await store.list_messages(session_id, agent=MAIN_AGENT, since=since)
+        # Uncollapsed (R7.4: the writer sees the whole tail), up to the watermark.
+        return [
+            m for m in listed if m.id <= watermark and (since is None or message_key(m) > since)
+        ]
+
     async def _persist(
         self,
         session_id: str,
@@ -657,8 +684,9 @@ class WriterCoordinator:
             )
 
 
-def _watermark_of(messages: Sequence[Message], config: RebuildConfig) -> str | None:
-    """The watermark over ``messages`` (R2.3-R2.6), never a boundary message.
+def _watermark_of(messages: Sequence[Message], config: RebuildConfig) -> tuple[str, bool] | None:
+    """The watermark of ``messages`` (R2.3-R2.6), never a boundary message, and whether
+    it is the one any longer history ending with these messages gives.
 
     Boundaries are left out: a boundary is back-dated right after the watermark it
     covers, so after one large last turn it is "the message before the last
@@ -666,19 +694,36 @@ def _watermark_of(messages: Sequence[Message], config: RebuildConfig) -> str | N
     put every message after the old watermark on both sides of the new one: sent
     live again although digested, the activity section and the mid-loop reminder
     lost.
+
+    Decided (``messages`` being the newest of a longer history) when (1) the tail
+    stopped growing before the first message (so the R2.5 loop ends at the same
+    place with more history before it), (2) the R2.6 adjustment moved it earlier or
+    not at all and it lies at least :data:`WATERMARK_MARGIN` messages in (a provider
+    message's stretch is never that long, so none reaches back past the first
+    message), and (3) every tool result after it answers a call among ``messages``
+    (a call made earlier would pull the watermark back).
     """
     candidates = [m for m in messages if not m.is_boundary]
-    boundary = compute_boundary(candidates, config)
-    if boundary is None:
+    computed = compute_boundary(candidates, config)
+    if computed is None:
         return None
-    return adjust_boundary_for_api_invariants(candidates, boundary)
-
-
-def _index_of(messages: Sequence[Message], message_id: str) -> int:
-    for index, message in enumerate(messages):
-        if message.id == message_id:
-            return index
-    return -1
+    boundary = adjust_boundary_for_api_invariants(candidates, computed)
+    index = next(i for i, m in enumerate(candidates) if m.id == boundary)
+    if index < WATERMARK_MARGIN or (
+        candidates[index].id != computed
+        and not any(m.id == computed for m in candidates[index + 1 :])
+    ):
+        # Too close to the start, or moved later (nothing earlier was free here,
+        # where a longer history might have a free place earlier).
+        return boundary, False
+    calls = {p.call_id for m in candidates for p in m.parts if isinstance(p, ToolPart)}
+    answered_here = all(
+        p.call_id in calls
+        for m in candidates[index + 1 :]
+        for p in m.parts
+        if isinstance(p, ToolResultPart)
+    )
+    return boundary, answered_here
 
 
 async def _read_previous_checkpoint(path: Path, root: Path) -> str | None:

@@ -13,6 +13,8 @@ writer (:mod:`mimo_ctx.checkpoint.llm`) fails.
 
 from __future__ import annotations
 
+import anyio.to_thread
+
 from mimo_ctx.checkpoint.document import render_checkpoint
 from mimo_ctx.checkpoint.protocol import CheckpointDraft, WriterRequest
 from mimo_ctx.checkpoint.sections import render_sections, state_from_checkpoint
@@ -46,8 +48,12 @@ class OfflineCheckpointWriter:
         return "offline"
 
     async def write(self, request: WriterRequest) -> CheckpointDraft:
-        """Build the checkpoint from ``request`` (pure computation, no I/O)."""
-        return self.build(request)
+        """Build the checkpoint from ``request`` in a worker thread.
+
+        :meth:`build` is pure CPU work (no I/O) over the messages of the request;
+        running it on a thread keeps the event loop free however many there are.
+        """
+        return await anyio.to_thread.run_sync(self.build, request)
 
     def build(self, request: WriterRequest) -> CheckpointDraft:
         """Synchronous core of :meth:`write`."""

@@ -27,8 +27,11 @@ class WriterRequest:
         session_id: The session.
         project_id: The session's project.
         watermark: Id of the last message the checkpoint must cover.
-        messages: The main agent's full history up to and including the watermark,
-            uncollapsed (R7.4: the writer sees the whole tail).
+        messages: What the model sees, up to and including the watermark (SPEC A3
+            as amended): the main agent's messages after the later of the previous
+            watermark and the newest boundary's (that boundary included; before
+            either, the history), uncollapsed (R7.4: the writer sees the whole
+            tail). ``previous_checkpoint`` covers what came before.
         previous_checkpoint: The checkpoint on disk, to carry forward what is alive.
         notes: ``notes.md``, to fold in.
         tasks: The session's task registry.

@@ -62,6 +62,21 @@ def test_hot_path_quick_r2_2(quick: Callable[[str], dict[str, Any]]) -> None:
     assert len(result["targets"]) == 5
 
 
+def test_turns_quick_every_shape(quick: Callable[[str], dict[str, Any]]) -> None:
+    """Full turn: every shape timed with both baselines interleaved, turn for turn."""
+    result = quick("turns")
+    _check_shape(result, "turns")
+    data = result["data"]
+    assert set(data) == {"tool loop", "split result", "update", "user turn"}
+    for shape in data.values():
+        assert shape["turn"]["n"] == 6
+        assert shape["base_i"]["n"] == shape["turn"]["n"]
+        assert shape["base_ii"]["n"] == shape["turn"]["n"]
+        # The window the turns ran on: the boundary plus the quick plan's 60 messages.
+        assert shape["view_messages"] == 61
+    assert len(result["targets"]) == 2
+
+
 def test_rebuild_quick_r4_r5(quick: Callable[[str], dict[str, Any]]) -> None:
     """Rebuild: every row (history x file size x script) rebuilt with a capped body,
     both floors measured on the same sessions (R4, R5)."""
