@@ -419,14 +419,20 @@ def _newest_plan(messages: Sequence[Message]) -> list[PlanItem] | None:
 def _latest_request_note(
     users: Sequence[Message], tail: Sequence[Message]
 ) -> tuple[str, str] | None:
-    """The newest typed user message and whether the messages after it answer it."""
+    """The newest typed user message and whether what follows it answers it.
+
+    Answered: the last message after it is an assistant message that finished
+    otherwise than with tool calls. Being worked on: something follows, the last of
+    it mid-loop. Not answered yet: it is the last message. With no tail there is
+    nothing to tell.
+    """
     newest = next((m for m in reversed(users) if user_input_text(m) is not None), None)
-    if newest is None:
+    if newest is None or not tail:
         return None
-    after = [m for m in tail if (m.time_created, m.id) > (newest.time_created, newest.id)]
+    key = (newest.time_created, newest.id)
+    after = [m for m in tail if (m.time_created, m.id) > key]
     if not after:
-        in_tail = any(m.id == newest.id for m in tail)
-        return newest.id, "the latest request; not answered yet" if in_tail else "answered"
+        return newest.id, "the latest request; not answered yet"
     last = after[-1]
     if last.role != "assistant" or last.finish is None or last.finish in TOOL_CALL_FINISH_REASONS:
         return newest.id, "the latest request; being worked on"
@@ -591,9 +597,11 @@ def assemble_body(
         return f"{BODY_INTRO}\n\n{body}{closing}"
 
     text = assemble()
-    if max_tokens is not None:
+    # A second pass: when "Recent user input" shrank, the checkpoint and the activity
+    # list quote again what it no longer holds, and may need to shrink further.
+    for _ in range(2 if max_tokens is not None else 0):
         for key in SHRINK_ORDER:
-            over = count(text) - max_tokens
+            over = count(text) - (max_tokens or 0)
             if over <= 0:
                 break
             _shrink(by_key[key], over, count)
@@ -730,3 +738,8 @@ def _shrink(slot: _Slot, over: int, count: Callable[[str], int]) -> None:
         slot.text = slot.render(slot.cap)
     if slot.cap == 0:
         slot.text = "" if slot.key != "tasks_ledger" else slot.text
+    if slot.text and count(slot.text) >= current and floor == 0:
+        # Cutting it only swapped the body for a longer notice (a short ledger for
+        # its truncation line): drop it, as when the overshoot exceeds it.
+        slot.cap = 0
+        slot.text = ""

@@ -115,7 +115,8 @@ class PlanItem:
 # -- text -------------------------------------------------------------------------------
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`*\"'(\[])")
+# Not after an ellipsis ("ALTER TABLE ... ADD"): that is one sentence.
+_SENTENCE_END = re.compile(r"(?<=[^.][.!?])\s+(?=[A-Z`*\"'(\[])")
 _EMPHASIS = re.compile(r"(\*\*|__)(.+?)\1")
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+")
 _WORD = re.compile(r"[\w'’-]+")
@@ -330,15 +331,22 @@ def knowledge_sentences(text: str) -> list[str]:
 def stated_reason(text: str) -> str | None:
     """Why the assistant makes the calls that follow ``text``, in its own words.
 
-    The last stated plan (without its "let me"/"now I'll" lead-in) when there is
-    one, else the first concrete sentence that is not filler; ``None`` otherwise.
+    The last stated plan (without its "let me"/"now I'll" lead-in; with the
+    sentence before it when the plan names nothing and that sentence does) when
+    there is one, else the first concrete sentence that is not filler; ``None``
+    otherwise.
     """
     found = sentences(text)
-    plans = [s for s in found if _PLAN_START.search(s)]
-    if plans:
-        reason = _PLAN_LEAD.sub("", plans[-1]).strip()
+    index = next((i for i in reversed(range(len(found))) if _PLAN_START.search(found[i])), None)
+    if index is not None:
+        reason = _PLAN_LEAD.sub("", found[index]).strip()
         if len(reason) >= 12:
-            return _cut(reason[:1].upper() + reason[1:], 200)
+            reason = reason[:1].upper() + reason[1:]
+            before = found[index - 1] if index > 0 else ""
+            if not _concrete(reason) and _concrete(before):
+                # "Create it now." says why only with the sentence before it.
+                reason = f"{_FILLER_START.sub('', before).strip(' —-:')} {reason}"
+            return _cut(reason, 200)
     for sentence in found:
         body = _FILLER_START.sub("", sentence).strip(" —-:")
         if len(body) >= _MIN_CHARS and _concrete(body):
