@@ -238,7 +238,8 @@ class RebuildConfig(_Frozen):
         micro_compact_placeholder: What a cleared result reads when sent. It is
             stored with the result when a rebuild clears it, so results cleared
             earlier keep the text they were sent with (cached prompts stay valid).
-        recent_user_window: How many newest main-line messages feed section 4.
+        recent_user_window: How many of the newest user messages of the whole main
+            history section 4 reads (0 disables it), plus the pinned first request.
         activity_max_lines: Line limit of the recent-activity section (R7.2).
         activity_text_chars: Cut length of assistant text in the digest.
         activity_arg_chars: Cut length of each tool argument in the digest.
