@@ -490,6 +490,18 @@ class Rebuilder:
                 # tokens), so reusing it would let the live tail grow rebuild after
                 # rebuild. Start a writer; the wait below bounds it as R3.2 does.
                 await coordinator.request(session_id, reason=f"stale checkpoint ({trigger})")
+            elif (
+                not coordinator.in_flight(session_id)
+                and isinstance(coordinator.writer, OfflineCheckpointWriter)
+                and await anyio.Path(self._layout.checkpoint_state_path(session_id)).exists()
+            ):
+                # Beyond the original: the offline writer's checkpoint (its state file
+                # beside it) is extended in milliseconds with only what is new, so it
+                # is brought up to the watermark of now first: what it says (the next
+                # action, the files, the errors and their fixes) is then current, and
+                # only the natural tail is left to the activity list. A checkpoint
+                # another writer wrote is used as it is on disk, as in the original.
+                await coordinator.request(session_id, reason=f"fresh checkpoint ({trigger})")
             if await coordinator.busy(session_id):
                 await self._wait_for_writer(session_id, self._config.writer.wait_with_watermark)
             watermark_id = await store.get_watermark(session_id) or watermark_id

@@ -261,3 +261,34 @@ def test_r5_9_assembled_body_fits_its_bound_without_a_store(
     assert bounded.tokens <= free.tokens
     if max_tokens >= floor.tokens:
         assert bounded.tokens <= max_tokens
+
+
+async def test_a_rebuild_brings_the_offline_checkpoint_up_to_now(tmp_path: Path) -> None:
+    # The checkpoint a rebuild shows was the one of the last usage threshold: its next
+    # action and files were long stale, and what came after lived only in the activity
+    # list. The offline writer's own checkpoint is now extended first.
+    from mimo_ctx.middleware import ContextMiddleware
+
+    store = InMemoryStore()
+    async with ContextMiddleware(store, tmp_path / "mem", model=200_000) as mw:
+        session = await mw.open_session()
+        s = _Session(session.id)
+        s.user("Build the exporter")
+        for i in range(30):
+            s.call("Write", {"file_path": f"/r/early_{i}.py", "content": "x" * 4000})
+        await mw.append(s.messages)
+        await mw.start_writer(session.id)
+        assert await mw.wait_for_writer(session.id, timeout=30) == "finished"
+        first = await store.get_watermark(session.id)
+        later = len(s.messages)
+        for i in range(30):
+            s.call("Write", {"file_path": f"/r/late_{i}.py", "content": "y" * 4000})
+        s.say("The exporter writes `late_0.py` first because the others import it.")
+        await mw.append(s.messages[later:])
+        report = await mw.rebuild(session.id)
+        assert report.outcome == "rebuilt"
+        assert report.watermark is not None
+        assert first is not None
+        assert report.watermark > first
+        checkpoint = (tmp_path / "mem" / "sessions" / session.id / "checkpoint.md").read_text()
+        assert "late_0.py" in checkpoint

@@ -168,6 +168,11 @@ class WriterCoordinator:
         self._task_group: TaskGroup | None = None
 
     @property
+    def writer(self) -> CheckpointWriter:
+        """The primary writer."""
+        return self._writer
+
+    @property
     def lease(self) -> WriterLease | None:
         """The cross-worker writer lease, if one is configured."""
         return self._lease
