@@ -57,10 +57,13 @@ def test_demo_json_shows_writers_trigger_and_boundary() -> None:
     assert rebuild["tokens_after"] < 45_000 / 4
     assert rebuild["compacted_results"] > 0
     assert [s["heading"] for s in rebuild["sections"]] == list(HEADINGS)
-    # Every source the demo writes shows up in the body.
+    # Every source the demo writes shows up in the body. The notes do inside the
+    # checkpoint: the rebuild brings the offline checkpoint up to now first, and that
+    # writer run folds notes.md into its "Open notes" and empties the file (A14).
     tokens = {s["heading"]: s["tokens"] for s in rebuild["sections"]}
     for heading in HEADINGS:
-        assert tokens[heading] > 0, heading
+        if heading != "Session notes":
+            assert tokens[heading] > 0, heading
     tail = rebuild["tail"]
     assert tail["messages"] == tail["folded_into_digest"] + tail["kept_verbatim"]
     assert tail["folded_into_digest"] > 0
