@@ -38,6 +38,7 @@ from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_bounda
 from mimo_ctx.checkpoint import OfflineCheckpointWriter, WriterRequest
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.checkpoint.document import is_index_line, render_checkpoint, section_budgets
+from mimo_ctx.checkpoint.state import CheckpointState, checkpoint_digest
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import PathEscapeError
 from mimo_ctx.events import (
@@ -96,6 +97,9 @@ Trigger = Literal["usage", "overflow", "manual"]
 
 OPEN_ROUND_SHARE = 0.25
 """A mid-loop rebuild keeps the open tool round live only up to this share of ``usable``."""
+
+_STATE_CHARS: Final = 8_000_000
+"""The offline writer's state and checkpoint are compared up to this many characters."""
 
 RebuildOutcome = Literal[
     "rebuilt",
@@ -493,7 +497,7 @@ class Rebuilder:
             elif (
                 not coordinator.in_flight(session_id)
                 and isinstance(coordinator.writer, OfflineCheckpointWriter)
-                and await anyio.Path(self._layout.checkpoint_state_path(session_id)).exists()
+                and await self._offline_checkpoint_on_disk(session_id)
             ):
                 # Beyond the original: the offline writer's checkpoint (its state file
                 # beside it) is extended in milliseconds with only what is new, so it
@@ -620,6 +624,27 @@ class Rebuilder:
             before=before,
             prefix_tokens=prefix_tokens,
         )
+
+    async def _offline_checkpoint_on_disk(self, session_id: str) -> bool:
+        """True when ``checkpoint.md`` is the one the offline writer's state file wrote.
+
+        Read within the memory root and bounded; anything unreadable, or a
+        checkpoint another writer (or anything else) put there, answers ``False``.
+        """
+        layout = self._layout
+        try:
+            saved = await read_text(
+                layout.checkpoint_state_path(session_id), max_chars=_STATE_CHARS, root=layout.root
+            )
+            state = CheckpointState.from_json(saved)
+            if state is None or state.checkpoint_sha256 is None:
+                return False
+            text = await read_text(
+                layout.checkpoint_path(session_id), max_chars=_STATE_CHARS, root=layout.root
+            )
+        except (OSError, PathEscapeError):
+            return False
+        return text is not None and checkpoint_digest(text) == state.checkpoint_sha256
 
     async def _wait_for_writer(self, session_id: str, timeout: float) -> None:  # noqa: ASYNC109
         """R3.2: wait for the in-flight writer; on timeout or failure use what is on disk."""
