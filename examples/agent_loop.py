@@ -93,6 +93,9 @@ async def run(directory: Path) -> None:
             session.id, "Read every module under src/ and tell me which ones use the old API."
         )
         reply = await agent_loop(mw, session.id, model)
+        # A writer the last answer started runs in the background: let it finish
+        # (leaving the middleware would cancel it) before the final words.
+        await mw.wait_for_writer(session.id, timeout=30)
         answer = " ".join(p.text for p in reply.parts if isinstance(p, TextPart))
         print(f"final answer after {len(model.requests)} requests: {answer}")
 
