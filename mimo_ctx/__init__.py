@@ -28,6 +28,7 @@ from mimo_ctx.digest import build_tail_digest, collapse_checkpoint_tail, render_
 from mimo_ctx.errors import (
     ConfigError,
     ContextOverflowError,
+    InvalidIdError,
     InvalidRequestError,
     MimoCtxError,
     PathEscapeError,
@@ -113,6 +114,7 @@ __all__ = [
     "FilePart",
     "InMemoryStore",
     "InMemoryWriterLease",
+    "InvalidIdError",
     "InvalidRequestError",
     "LLMCheckpointWriter",
     "LastMessageInfo",

@@ -31,6 +31,7 @@ __all__ = [
     "ConfigError",
     "ContextOverflowError",
     "ConversationMismatchError",
+    "InvalidIdError",
     "InvalidRequestError",
     "MimoCtxError",
     "PathEscapeError",
@@ -54,6 +55,15 @@ class StoreError(MimoCtxError):
 
 class PathEscapeError(MimoCtxError, ValueError):
     """A path would resolve outside the memory root (``..``, absolute path or symlink out)."""
+
+
+class InvalidIdError(PathEscapeError):
+    """A session, project or task id cannot name its memory directory.
+
+    Ids name directories (SPEC A13), so they are checked where they enter: not
+    empty, at most :data:`~mimo_ctx.session.MAX_ID_BYTES` bytes in UTF-8, one plain
+    path component, no control characters or line breaks, no lone surrogates.
+    """
 
 
 class TranscriptError(MimoCtxError, ValueError):

@@ -12,8 +12,9 @@ Layout (SPEC A13; every path is under one *memory root*)::
 Safety. Nothing here ever touches a path outside the root (SPEC R5.6):
 
 * ids used as path components (session, project and task ids) must be a single
-  plain component — not empty, no ``/`` or ``\\``, not ``.`` or ``..``, no NUL —
-  else :class:`~mimo_ctx.errors.PathEscapeError`;
+  plain component — not empty, at most :data:`~mimo_ctx.session.MAX_ID_BYTES` bytes, no ``/`` or
+  ``\\``, not ``.`` or ``..``, no control character, line separator or lone
+  surrogate — else :class:`~mimo_ctx.errors.InvalidIdError` (:func:`~mimo_ctx.session.check_id`);
 * :meth:`MemoryLayout.resolve` refuses absolute paths, any ``..`` component, and
   paths that leave the root through a symlink;
 * :func:`list_memory_files` does not descend into symlinked directories and lists
@@ -43,6 +44,7 @@ import anyio.to_thread
 
 from mimo_ctx._util import shielded
 from mimo_ctx.errors import PathEscapeError
+from mimo_ctx.session import check_id
 
 __all__ = [
     "CHECKPOINT_LEARNING_PREFIX",
@@ -60,18 +62,6 @@ _SNIFF_BYTES: Final = 8192
 _CHUNK_BYTES: Final = 65536
 _MAX_CHUNK_BYTES: Final = 4 * 1024 * 1024
 _TEMP_SUFFIX: Final = ".tmp"
-
-
-def _check_component(value: str, what: str) -> str:
-    """Return ``value`` if it is safe as one path component, else raise."""
-    if not isinstance(value, str) or not value:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise PathEscapeError(f"{what} must be a non-empty string, got {value!r}")
-    if value in (".", "..") or "/" in value or "\\" in value or "\x00" in value:
-        raise PathEscapeError(
-            f"{what} {value!r} cannot be used as a path component "
-            "(it must not be '.' or '..' or contain '/', '\\' or NUL)"
-        )
-    return value
 
 
 class MemoryLayout:
@@ -99,7 +89,7 @@ class MemoryLayout:
     # -- session ----------------------------------------------------------------------------
     def session_dir(self, session_id: str) -> Path:
         """``<root>/sessions/<session_id>``."""
-        return self._root / "sessions" / _check_component(session_id, "session id")
+        return self._root / "sessions" / check_id(session_id, "session id")
 
     def checkpoint_path(self, session_id: str) -> Path:
         """``<root>/sessions/<session_id>/checkpoint.md``."""
@@ -119,12 +109,12 @@ class MemoryLayout:
 
     def task_progress_path(self, session_id: str, task_id: str) -> Path:
         """``<root>/sessions/<session_id>/tasks/<task_id>/progress.md`` (SPEC A16)."""
-        return self.tasks_dir(session_id) / _check_component(task_id, "task id") / "progress.md"
+        return self.tasks_dir(session_id) / check_id(task_id, "task id") / "progress.md"
 
     # -- project and global -----------------------------------------------------------------
     def project_dir(self, project_id: str) -> Path:
         """``<root>/projects/<project_id>``."""
-        return self._root / "projects" / _check_component(project_id, "project id")
+        return self._root / "projects" / check_id(project_id, "project id")
 
     def project_memory_path(self, project_id: str) -> Path:
         """``<root>/projects/<project_id>/MEMORY.md``."""

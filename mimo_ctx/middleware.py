@@ -312,9 +312,9 @@ class ContextMiddleware:
         """Return the session, creating it (with its frozen prefix) when it is new.
 
         Raises:
-            PathEscapeError: ``session_id`` or ``project_id`` cannot name a memory
-                directory (empty, ``..``, a path separator...): refused up front
-                rather than at the first rebuild.
+            InvalidIdError: ``session_id`` or ``project_id`` cannot name a memory
+                directory (empty, too long, ``..``, a path separator, a control
+                character...): refused up front rather than at the first writer.
         """
         self._require_running()
         return await _open_session(

@@ -9,15 +9,18 @@ store (:mod:`mimo_ctx.store`) persists them. Messages live in
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 from typing import Any, Final, Literal, TypeAlias, cast
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mimo_ctx import ids
+from mimo_ctx.errors import InvalidIdError
 
 __all__ = [
     "ACTIVE_ACTOR_STATUSES",
+    "MAX_ID_BYTES",
     "TERMINAL_TASK_STATUSES",
     "Actor",
     "ActorStatus",
@@ -27,10 +30,64 @@ __all__ = [
     "StateChange",
     "Task",
     "TaskStatus",
+    "check_id",
     "task_order_key",
 ]
 
 _DIGITS = re.compile(r"(\d+)")
+
+MAX_ID_BYTES: Final = 128
+"""Longest session, project or task id, in UTF-8 bytes.
+
+An id is a directory name (SPEC A13): file systems stop at 255 bytes a name,
+and a directory path of several such names soon passes ``PATH_MAX`` on others.
+Generated ids are 32 characters; UUIDs 36.
+"""
+
+_CATEGORY_NAMES: Final = {
+    "Cc": "a control character",
+    "Cs": "a lone surrogate",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+}
+"""Unicode categories an id must not hold, by what the message calls them."""
+
+
+def check_id(value: str, what: str) -> str:
+    """Return ``value`` if it can name a memory directory, else raise one clear error.
+
+    Args:
+        value: The id.
+        what: What it is, for the message (``session id``...).
+
+    Raises:
+        InvalidIdError: Empty; longer than :data:`MAX_ID_BYTES` in UTF-8; ``.`` or
+            ``..``; holds ``/``, ``\\``, a control character (NUL, newline, tab...), a
+            line separator or a lone surrogate.
+    """
+    if not isinstance(value, str) or not value:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidIdError(f"{what} must be a non-empty string, got {value!r}")
+    for index, char in enumerate(value):
+        if unicodedata.category(char) in _CATEGORY_NAMES:
+            kind = _CATEGORY_NAMES[unicodedata.category(char)]
+            raise InvalidIdError(
+                f"{what} {value[:60]!a}{'...' if len(value) > 60 else ''} holds {kind} "
+                f"(U+{ord(char):04X} at position {index}); ids name directories and must be "
+                "printable text"
+            )
+    if value in (".", "..") or "/" in value or "\\" in value:
+        raise InvalidIdError(
+            f"{what} {value!r} cannot be used as a path component "
+            "(it must not be '.' or '..' or contain '/' or '\\')"
+        )
+    size = len(value.encode("utf-8"))
+    if size > MAX_ID_BYTES:
+        raise InvalidIdError(
+            f"{what} {value[:40]!r}... is {size} bytes long in UTF-8; ids name directories "
+            f"and may be at most {MAX_ID_BYTES} bytes"
+        )
+    return value
+
 
 TaskStatus = Literal[
     "open", "dispatched", "in_progress", "blocked", "human_review", "done", "failed", "abandoned"
@@ -122,6 +179,12 @@ class Task(_Model):
     progress_file: str | None = None
     time_created: int = Field(ge=0)
     time_updated: int = Field(ge=0)
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        # A task id names its directory (tasks/<id>/progress.md) and a ledger line.
+        return check_id(value, "task id")
 
 
 class Actor(_Model):

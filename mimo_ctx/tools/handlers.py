@@ -170,9 +170,15 @@ class SessionTools:
 
         Raises:
             ValueError: A size limit is below 1.
+            InvalidIdError: ``session_id`` or ``project_id`` cannot name a memory
+                directory.
         """
         if max_message_chars < 1 or neighbour_chars < 1:
             raise ValueError("max_message_chars and neighbour_chars must be at least 1")
+        # Ids are checked here, where they enter, not at the first call that needs a path.
+        layout.session_dir(session_id)
+        if project_id is not None:
+            layout.project_dir(project_id)
         self._store = store
         self._layout = layout
         self._session_id = session_id
