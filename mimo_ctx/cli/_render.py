@@ -124,7 +124,9 @@ async def stored_session(
     """
     if not await anyio.Path(store_path).is_file():
         raise CliError(f"no store at {store_path} (give the SQLite file `mimo-ctx demo` wrote)")
-    async with await SQLiteStore.open(store_path) as store:
+    # Read-only: nothing is ever written to the file (an empty file stays empty, a
+    # read-only mount works).
+    async with await SQLiteStore.open(store_path, read_only=True) as store:
         sessions = await store.list_sessions()
         if session_id is None:
             if not sessions:

@@ -6,14 +6,23 @@ a database that is not ours (other tables, no version), is refused with a
 file gets WAL mode and the schema in one ``BEGIN IMMEDIATE`` transaction; the
 version is ``PRAGMA user_version``. An older file is upgraded step by step
 (:data:`MIGRATIONS`) in that transaction.
+
+Read-only opening (``read_only=True``, what ``mimo-ctx render`` uses) writes
+nothing at all: no schema, no WAL switch, ``query_only`` on. A file without a
+store (an empty file included) is refused instead of becoming one. On a
+read-only mount SQLite cannot create the WAL index (``-shm``) a WAL database
+needs even for reading; the file is then opened ``immutable`` (nobody can be
+writing it there).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
+import urllib.parse
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final, Literal, TypeVar
 
 from mimo_ctx.errors import StoreError
@@ -170,14 +179,23 @@ def write_transaction(conn: sqlite3.Connection, body: Callable[[], _T]) -> _T:
 
 
 def open_database(
-    path: str, *, busy_timeout: float, synchronous: Literal["NORMAL", "FULL"]
+    path: str,
+    *,
+    busy_timeout: float,
+    synchronous: Literal["NORMAL", "FULL"],
+    read_only: bool = False,
 ) -> sqlite3.Connection:
     """Open the store file, check what it holds, and create the schema if it is new.
 
+    With ``read_only`` nothing is written (see the module docstring).
+
     Raises:
         StoreError: The file cannot be opened, is not an SQLite database, is not a
-            mimo_ctx store, or has a newer schema. The file is then unchanged.
+            mimo_ctx store, or has a newer schema; read-only: it holds no store.
+            The file is then unchanged.
     """
+    if read_only:
+        return _open_read_only(path, busy_timeout)
     try:
         # isolation_level=None: we issue BEGIN/COMMIT ourselves.
         # check_same_thread=False: calls may land on different worker
@@ -224,6 +242,62 @@ def _initialise(conn: sqlite3.Connection, path: str, busy_timeout: float, synchr
     conn.execute("PRAGMA foreign_keys = ON")
     if version < SCHEMA_VERSION:
         write_transaction(conn, lambda: _create_schema(conn))
+
+
+def _open_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
+    file = Path(path)
+    if path == ":memory:" or not file.is_file():
+        raise StoreError(f"no SQLite store file at {path} (opened read-only: nothing is created)")
+    uri = f"file:{urllib.parse.quote(str(file.absolute()))}?mode=ro"
+    try:
+        try:
+            conn, version, tables = _connect_read_only(uri, busy_timeout)
+        except sqlite3.OperationalError as exc:
+            # A WAL database on a read-only mount: its WAL index cannot be made.
+            if not _is_read_only_error(exc):
+                raise
+            conn, version, tables = _connect_read_only(f"{uri}&immutable=1", busy_timeout)
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"{path} is not a readable SQLite database ({exc}); the file was left unchanged"
+        ) from exc
+    if version != SCHEMA_VERSION or not tables >= _OUR_TABLES:
+        conn.close()
+        if file.stat().st_size == 0:
+            what = "an empty file, not a mimo_ctx store"
+        elif version == 0 or not tables >= _OUR_TABLES:
+            what = "no mimo_ctx store"
+        elif version > SCHEMA_VERSION:
+            what = f"store schema version {version} (this mimo_ctx reads {SCHEMA_VERSION})"
+        else:
+            # Upgrading writes: a read-only open cannot do it.
+            what = (
+                f"store schema version {version}, older than this mimo_ctx's "
+                f"{SCHEMA_VERSION} (open it once read-write to upgrade it)"
+            )
+        raise StoreError(f"{path} holds {what}; opened read-only, it was left unchanged")
+    return conn
+
+
+def _connect_read_only(
+    uri: str, busy_timeout: float
+) -> tuple[sqlite3.Connection, int, frozenset[str]]:
+    conn = sqlite3.connect(
+        uri, uri=True, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+    )
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        conn.execute("PRAGMA query_only = ON")
+        version, tables = _inspect(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn, version, tables
+
+
+def _is_read_only_error(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "readonly" in text or "read-only" in text or "unable to open" in text
 
 
 def _inspect(conn: sqlite3.Connection) -> tuple[int, frozenset[str]]:

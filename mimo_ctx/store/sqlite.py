@@ -206,6 +206,7 @@ class SQLiteStore(SQLiteWorker):
         *,
         busy_timeout: float = 30.0,
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        read_only: bool = False,
     ) -> None:
         """Prepare a store on ``path`` (nothing is opened yet).
 
@@ -215,6 +216,9 @@ class SQLiteStore(SQLiteWorker):
             busy_timeout: Seconds a write waits for another connection (another
                 process) holding the write lock before failing.
             synchronous: SQLite's ``synchronous`` setting (see the module docstring).
+            read_only: Open an existing store without writing anything to the file
+                (a file holding no store is refused, not created; a read-only mount
+                works); every write then raises ``StoreError``.
         """
         if busy_timeout < 0:
             raise StoreError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
@@ -226,6 +230,7 @@ class SQLiteStore(SQLiteWorker):
         self._written: OrderedDict[tuple[str, int], tuple[Message, int]] = OrderedDict()
         self._written_chars = 0
         self._synchronous: Literal["NORMAL", "FULL"] = synchronous
+        self._read_only = read_only
 
     @classmethod
     async def open(
@@ -234,21 +239,25 @@ class SQLiteStore(SQLiteWorker):
         *,
         busy_timeout: float = 30.0,
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        read_only: bool = False,
     ) -> SQLiteStore:
-        """Create a store and open its file now.
+        """Create a store and open its file now (arguments as for the constructor).
 
         Raises:
             StoreError: The file cannot be opened, is not an SQLite database, is
                 not a mimo_ctx store, or has a newer schema. The file is unchanged.
         """
-        store = cls(path, busy_timeout=busy_timeout, synchronous=synchronous)
+        store = cls(path, busy_timeout=busy_timeout, synchronous=synchronous, read_only=read_only)
         await store._run(lambda _conn: None)
         return store
 
     # -- plumbing (the worker thread is SQLiteWorker's) --------------------------
     def _connect(self) -> sqlite3.Connection:
         return open_database(
-            self._path, busy_timeout=self._busy_timeout, synchronous=self._synchronous
+            self._path,
+            busy_timeout=self._busy_timeout,
+            synchronous=self._synchronous,
+            read_only=self._read_only,
         )
 
     def _load_message(self, row: tuple[Any, ...]) -> Message:
