@@ -16,7 +16,6 @@ loads, refreshes and adopts windows and builds views over one store.
 from __future__ import annotations
 
 import os
-import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,13 +41,29 @@ __all__ = [
     "WindowView",
     "Windows",
     "message_key",
+    "session_time",
 ]
 
 MEMORY_RECHECK_SECONDS = 1.0
-"""How stale "this session has no memory files or tasks" may be (R8.3 reminder)."""
+"""How stale "this session has no memory files or tasks" may be (R8.3 reminder).
+
+Measured on the session's own clock (:func:`session_time`), never the wall
+clock, so a replay of a transcript gives the same requests on any machine.
+"""
 
 _SEQ_PROBE = 2**62
 """A change-feed position past any real one: ``changes_since`` then returns only the head."""
+
+
+def session_time(window: LiveWindow) -> int:
+    """The session's own clock for a window: the creation time of its newest message (ms).
+
+    Live, messages are stamped with the wall clock as they are made; in a replay
+    they carry the transcript's times. ``0`` for an empty window.
+    """
+    if window.messages:
+        return window.messages[-1].time_created
+    return window.boundary.time_created if window.boundary is not None else 0
 
 
 @dataclass(slots=True)
@@ -133,9 +148,10 @@ class LiveSession:
     prefix_tokens: int | None = None
     # Per-turn reminder sources (R8.3): once a session has memory files or tasks
     # it keeps them (nothing deletes them), so True is sticky; False is re-checked
-    # at most once a second so the hot path does not touch the disk every turn.
+    # at most once a second of the session's time (`session_time`) so the hot path
+    # does not touch the disk every turn.
     has_memory: bool = False
-    memory_checked: float = -1.0
+    memory_checked: int | None = None
     overflow_recovered: set[str] = field(default_factory=set[str])
     # Estimated tokens of the last request prepared per agent: the input of an
     # answer's usage when the provider reports none.
@@ -299,7 +315,7 @@ class Windows:
         tokens += state.prefix_tokens
         # A new list: the caller may change it; the engine's stays as it is.
         sendable = list(sendable)
-        if user >= 0 and await self._needs_reminder(session_id, state):
+        if user >= 0 and await self._needs_reminder(session_id, state, window):
             source = sendable[user]
             cached = window.reminder
             if cached is not None and cached[0] is source:
@@ -356,12 +372,18 @@ class Windows:
         sendable = apply_send_rules(collapse_checkpoint_tail(ordered))
         return sendable, sum(estimate_message_tokens(m) for m in sendable)
 
-    async def _needs_reminder(self, session_id: str, state: LiveSession) -> bool:
+    async def _needs_reminder(
+        self, session_id: str, state: LiveSession, window: LiveWindow
+    ) -> bool:
         # R8.3 / A12: only when the session has memory files or tasks.
         if state.has_memory:
             return True
-        now = time.monotonic()
-        if state.memory_checked >= 0 and now - state.memory_checked < MEMORY_RECHECK_SECONDS:
+        # The session's own clock, not the wall clock: a replay (which runs on the
+        # transcript's times) then decides exactly as the live agent did, however
+        # fast or loaded the machine is.
+        now = session_time(window)
+        checked = state.memory_checked
+        if checked is not None and now - checked < MEMORY_RECHECK_SECONDS * 1000:
             return False
         state.memory_checked = now
         directory = self._layout.session_dir(session_id)

@@ -261,6 +261,9 @@ class ContextMiddleware:
         # notes.md too): index them in the background now, so the rebuild's own
         # reconcile (R5.6) usually finds the index current instead of indexing
         # megabytes on the request path. The writer's completion is not delayed.
+        if isinstance(event, WriterFinished):
+            # It wrote the session's memory directory: the next view re-checks (R8.3).
+            self._sessions.state(event.session_id).memory_checked = None
         if isinstance(event, WriterFinished) and self._task_group is not None:
             self._task_group.start_soon(
                 _reconcile_quietly, self._store, self._memory_index, self._layout, event.session_id
@@ -421,7 +424,7 @@ class ContextMiddleware:
                 window = await self._windows.refresh(session_id, state, agent)
             elif agent == MAIN_AGENT and usage is not None:
                 await self._maybe_start_writer(session_id, window)
-            view = await self._view(session_id, state, window)
+            view = await _request_view(self._windows, session_id, state, window)
         return view if report is None else dataclasses.replace(view, rebuild=report)
 
     async def context_usage(self, session_id: str, *, agent: str = MAIN_AGENT) -> ContextUsage:
@@ -581,14 +584,17 @@ class ContextMiddleware:
         if usage is not None and self._config.checkpoint_enabled and not window.recovered:
             await self._coordinator.at_usage(session_id, usage)
 
-    # -- steps -----------------------------------------------------------------------
-    async def _view(self, session_id: str, state: LiveSession, window: LiveWindow) -> RequestView:
-        view = await self._windows.view(session_id, state, window)
-        state.sent_tokens[window.agent] = view.tokens
-        boundary_id = window.boundary.id if window.boundary is not None else None
-        return RequestView(
-            session_id, window.agent, view.prefix, view.messages, view.tokens, boundary_id
-        )
+
+async def _request_view(
+    windows: Windows, session_id: str, state: LiveSession, window: LiveWindow
+) -> RequestView:
+    """What :meth:`ContextMiddleware.prepare` returns for ``window`` (and remembers its size)."""
+    view = await windows.view(session_id, state, window)
+    state.sent_tokens[window.agent] = view.tokens
+    boundary_id = window.boundary.id if window.boundary is not None else None
+    return RequestView(
+        session_id, window.agent, view.prefix, view.messages, view.tokens, boundary_id
+    )
 
 
 async def _with_estimated_usage(

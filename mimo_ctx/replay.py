@@ -37,6 +37,9 @@ How the replay is made faithful and deterministic (our choices):
   session's writer is idle, so a writer always finishes before the next turn
   and two replays of one transcript give the same report. (The default offline
   writer takes milliseconds, so this changes nothing but the scheduling.)
+* **Clock.** Messages keep the transcript's creation times, and the middleware
+  decides on the session's own clock (the per-turn reminder's memory check runs
+  on message times, not the wall clock), so machine load changes nothing.
 * **A transcript holding only a sub-agent's messages** (such as a Claude Code
   ``*_subagents_agent-*.jsonl`` file opened on its own) is replayed as that
   agent's own session: its messages are treated as the main agent's.
