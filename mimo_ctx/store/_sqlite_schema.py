@@ -265,7 +265,7 @@ def _open_read_only(path: str, busy_timeout: float) -> sqlite3.Connection:
         conn.close()
         if file.stat().st_size == 0:
             what = "an empty file, not a mimo_ctx store"
-        elif version == 0 or not tables >= _OUR_TABLES:
+        elif version == 0 or (version == SCHEMA_VERSION and not tables >= _OUR_TABLES):
             what = "no mimo_ctx store"
         elif version > SCHEMA_VERSION:
             what = f"store schema version {version} (this mimo_ctx reads {SCHEMA_VERSION})"
