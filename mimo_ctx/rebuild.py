@@ -66,7 +66,7 @@ from mimo_ctx.messages import (
     written_after,
 )
 from mimo_ctx.reminders import TOOL_CALL_FINISH_REASONS, per_turn_reminder
-from mimo_ctx.render import RenderedBody, render_rebuild_context
+from mimo_ctx.render import RenderedBody, assemble_body, gather_sources
 from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
 from mimo_ctx.session import Session
 from mimo_ctx.session import SessionState as StoredState
@@ -723,60 +723,69 @@ class Rebuilder:
         # keeps them) with compacted results as placeholders, and the open round.
         live_tail = [compacted_by_id.get(m.id, m) for m in tail if m.role == "user" or m.id in kept]
         live_tokens = sum(estimate_message_tokens(m) for m in apply_send_rules(live_tail))
-        fixed = (
-            prefix_tokens
-            + live_tokens
-            + self._reminder_tokens(session_id)
-            + estimate_text_tokens(index_text)
-            + estimate_text_tokens(actors_text)
-            + 64
-        )
-        # R5.9 beyond: the rebuilt request must fit under the trigger line, so the
-        # body gets at most what is left (and at most the configured total cap).
-        room = self._usable - fixed
-        max_body = room if config.total_cap is None else min(room, config.total_cap)
-        rendered = await render_rebuild_context(
+        # Everything but the boundary: prefix, live tail, per-turn reminder.
+        base = prefix_tokens + live_tokens + self._reminder_tokens(session_id)
+        sources = await gather_sources(
             store=store,
             layout=layout,
             session=session,
-            agent=MAIN_AGENT,
-            watermark=watermark,
             tail=digested,
             reminder_tail=tail,
             config=config,
-            max_tokens=max(max_body, 0),
             counter=self._counter,
             memory_index=self._memory_index,
         )
-        if not rendered.text:
-            return _Result(
-                RebuildReport(
-                    outcome="insert-failed",
-                    trigger=trigger,
-                    watermark=watermark.id,
-                    tokens_before=before,
-                    sections=rendered,
-                )
+
+        def boundary_with(rendered: RenderedBody) -> Message:
+            digest_up_to = digest_seq = None
+            if rendered.has_activity and digested:
+                digest_up_to = max(m.id for m in digested)
+                # What was listed, by write order: a message written after this
+                # listing may have an older id, and must not be taken as digested
+                # (R7.3 amended).
+                seqs = [m.insert_seq for m in digested]
+                digest_seq = None if None in seqs else max(s for s in seqs if s is not None)
+            return build_boundary_message(
+                watermark=watermark,
+                digest_up_to=digest_up_to,
+                digest_seq=digest_seq,
+                directory=str(layout.session_dir(session_id)),
+                number=session.state.rebuilds + 1,
+                index_text=index_text,
+                body=rendered.text,
+                actors_text=actors_text,
+                newer_than=max((m.id for m in everything), default=None),
             )
-        digest_up_to = digest_seq = None
-        if rendered.has_activity and digested:
-            digest_up_to = max(m.id for m in digested)
-            # What was listed, by write order: a message written after this listing
-            # may have an older id, and must not be taken as digested (R7.3 amended).
-            seqs = [m.insert_seq for m in digested]
-            digest_seq = None if None in seqs else max(s for s in seqs if s is not None)
-        boundary = build_boundary_message(
-            watermark=watermark,
-            digest_up_to=digest_up_to,
-            digest_seq=digest_seq,
-            directory=str(layout.session_dir(session_id)),
-            number=session.state.rebuilds + 1,
-            index_text=index_text,
-            body=rendered.text,
-            actors_text=actors_text,
-            newer_than=max((m.id for m in everything), default=None),
-        )
-        after = fixed - 64 + estimate_message_tokens(boundary)
+
+        # R5.9 beyond: the rebuilt request must fit under the trigger line, so the
+        # body gets at most what is left (and at most the configured total cap).
+        # The room is what the boundary message adds with an empty body; the body's
+        # own JSON escaping (line breaks, quotes) is known only once it is rendered,
+        # so an overshoot shrinks the room by as much and the body is assembled again.
+        empty = boundary_with(RenderedBody(text="", has_activity=False))
+        room = self._usable - base - estimate_message_tokens(empty)
+        for attempt in range(_FIT_ATTEMPTS):
+            max_body = max(0, room if config.total_cap is None else min(room, config.total_cap))
+            rendered = assemble_body(
+                sources, config=config, max_tokens=max_body, counter=self._counter
+            )
+            if not rendered.text:
+                return _Result(
+                    RebuildReport(
+                        outcome="insert-failed",
+                        trigger=trigger,
+                        watermark=watermark.id,
+                        tokens_before=before,
+                        sections=rendered,
+                    )
+                )
+            boundary = boundary_with(rendered)
+            after = base + estimate_message_tokens(boundary)
+            if after <= self._usable or max_body == 0 or attempt == _FIT_ATTEMPTS - 1:
+                break
+            room -= after - self._usable
+        else:  # pragma: no cover - the last attempt always breaks
+            raise AssertionError("unreachable")
         report = RebuildReport(
             outcome="rebuilt",
             trigger=trigger,
@@ -905,6 +914,9 @@ class Rebuilder:
             )
         return _Result(report, committed)
 
+
+_FIT_ATTEMPTS: Final = 3
+"""Times the body is assembled to fit under the trigger line (its JSON escaping varies)."""
 
 _SUMMARY_MARGIN: Final = 64
 """Tokens kept free under the line for the summary message's own framing."""

@@ -35,6 +35,7 @@ from mimo_ctx.messages import TextPart, ToolPart, ToolResultPart
 from mimo_ctx.overflow import is_context_overflow
 from mimo_ctx.providers import wrap_anthropic
 from mimo_ctx.providers.anthropic_client import AnthropicWrapper
+from mimo_ctx.reminders import per_turn_reminder
 
 SID = "ses_wrap_anthropic"
 MODEL = "claude-test"
@@ -331,12 +332,16 @@ async def test_r1_1b_overflow_rebuilds_once_and_retries(tmp_path: Path, error: E
         assert reply.content[0].text == "Recovered."
         assert len(fake.bodies(MESSAGES)) == 3
         boundary = await stored_boundary(mw, SID)
+        # The rebuild wrote checkpoint.md: from the retry on the per-turn reminder
+        # is sent (SPEC R8.3), however soon after the first request it comes.
+        reminder = per_turn_reminder(str(mw.layout.session_dir(SID)))
         assert fake.bodies(MESSAGES)[2]["messages"] == [
             {
                 "role": "user",
                 "content": [
                     {"type": "text", "text": boundary_text(boundary)},
                     {"type": "text", "text": "More."},
+                    {"type": "text", "text": reminder},
                 ],
             }
         ]
