@@ -9,6 +9,7 @@ already catches that keeps working::
     ├── ConfigError (ValueError)          a setting is invalid; names the key
     ├── StoreError                        the store refused an operation
     ├── PathEscapeError (ValueError)      a path would leave the memory root
+    │   └── InvalidIdError                an id cannot name its memory directory
     ├── TranscriptError (ValueError)      a transcript cannot be imported; names file and line
     ├── InvalidRequestError (ValueError)  an outgoing provider payload breaks its rules
     ├── BoundaryError (ValueError)        a watermark cannot be computed from the input
