@@ -39,6 +39,7 @@ import anyio
 
 from mimo_ctx import ids
 from mimo_ctx.checkpoint import CHECKPOINT_SECTIONS
+from mimo_ctx.compaction import build_boundary_message
 from mimo_ctx.config import PushCaps, RebuildConfig
 from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import (
@@ -50,7 +51,6 @@ from mimo_ctx.messages import (
     ToolTime,
 )
 from mimo_ctx.middleware import ContextMiddleware
-from mimo_ctx.rebuild import build_boundary_message
 from mimo_ctx.store.base import Actor, Session, Task
 from mimo_ctx.store.sqlite import SQLiteStore
 from mimo_ctx.tokens import utf16_length

@@ -1,22 +1,16 @@
-"""Small helpers several modules share: the clock, one-line text, ages, shielding, the version.
+"""Small helpers several modules share: the clock, one-line text, relative ages, the version.
 
 Private: nothing here is part of the public API. Each helper is pure except
-:func:`now_ms` (the wall clock), :func:`shielded` (an await) and
-:func:`package_version` (installed metadata).
+:func:`now_ms` (the wall clock) and :func:`package_version` (installed metadata);
+the pure modules may use them. The async helpers are in :mod:`mimo_ctx._aio`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
 from importlib.metadata import PackageNotFoundError, version
-from typing import TypeVar
 
-import anyio
-
-__all__ = ["ago", "now_ms", "one_line", "package_version", "shielded"]
-
-_T = TypeVar("_T")
+__all__ = ["ago", "now_ms", "one_line", "package_version"]
 
 _DISTRIBUTION = "mimo-ctx"
 
@@ -56,15 +50,3 @@ def package_version() -> str:
         return version(_DISTRIBUTION)
     except PackageNotFoundError:
         return "0+unknown"
-
-
-async def shielded(work: Awaitable[_T]) -> _T:
-    """Await ``work`` shielded from cancellation; a cancelled caller is cancelled afterwards.
-
-    For steps that must not be cut in half: a transaction's commit, opening a file
-    whose handle would otherwise be dropped unclosed.
-    """
-    done: list[_T] = []
-    with anyio.CancelScope(shield=True):
-        done.append(await work)
-    return done[0]

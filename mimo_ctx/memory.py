@@ -42,7 +42,7 @@ from typing import Final
 import aiofiles
 import anyio.to_thread
 
-from mimo_ctx._util import shielded
+from mimo_ctx._aio import shielded
 from mimo_ctx.errors import PathEscapeError
 from mimo_ctx.session import check_id
 

@@ -1,8 +1,8 @@
 """The rebuild step: wait for the writer, render, insert, commit, fall back (SPEC R3–R5, A3, A4).
 
 Private step of :class:`~mimo_ctx.middleware.ContextMiddleware`, public for its
-result types and pure builders. :class:`Rebuilder` runs one rebuild of a
-session whose lock the middleware holds:
+result types; the pure builders it uses are in :mod:`mimo_ctx.compaction`.
+:class:`Rebuilder` runs one rebuild of a session whose lock the middleware holds:
 
 1. **wait** — without a watermark or ``checkpoint.md`` it starts the writer and
    waits for it (the ensure-checkpoint path, A3); with one it waits for a writer
@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
-from typing import Final, Literal, TypeGuard
+from typing import Final, Literal
 
 import anyio
 
@@ -39,6 +38,13 @@ from mimo_ctx.checkpoint import OfflineCheckpointWriter, WriterRequest
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.checkpoint.document import is_index_line, render_checkpoint, section_budgets
 from mimo_ctx.checkpoint.state import CheckpointState, checkpoint_digest
+from mimo_ctx.compaction import (
+    build_boundary_message,
+    build_compaction_message,
+    count_compacted,
+    micro_compact,
+    open_tool_round,
+)
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import PathEscapeError
 from mimo_ctx.events import (
@@ -53,19 +59,13 @@ from mimo_ctx.memory import MemoryLayout, read_text
 from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
     MAIN_AGENT,
-    CheckpointPart,
-    CompactionPart,
     Message,
-    Part,
     TextPart,
-    ToolPart,
-    ToolResultPart,
-    ToolStateCompleted,
     message_key,
     new_message_id,
     written_after,
 )
-from mimo_ctx.reminders import TOOL_CALL_FINISH_REASONS, per_turn_reminder
+from mimo_ctx.reminders import per_turn_reminder
 from mimo_ctx.render import RenderedBody, assemble_body, gather_sources
 from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
 from mimo_ctx.session import Session
@@ -77,7 +77,7 @@ from mimo_ctx.tokens import (
     estimate_part_tokens,
     estimate_text_tokens,
 )
-from mimo_ctx.view import COMPACTED_PLACEHOLDER, apply_send_rules
+from mimo_ctx.view import apply_send_rules
 
 __all__ = [
     "OPEN_ROUND_SHARE",
@@ -86,10 +86,6 @@ __all__ = [
     "RebuildReport",
     "Rebuilder",
     "Trigger",
-    "build_boundary_message",
-    "build_compaction_message",
-    "clearable_tool",
-    "micro_compact",
 ]
 
 Trigger = Literal["usage", "overflow", "manual"]
@@ -178,143 +174,6 @@ class _Result:
 
     report: RebuildReport
     committed: _Committed | None = None
-
-
-def clearable_tool(name: str, *, tools: Collection[str], exclude: Collection[str] = ()) -> bool:
-    """True when results of the tool ``name`` may be cleared (SPEC R4.5).
-
-    ``tools`` and ``exclude`` hold names and glob patterns (``"run_*"``,
-    ``"mcp__*"``); matching is case-insensitive, since agents name the same tool
-    ``read`` or ``Read`` (Claude Code) and a rename must not keep old results
-    alive. ``exclude`` wins over ``tools``.
-    """
-    lowered = name.lower()
-    if any(fnmatchcase(lowered, pattern.lower()) for pattern in exclude):
-        return False
-    return any(fnmatchcase(lowered, pattern.lower()) for pattern in tools)
-
-
-def _uncleared_result(part: Part) -> TypeGuard[ToolPart | ToolResultPart]:
-    """A completed, successful tool result not compacted yet."""
-    if isinstance(part, ToolPart):
-        return isinstance(part.state, ToolStateCompleted) and part.state.time.compacted is None
-    return isinstance(part, ToolResultPart) and not part.is_error and part.time.compacted is None
-
-
-def micro_compact(
-    messages: Sequence[Message],
-    *,
-    after_time: int,
-    tools: Collection[str],
-    now_ms: int,
-    skip_ids: Collection[str] = (),
-    exclude: Collection[str] = (),
-    keep: int = 0,
-    placeholder: str | None = None,
-) -> list[Message]:
-    """Mark old tool results compacted (SPEC R4.5, A4).
-
-    Selects messages created strictly later than ``after_time`` (the watermark's
-    creation time; every agent of the session) and marks completed,
-    not-yet-compacted results of the tools :func:`clearable_tool` accepts.
-    ``skip_ids`` are left alone (the new boundary, and the open tool round a
-    mid-loop rebuild keeps live). The newest ``keep`` such results of each agent
-    stay uncleared. A ``placeholder`` other than the default
-    (:data:`~mimo_ctx.view.COMPACTED_PLACEHOLDER`) is stored with each result it
-    clears (``time.placeholder``), which is what the result then reads when sent.
-
-    Returns:
-        New copies of the messages that changed (inputs are never mutated).
-    """
-    skip = set(skip_ids)
-    stored = None if placeholder in (None, COMPACTED_PLACEHOLDER) else placeholder
-    chosen: dict[str, list[tuple[int, int]]] = {}
-    for position, message in enumerate(messages):
-        if message.time_created <= after_time or message.id in skip:
-            continue
-        for index, part in enumerate(message.parts):
-            if _uncleared_result(part) and clearable_tool(part.tool, tools=tools, exclude=exclude):
-                chosen.setdefault(message.agent, []).append((position, index))
-    marked: dict[int, set[int]] = {}
-    for spots in chosen.values():
-        for position, index in spots[: max(0, len(spots) - keep)]:
-            marked.setdefault(position, set()).add(index)
-    changed: list[Message] = []
-    for position in sorted(marked):
-        message = messages[position]
-        new_parts = list(message.parts)
-        for index in marked[position]:
-            part = message.parts[index]
-            if isinstance(part, ToolPart) and isinstance(part.state, ToolStateCompleted):
-                time = part.state.time.model_copy(
-                    update={"compacted": now_ms, "placeholder": stored}
-                )
-                state = part.state.model_copy(update={"time": time})
-                new_parts[index] = part.model_copy(update={"state": state})
-            elif isinstance(part, ToolResultPart):
-                time = part.time.model_copy(update={"compacted": now_ms, "placeholder": stored})
-                new_parts[index] = part.model_copy(update={"time": time})
-        changed.append(message.model_copy(update={"parts": new_parts}))
-    return changed
-
-
-def build_boundary_message(
-    *,
-    watermark: Message,
-    digest_up_to: str | None,
-    digest_seq: int | None = None,
-    directory: str,
-    number: int,
-    index_text: str,
-    body: str,
-    actors_text: str,
-    newer_than: str | None = None,
-) -> Message:
-    """Build the rebuild boundary (SPEC R4.3, R4.4).
-
-    Created at the watermark's time + 1 ms so it lists right after the watermark,
-    with a fresh id newer than every existing message. Parts, in order: the
-    checkpoint part, the checkpoint index, the body, the active-actors list (the
-    last three synthetic text). ``newer_than`` is the newest stored message id: the
-    boundary's id sorts after it even when this worker's clock lags another's.
-    """
-    return Message(
-        id=new_message_id(newer_than=newer_than),
-        session_id=watermark.session_id,
-        role="user",
-        agent=watermark.agent,
-        time_created=watermark.time_created + 1,
-        parts=[
-            CheckpointPart(
-                covered_up_to=watermark.id,
-                digest_up_to=digest_up_to,
-                digest_seq=digest_seq,
-                directory=directory,
-                number=number,
-            ),
-            TextPart(text=index_text, synthetic=True),
-            TextPart(text=body, synthetic=True),
-            TextPart(text=actors_text, synthetic=True),
-        ],
-    )
-
-
-def build_compaction_message(
-    *, watermark: Message, summary: str, auto: bool, newer_than: str | None = None
-) -> Message:
-    """Build a plain compaction (SPEC R1.4a): a summary covering up to ``watermark``.
-
-    Back-dated like a rebuild boundary, so the messages after the watermark stay
-    live after it.
-    """
-    return Message(
-        id=new_message_id(newer_than=newer_than),
-        session_id=watermark.session_id,
-        role="user",
-        agent=watermark.agent,
-        time_created=watermark.time_created + 1,
-        parts=[CompactionPart(summary=summary, auto=auto, covered_up_to=watermark.id)],
-    )
 
 
 class Rebuilder:
@@ -699,7 +558,7 @@ class Rebuilder:
         # Beyond the original: a rebuild in the middle of a tool loop keeps the last
         # tool round (the call and its results) live and uncleared, so the model can
         # "respond to the tool results below" (R5.8) instead of re-running the call.
-        live_round = _open_tool_round(tail)
+        live_round = open_tool_round(tail)
         if sum(estimate_message_tokens(m) for m in live_round) > self._usable * OPEN_ROUND_SHARE:
             # A round this large is what overflowed: fold and clear it like the rest.
             live_round = []
@@ -793,7 +652,7 @@ class Rebuilder:
             watermark=watermark.id,
             tokens_before=before,
             tokens_after=after,
-            compacted_results=_count_compacted(compacted, now),
+            compacted_results=count_compacted(compacted, now),
             sections=rendered,
             over_line=after > self._usable,
         )
@@ -937,36 +796,3 @@ def _fitted_budgets(budgets: dict[int, int], room: int) -> dict[int, int]:
 
 _SKELETON_TOKENS: Final = estimate_text_tokens(render_checkpoint("", {}))
 """Tokens of an empty A14 checkpoint: the part of a summary no budget shrinks."""
-
-
-def _open_tool_round(tail: Sequence[Message]) -> list[Message]:
-    """The tail's last tool round when the agent is mid-loop, else ``[]``.
-
-    Mid-loop: the tail ends with an assistant message that finished with tool calls,
-    possibly followed by ``tool`` messages holding its results (provider format).
-    """
-    end = len(tail)
-    start = end
-    while start > 0 and tail[start - 1].role == "tool":
-        start -= 1
-    if start == 0:
-        return []
-    last = tail[start - 1]
-    if last.role != "assistant" or last.finish not in TOOL_CALL_FINISH_REASONS:
-        return []
-    if not any(isinstance(p, ToolPart) for p in last.parts):
-        return []
-    return list(tail[start - 1 : end])
-
-
-def _count_compacted(messages: Sequence[Message], now: int) -> int:
-    count = 0
-    for message in messages:
-        for part in message.parts:
-            if (
-                isinstance(part, ToolPart)
-                and isinstance(part.state, ToolStateCompleted)
-                and part.state.time.compacted == now
-            ) or (isinstance(part, ToolResultPart) and part.time.compacted == now):
-                count += 1
-    return count

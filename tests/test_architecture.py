@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import mimo_ctx
 
 PACKAGE = Path(mimo_ctx.__file__).resolve().parent
@@ -81,3 +83,175 @@ def test_only_the_middleware_and_its_steps_touch_the_writer_coordinator() -> Non
         if pattern.search(line.split("#", 1)[0])
     ]
     assert offenders == []
+
+
+# --------------------------------------------------------------------------- who imports whom
+# The rule docs/architecture.md draws. Modules are named as dotted paths.
+
+PURE = frozenset(
+    {
+        "mimo_ctx.boundary",
+        "mimo_ctx.budget",
+        "mimo_ctx.checkpoint.document",
+        "mimo_ctx.checkpoint.evidence",
+        "mimo_ctx.checkpoint.sections",
+        "mimo_ctx.checkpoint.state",
+        "mimo_ctx.compaction",
+        "mimo_ctx.convert",
+        "mimo_ctx.digest",
+        "mimo_ctx.ids",
+        "mimo_ctx.messages",
+        "mimo_ctx.overflow",
+        "mimo_ctx.reminders",
+        "mimo_ctx.sections",
+        "mimo_ctx.session",
+        "mimo_ctx.tokens",
+        "mimo_ctx.triggers",
+        "mimo_ctx.typed_input",
+        "mimo_ctx.view",
+    }
+)
+"""Synchronous algorithms on values: no store, no SDK, no file or network I/O."""
+
+PURE_MAY_ALSO_USE = frozenset({"mimo_ctx.config", "mimo_ctx.errors", "mimo_ctx._util"})
+"""Settings, the exception tree and the pure helpers: what every layer may import."""
+
+IO_LIBRARIES = frozenset(
+    {
+        "aiofiles",
+        "anthropic",
+        "anyio",
+        "asyncio",
+        "asyncpg",
+        "httpx",
+        "langchain",
+        "langchain_core",
+        "openai",
+        "pydantic_ai",
+        "shutil",
+        "socket",
+        "sqlite3",
+        "subprocess",
+        "tempfile",
+    }
+)
+
+SDKS = frozenset({"anthropic", "langchain", "langchain_core", "openai", "pydantic_ai"})
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES: dict[str, Path] = {_module_name(p): p for p in _sources()}
+
+
+def _resolve(module: str, node: ast.ImportFrom, alias: str) -> str:
+    """The module an ``import`` names: ``from mimo_ctx import ids`` is ``mimo_ctx.ids``."""
+    if node.level:
+        base = module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+        for _ in range(node.level - 1):
+            base = base.rsplit(".", 1)[0]
+        target = f"{base}.{node.module}" if node.module else base
+    else:
+        target = node.module or ""
+    child = f"{target}.{alias}"
+    return child if child in MODULES else target
+
+
+def _imports(module: str) -> set[str]:
+    """Every module ``module`` imports, at any depth of its code (lazy imports too)."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.update(_resolve(module, node, alias.name) for alias in node.names)
+    return found
+
+
+def _ours(names: set[str]) -> set[str]:
+    return {n for n in names if n == "mimo_ctx" or n.startswith("mimo_ctx.")}
+
+
+def _top(names: set[str]) -> set[str]:
+    return {n.split(".", 1)[0] for n in names}
+
+
+def test_the_pure_modules_exist() -> None:
+    assert sorted((PURE | PURE_MAY_ALSO_USE) - set(MODULES)) == []
+
+
+@pytest.mark.parametrize("module", sorted(PURE))
+def test_a_pure_module_imports_only_pure_modules_and_no_io(module: str) -> None:
+    imported = _imports(module)
+    assert _ours(imported) <= PURE | PURE_MAY_ALSO_USE, _ours(imported) - PURE - PURE_MAY_ALSO_USE
+    assert _top(imported) & IO_LIBRARIES == set()
+
+
+@pytest.mark.parametrize("module", sorted(PURE_MAY_ALSO_USE))
+def test_what_every_layer_uses_is_pure_too(module: str) -> None:
+    imported = _imports(module)
+    assert _ours(imported) <= PURE | PURE_MAY_ALSO_USE
+    assert _top(imported) & IO_LIBRARIES == set()
+
+
+def test_sdks_are_imported_only_by_providers_and_integrations() -> None:
+    offenders = sorted(
+        module
+        for module in MODULES
+        if _top(_imports(module)) & SDKS
+        and not module.startswith(("mimo_ctx.providers", "mimo_ctx.integrations"))
+    )
+    assert offenders == []
+
+
+def test_asyncpg_is_imported_only_by_the_postgresql_store() -> None:
+    offenders = sorted(
+        module
+        for module in MODULES
+        if "asyncpg" in _top(_imports(module))
+        and module not in {"mimo_ctx.store.postgres", "mimo_ctx.store._pg_driver"}
+    )
+    assert offenders == []
+
+
+def test_the_storage_package_knows_nothing_above_it() -> None:
+    """Stores persist values; they never reach up to the middleware, its steps,
+    the adapters or the command line."""
+    above = (
+        "mimo_ctx.middleware",
+        "mimo_ctx.rebuild",
+        "mimo_ctx._window",
+        "mimo_ctx._sessions",
+        "mimo_ctx.render",
+        "mimo_ctx.providers",
+        "mimo_ctx.integrations",
+        "mimo_ctx.importers",
+        "mimo_ctx.tools",
+        "mimo_ctx.cli",
+        "mimo_ctx.replay",
+        "mimo_ctx.checkpoint._coordinator",
+    )
+    offenders = {
+        module: sorted(n for n in _ours(_imports(module)) if n.startswith(above))
+        for module in MODULES
+        if module.startswith("mimo_ctx.store")
+    }
+    assert {m: found for m, found in offenders.items() if found} == {}
+
+
+def test_only_the_command_line_imports_the_command_line() -> None:
+    offenders = sorted(
+        module
+        for module in MODULES
+        if not module.startswith("mimo_ctx.cli")
+        and module != "mimo_ctx.__main__"
+        and any(n.startswith("mimo_ctx.cli") for n in _ours(_imports(module)))
+    )
+    assert offenders == []
+

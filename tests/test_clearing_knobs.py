@@ -27,10 +27,10 @@ from mimo_ctx import (
     ToolStateCompleted,
     ToolTime,
 )
+from mimo_ctx.compaction import clearable_tool, micro_compact
 from mimo_ctx.config import DEFAULT_MICRO_COMPACT_EXCLUDE, DEFAULT_MICRO_COMPACT_TOOLS, load_config
 from mimo_ctx.errors import ConfigError
 from mimo_ctx.messages import ToolResultPart
-from mimo_ctx.rebuild import clearable_tool, micro_compact
 from mimo_ctx.testing import filler_text
 from mimo_ctx.tokens import estimate_message_tokens
 from mimo_ctx.view import COMPACTED_PLACEHOLDER, apply_send_rules

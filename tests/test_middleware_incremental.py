@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mimo_ctx._window import Windows
+from mimo_ctx.compaction import build_boundary_message
 from mimo_ctx.messages import (
     Message,
     MessageFailure,
@@ -26,7 +27,6 @@ from mimo_ctx.messages import (
     ToolStatePending,
 )
 from mimo_ctx.middleware import ContextMiddleware
-from mimo_ctx.rebuild import build_boundary_message
 from mimo_ctx.store import InMemoryStore, SQLiteStore, Store
 from mimo_ctx.triggers import ModelLimits
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mimo_ctx.compaction import build_boundary_message, build_compaction_message, micro_compact
 from mimo_ctx.config import DEFAULT_MICRO_COMPACT_TOOLS
 from mimo_ctx.messages import (
     CheckpointPart,
@@ -18,7 +19,6 @@ from mimo_ctx.messages import (
     ToolStateRunning,
     ToolTime,
 )
-from mimo_ctx.rebuild import build_boundary_message, build_compaction_message, micro_compact
 
 
 def _tool(tool: str, *, t: int, agent: str = "main", compacted: int | None = None) -> Message:

@@ -83,7 +83,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the installed extra
         'mimo_ctx.store.postgres needs asyncpg: pip install "mimo-ctx[postgres]"'
     ) from _exc
 
-from mimo_ctx._util import shielded
+from mimo_ctx._aio import shielded
 from mimo_ctx.checkpoint.lease import LeaseHolder
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message, set_insert_seq

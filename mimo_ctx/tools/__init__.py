@@ -33,9 +33,7 @@ from mimo_ctx.tools.definitions import (
 from mimo_ctx.tools.formats import (
     ToolSchema,
     to_anthropic_tools,
-    to_langchain_tools,
     to_openai_tools,
-    to_pydantic_ai_tools,
 )
 from mimo_ctx.tools.handlers import SessionTools
 
@@ -56,7 +54,5 @@ __all__ = [
     "check_arguments",
     "render_message",
     "to_anthropic_tools",
-    "to_langchain_tools",
     "to_openai_tools",
-    "to_pydantic_ai_tools",
 ]

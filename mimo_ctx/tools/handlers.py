@@ -283,14 +283,14 @@ class SessionTools:
         return to_anthropic_tools(self._definitions)
 
     def to_pydantic_ai_tools(self) -> list[Any]:
-        """pydantic-ai tools; see :func:`mimo_ctx.tools.formats.to_pydantic_ai_tools`."""
-        from mimo_ctx.tools.formats import to_pydantic_ai_tools
+        """pydantic-ai tools; see :func:`mimo_ctx.integrations.tools.to_pydantic_ai_tools`."""
+        from mimo_ctx.integrations.tools import to_pydantic_ai_tools
 
         return to_pydantic_ai_tools(self._definitions)
 
     def to_langchain_tools(self) -> list[Any]:
-        """LangChain tools; see :func:`mimo_ctx.tools.formats.to_langchain_tools`."""
-        from mimo_ctx.tools.formats import to_langchain_tools
+        """LangChain tools; see :func:`mimo_ctx.integrations.tools.to_langchain_tools`."""
+        from mimo_ctx.integrations.tools import to_langchain_tools
 
         return to_langchain_tools(self._definitions)
 

@@ -1,0 +1,208 @@
+"""What a rebuild writes: the boundary message, a plain compaction, cleared tool results.
+
+Pure functions (SPEC R4.3–R4.5, R1.4a, A4): the rebuild step
+(:class:`~mimo_ctx.rebuild.Rebuilder`) builds the boundary and the
+micro-compacted copies here and commits them in one store transaction. Nothing
+is deleted: a compacted result keeps its output in storage and only reads as a
+placeholder when sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from fnmatch import fnmatchcase
+from typing import TypeGuard
+
+from mimo_ctx.messages import (
+    CheckpointPart,
+    CompactionPart,
+    Message,
+    Part,
+    TextPart,
+    ToolPart,
+    ToolResultPart,
+    ToolStateCompleted,
+    new_message_id,
+)
+from mimo_ctx.reminders import TOOL_CALL_FINISH_REASONS
+from mimo_ctx.view import COMPACTED_PLACEHOLDER
+
+__all__ = [
+    "build_boundary_message",
+    "build_compaction_message",
+    "clearable_tool",
+    "count_compacted",
+    "micro_compact",
+    "open_tool_round",
+]
+
+
+def clearable_tool(name: str, *, tools: Collection[str], exclude: Collection[str] = ()) -> bool:
+    """True when results of the tool ``name`` may be cleared (SPEC R4.5).
+
+    ``tools`` and ``exclude`` hold names and glob patterns (``"run_*"``,
+    ``"mcp__*"``); matching is case-insensitive, since agents name the same tool
+    ``read`` or ``Read`` (Claude Code) and a rename must not keep old results
+    alive. ``exclude`` wins over ``tools``.
+    """
+    lowered = name.lower()
+    if any(fnmatchcase(lowered, pattern.lower()) for pattern in exclude):
+        return False
+    return any(fnmatchcase(lowered, pattern.lower()) for pattern in tools)
+
+
+def _uncleared_result(part: Part) -> TypeGuard[ToolPart | ToolResultPart]:
+    """A completed, successful tool result not compacted yet."""
+    if isinstance(part, ToolPart):
+        return isinstance(part.state, ToolStateCompleted) and part.state.time.compacted is None
+    return isinstance(part, ToolResultPart) and not part.is_error and part.time.compacted is None
+
+
+def micro_compact(
+    messages: Sequence[Message],
+    *,
+    after_time: int,
+    tools: Collection[str],
+    now_ms: int,
+    skip_ids: Collection[str] = (),
+    exclude: Collection[str] = (),
+    keep: int = 0,
+    placeholder: str | None = None,
+) -> list[Message]:
+    """Mark old tool results compacted (SPEC R4.5, A4).
+
+    Selects messages created strictly later than ``after_time`` (the watermark's
+    creation time; every agent of the session) and marks completed,
+    not-yet-compacted results of the tools :func:`clearable_tool` accepts.
+    ``skip_ids`` are left alone (the new boundary, and the open tool round a
+    mid-loop rebuild keeps live). The newest ``keep`` such results of each agent
+    stay uncleared. A ``placeholder`` other than the default
+    (:data:`~mimo_ctx.view.COMPACTED_PLACEHOLDER`) is stored with each result it
+    clears (``time.placeholder``), which is what the result then reads when sent.
+
+    Returns:
+        New copies of the messages that changed (inputs are never mutated).
+    """
+    skip = set(skip_ids)
+    stored = None if placeholder in (None, COMPACTED_PLACEHOLDER) else placeholder
+    chosen: dict[str, list[tuple[int, int]]] = {}
+    for position, message in enumerate(messages):
+        if message.time_created <= after_time or message.id in skip:
+            continue
+        for index, part in enumerate(message.parts):
+            if _uncleared_result(part) and clearable_tool(part.tool, tools=tools, exclude=exclude):
+                chosen.setdefault(message.agent, []).append((position, index))
+    marked: dict[int, set[int]] = {}
+    for spots in chosen.values():
+        for position, index in spots[: max(0, len(spots) - keep)]:
+            marked.setdefault(position, set()).add(index)
+    changed: list[Message] = []
+    for position in sorted(marked):
+        message = messages[position]
+        new_parts = list(message.parts)
+        for index in marked[position]:
+            part = message.parts[index]
+            if isinstance(part, ToolPart) and isinstance(part.state, ToolStateCompleted):
+                time = part.state.time.model_copy(
+                    update={"compacted": now_ms, "placeholder": stored}
+                )
+                state = part.state.model_copy(update={"time": time})
+                new_parts[index] = part.model_copy(update={"state": state})
+            elif isinstance(part, ToolResultPart):
+                time = part.time.model_copy(update={"compacted": now_ms, "placeholder": stored})
+                new_parts[index] = part.model_copy(update={"time": time})
+        changed.append(message.model_copy(update={"parts": new_parts}))
+    return changed
+
+
+def build_boundary_message(
+    *,
+    watermark: Message,
+    digest_up_to: str | None,
+    digest_seq: int | None = None,
+    directory: str,
+    number: int,
+    index_text: str,
+    body: str,
+    actors_text: str,
+    newer_than: str | None = None,
+) -> Message:
+    """Build the rebuild boundary (SPEC R4.3, R4.4).
+
+    Created at the watermark's time + 1 ms so it lists right after the watermark,
+    with a fresh id newer than every existing message. Parts, in order: the
+    checkpoint part, the checkpoint index, the body, the active-actors list (the
+    last three synthetic text). ``newer_than`` is the newest stored message id: the
+    boundary's id sorts after it even when this worker's clock lags another's.
+    """
+    return Message(
+        id=new_message_id(newer_than=newer_than),
+        session_id=watermark.session_id,
+        role="user",
+        agent=watermark.agent,
+        time_created=watermark.time_created + 1,
+        parts=[
+            CheckpointPart(
+                covered_up_to=watermark.id,
+                digest_up_to=digest_up_to,
+                digest_seq=digest_seq,
+                directory=directory,
+                number=number,
+            ),
+            TextPart(text=index_text, synthetic=True),
+            TextPart(text=body, synthetic=True),
+            TextPart(text=actors_text, synthetic=True),
+        ],
+    )
+
+
+def build_compaction_message(
+    *, watermark: Message, summary: str, auto: bool, newer_than: str | None = None
+) -> Message:
+    """Build a plain compaction (SPEC R1.4a): a summary covering up to ``watermark``.
+
+    Back-dated like a rebuild boundary, so the messages after the watermark stay
+    live after it.
+    """
+    return Message(
+        id=new_message_id(newer_than=newer_than),
+        session_id=watermark.session_id,
+        role="user",
+        agent=watermark.agent,
+        time_created=watermark.time_created + 1,
+        parts=[CompactionPart(summary=summary, auto=auto, covered_up_to=watermark.id)],
+    )
+
+
+def open_tool_round(tail: Sequence[Message]) -> list[Message]:
+    """The tail's last tool round when the agent is mid-loop, else ``[]``.
+
+    Mid-loop: the tail ends with an assistant message that finished with tool calls,
+    possibly followed by ``tool`` messages holding its results (provider format).
+    """
+    end = len(tail)
+    start = end
+    while start > 0 and tail[start - 1].role == "tool":
+        start -= 1
+    if start == 0:
+        return []
+    last = tail[start - 1]
+    if last.role != "assistant" or last.finish not in TOOL_CALL_FINISH_REASONS:
+        return []
+    if not any(isinstance(p, ToolPart) for p in last.parts):
+        return []
+    return list(tail[start - 1 : end])
+
+
+def count_compacted(messages: Sequence[Message], now: int) -> int:
+    """How many tool results of ``messages`` micro-compaction marked at ``now``."""
+    count = 0
+    for message in messages:
+        for part in message.parts:
+            if (
+                isinstance(part, ToolPart)
+                and isinstance(part.state, ToolStateCompleted)
+                and part.state.time.compacted == now
+            ) or (isinstance(part, ToolResultPart) and part.time.compacted == now):
+                count += 1
+    return count
