@@ -24,12 +24,18 @@ Forged structure (security). Text that comes from files, users, tasks or actors
 must not be able to fake the body's own structure. :func:`neutralise_structure`
 enforces, for every section body:
 
-* no line outside a fenced code block is a level-1 heading (``# Title``):
-  file-backed bodies have them removed (A6); in other bodies (verbatim user input)
-  such a line is escaped;
+* every line break is ``\\n`` first: ``\\r``, VT, FF, NEL, U+2028 and the other
+  breaks :meth:`str.splitlines` knows become ``\\n``, so a heading cannot hide after
+  a break the rules below would not split on;
+* no line outside a fenced code block is a level-1 heading (``# Title``, or a
+  paragraph line underlined with ``===``): file-backed bodies have ``# Title``
+  lines removed (A6); otherwise the line (the underline for setext) is escaped;
+* no ``<h1>`` or ``<h2>`` tag stands anywhere, code blocks included (a Markdown
+  reader lets an HTML block run over a fence): their ``<`` becomes ``&lt;``;
 * no line anywhere, code blocks included, is one of *our* headings -- a level-1
   or level-2 heading whose title is a body section heading (R5.3) or a boundary
-  part heading (``Checkpoint``, ``Active Actors``);
+  part heading (``Checkpoint``, ``Active Actors``), as ``#``/``##``, or (outside
+  code blocks) as a title underlined with ``---``;
 * the body's first non-blank line does not start with ``File:`` (which would
   read as the section's source path);
 * a fenced code block opened in the body is closed at its end, so it cannot
@@ -75,6 +81,7 @@ __all__ = [
     "TASK_STATUS_ICONS",
     "RecentUserInput",
     "neutralise_structure",
+    "normalise_line_breaks",
     "recent_user_input",
     "render_active_actors_part",
     "render_active_actors_section",
@@ -163,6 +170,24 @@ def _heading_pattern() -> re.Pattern[str]:
 _OUR_HEADING = _heading_pattern()
 
 
+def _title_pattern() -> re.Pattern[str]:
+    titles = [*SECTION_HEADINGS, "Checkpoint", "Active Actors"]
+    alternatives = "|".join(r"\s+".join(map(re.escape, t.split())) for t in titles)
+    return re.compile(rf"^ {{0,3}}(?:{alternatives})[ \t]*$", re.I)
+
+
+# A paragraph line that is one of our titles (what a setext "---" underline or an
+# HTML heading would make a heading of), a setext underline, an HTML heading.
+_OUR_TITLE = _title_pattern()
+_SETEXT_LEVEL1 = re.compile(r"^ {0,3}=+[ \t]*$")
+_SETEXT_LEVEL2 = re.compile(r"^ {0,3}-+[ \t]*$")
+# The "<" of an HTML level-1 or level-2 heading's opening tag.
+_HTML_HEADING = re.compile(r"<(?=h[12](?:[\s>/]|$))", re.I)
+# Every line break but "\n": what str.splitlines(), a browser or a model may break
+# a line on although the body's own rules (which split on "\n") do not.
+_OTHER_BREAKS = re.compile("\r\n?|[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
 # -- small helpers -----------------------------------------------------------------------
 
 
@@ -215,7 +240,7 @@ def strip_level1_headings(text: str) -> str:
     A file-backed section drops the file's own title so the file's level-2
     headings nest under the section's level-1 heading.
     """
-    lines = text.split("\n")
+    lines = normalise_line_breaks(text).split("\n")
     fenced, _ = scan_fences(lines)
     kept = [
         line
@@ -223,6 +248,52 @@ def strip_level1_headings(text: str) -> str:
         if in_fence or not _LEVEL1.match(line)
     ]
     return "\n".join(kept)
+
+
+def normalise_line_breaks(text: str) -> str:
+    """``text`` with every line break (``\\r\\n``, ``\\r``, VT, FF, NEL, U+2028...) as ``\\n``.
+
+    The structure rules look at the lines between ``\\n`` characters; a heading
+    after any other line break would start a line for whoever splits on it
+    (``str.splitlines()``, a browser, a model) and go unseen.
+    """
+    return _OTHER_BREAKS.sub("\n", text)
+
+
+def _escape_html_headings(line: str) -> str:
+    """``line`` with the ``<`` of every ``<h1>`` and ``<h2>`` tag written as ``&lt;``.
+
+    The body's structure has two levels: an HTML heading of either level could
+    fake it (its title may even sit on the next line), so none is left to be read
+    as one. Code blocks included: a Markdown reader lets an HTML block run over a
+    code fence where these rules would not (an HTML sample reads fine as
+    ``&lt;h1>``). An entity, not a backslash: inside an HTML block Markdown passes
+    a backslash through.
+    """
+    return _HTML_HEADING.sub("&lt;", line) if "<" in line else line
+
+
+def _forged(lines: Sequence[str], index: int, in_fence: bool) -> bool:
+    """True when ``lines[index]`` could fake a heading of the body (module docstring)."""
+    line = lines[index]
+    if _OUR_HEADING.match(line):
+        return True
+    if in_fence:
+        return False
+    if _LEVEL1_LOOSE.match(line):
+        return True
+    # A setext underline: "===" makes the paragraph line above a level-1 heading,
+    # "---" a level-2 one (which matters when its title is ours).
+    start = index
+    while start > 0 and lines[start - 1].strip():
+        start -= 1
+    if start == index:
+        return False
+    # The heading's title is the whole paragraph above, its lines joined.
+    title = " ".join(" ".join(lines[start:index]).split())
+    return _SETEXT_LEVEL1.match(line) is not None or (
+        _SETEXT_LEVEL2.match(line) is not None and _OUR_TITLE.match(title) is not None
+    )
 
 
 def neutralise_structure(text: str) -> str:
@@ -241,19 +312,18 @@ def neutralise_structure(text: str) -> str:
     """
     if not text:
         return text
-    lines = text.split("\n")
+    lines = normalise_line_breaks(text).split("\n")
     fenced, closer = scan_fences(lines)
     out: list[str] = []
     first_content = True
-    for line, in_fence in zip(lines, fenced, strict=True):
-        forged = (
-            _OUR_HEADING.match(line) is not None
-            or (not in_fence and _LEVEL1_LOOSE.match(line) is not None)
-            or (first_content and line.lstrip().startswith("File:"))
+    for index, (line, in_fence) in enumerate(zip(lines, fenced, strict=True)):
+        forged = _forged(lines, index, in_fence) or (
+            first_content and line.lstrip().startswith("File:")
         )
         if line.strip():
             first_content = False
-        out.append("\\" + line if forged else line)
+        escaped = _escape_html_headings(line)
+        out.append("\\" + escaped if forged else escaped)
     if closer:
         out.append(closer)
     return "\n".join(out)
