@@ -7,10 +7,13 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, cast
+
+import anyio
+import anyio.to_thread
 
 from mimo_ctx.config import RebuildConfig, load_config, parse_token_amount
-from mimo_ctx.errors import CliError, MimoCtxError
+from mimo_ctx.errors import CliError, MimoCtxError, TranscriptError
 from mimo_ctx.importers import ImportedTranscript, load_transcript
 from mimo_ctx.messages import Message, TextPart, ToolPart, ToolResultPart, ToolStateCompleted
 from mimo_ctx.providers.anthropic import to_anthropic
@@ -35,6 +38,7 @@ __all__ = [
     "load_cli_config",
     "load_transcript_file",
     "provider_request",
+    "read_transcript_argument",
     "section_json",
     "window_tokens",
 ]
@@ -85,20 +89,55 @@ def add_transcript_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", metavar="FILE", help="settings file (.toml or .json, `checkpoint` table)"
     )
+    parser.add_argument(
+        "--lenient",
+        action="store_true",
+        help="skip malformed lines (listed on stderr) instead of refusing the file: a live "
+        "transcript whose last line is still being written",
+    )
 
 
-def load_transcript_file(path_arg: str) -> ImportedTranscript:
+def load_transcript_file(path_arg: str, *, strict: bool = True) -> ImportedTranscript:
     """Import a transcript file with stable ids (blocking: call it in a worker thread).
+
+    Args:
+        path_arg: The file.
+        strict: Refuse the file at its first malformed line; ``False`` skips such
+            lines and lists them in the transcript's ``skipped``.
 
     Raises:
         CliError: The path does not exist or is a directory.
+        TranscriptError: ``strict`` and a line is malformed (file and line named).
     """
     path = Path(path_arg)
     if not path.exists():
         raise CliError(f"{path}: no such file")
     if path.is_dir():
         raise CliError(f"{path}: a directory, not a transcript file")
-    return stable_ids(load_transcript(path))
+    return stable_ids(load_transcript(path, strict=strict))
+
+
+async def read_transcript_argument(
+    args: argparse.Namespace, streams: Streams
+) -> ImportedTranscript:
+    """The ``FILE`` of a transcript command, read as ``--lenient`` says.
+
+    Skipped lines are listed on stderr, one line each (``FILE:LINE: skipped: why``),
+    so the command's own output (its JSON document too) is unchanged.
+    """
+    strict = not bool(args.lenient)
+    try:
+        transcript = await anyio.to_thread.run_sync(
+            lambda: load_transcript_file(cast(str, args.file), strict=strict)
+        )
+    except TranscriptError as exc:
+        if not strict or exc.line is None:
+            raise
+        raise CliError(f"{exc} (--lenient skips malformed lines)") from exc
+    for skipped in transcript.skipped:
+        where = f"{skipped.path}:{skipped.line}" if skipped.line is not None else skipped.path
+        streams.err.write(f"{where}: skipped: {skipped.reason}\n")
+    return transcript
 
 
 def load_cli_config(path: str | None) -> RebuildConfig:

@@ -34,8 +34,8 @@ from mimo_ctx.cli._common import (
     add_transcript_arguments,
     compacted_by_tool,
     load_cli_config,
-    load_transcript_file,
     provider_request,
+    read_transcript_argument,
     section_json,
     window_tokens,
 )
@@ -416,7 +416,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
 
 async def _run(args: argparse.Namespace, streams: Streams) -> int:
     config = load_cli_config(cast("str | None", args.config))
-    transcript = await anyio.to_thread.run_sync(load_transcript_file, args.file)
+    transcript = await read_transcript_argument(args, streams)
     at_arg = cast("str | None", args.at)
     at = resolve_at(transcript, at_arg) if at_arg is not None else None
     memory_arg = cast("str | None", args.memory_root)

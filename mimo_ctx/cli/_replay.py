@@ -20,7 +20,7 @@ from mimo_ctx.cli._common import (
     Streams,
     add_transcript_arguments,
     load_cli_config,
-    load_transcript_file,
+    read_transcript_argument,
     window_tokens,
 )
 from mimo_ctx.cli._output import Output, dump_json, fmt_tokens
@@ -105,7 +105,7 @@ def _sparkline_rows(report: ReplayReport) -> list[str]:
 async def _run(args: argparse.Namespace, streams: Streams) -> int:
     config = load_cli_config(cast("str | None", args.config))
     plot = _plot_target(cast("str | None", args.plot))
-    transcript = await anyio.to_thread.run_sync(load_transcript_file, args.file)
+    transcript = await read_transcript_argument(args, streams)
     report = await replay_transcript(
         transcript,
         window=cast(int, args.window),

@@ -16,6 +16,7 @@ time: ids and the store's ``(time_created, id)`` order then agree.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -266,6 +267,10 @@ def opt_int(obj: Mapping[str, Any], key: str, what: str) -> int | None:
     return value
 
 
+MAX_TIME_MS: Final = 253_402_300_799_999
+"""The last millisecond of year 9999, the latest time an imported record may carry."""
+
+
 def parse_timestamp(value: object, what: str) -> int:
     """An ISO 8601 timestamp (or epoch milliseconds) as epoch ms.
 
@@ -274,6 +279,10 @@ def parse_timestamp(value: object, what: str) -> int:
     if isinstance(value, bool):
         raise BadRecord(f"{what} must be an ISO 8601 time, got boolean")
     if isinstance(value, int | float):
+        # NaN and infinities parse as JSON numbers (Python's json reads them); they
+        # and times past year 9999 are a bad record, never a raw ValueError.
+        if not math.isfinite(value) or value > MAX_TIME_MS:
+            raise BadRecord(f"{what} must be a time in epoch milliseconds, got {value!r}")
         if value < 0:
             raise BadRecord(f"{what} must not be negative")
         return int(value)
