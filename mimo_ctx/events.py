@@ -47,17 +47,34 @@ _log = logging.getLogger("mimo_ctx")
 REDACTED: Final = "[REDACTED]"
 """What :func:`redact_secrets` puts in place of a secret."""
 
-# API keys and credentials as providers and HTTP clients print them: OpenAI and
-# Anthropic keys (sk-...), Google keys (AIza...), bearer/basic credentials, and
-# header or setting values named like a credential.
+# API keys and credentials as providers, SDKs and HTTP clients print them:
+# OpenAI / Anthropic (sk-...), Google (AIza...), GitHub (ghp_, gho_, ghu_, ghs_, ghr_,
+# github_pat_), Groq (gsk_), Hugging Face (hf_), Slack (xoxb-..., xapp-..., webhook
+# URLs), AWS access key ids (AKIA..., ASIA...), bearer/basic credentials, and any
+# header, setting, JSON key or query parameter named like a credential
+# (``password``, ``client_secret``, ``aws_secret_access_key``, ``?token=``...).
+# A name must end at a word boundary, so ``max_tokens=4000`` is not one.
+_CREDENTIAL_NAME = (
+    r"\b(?:proxy-)?authorization\b|\bx-api-key\b|\bx-goog-api-key\b"
+    r"|\bsecret[-_]?access[-_]?key\b"
+    r"|\b(?:[\w-]*[-_])?(?:secret|password|passwd|token|api[-_]?key|apikey|access[-_]?key"
+    r"|private[-_]?key|session[-_]?key|credentials?)\b"
+)
 _SECRETS = re.compile(
     r"\b(?:sk|rk|pk)-[A-Za-z0-9_\-]{12,}"
     r"|\bAIza[0-9A-Za-z_\-]{30,}"
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"
+    r"|\bgsk_[A-Za-z0-9]{20,}"
+    r"|\bhf_[A-Za-z0-9]{20,}"
+    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bxapp-[A-Za-z0-9-]{10,}"
+    r"|https://hooks\.slack\.com/services/[A-Za-z0-9/_-]+"
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
     r"|(?i:\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=\-]{8,}"
-    r"|(?P<name>(?i:\b(?:proxy-)?authorization|\bx-api-key|\bapi[-_]?key|\bx-goog-api-key"
-    r"|\baccess[-_]?token|\bsecret|\bpassword))"
-    r"(?P<sep>[\"']?\s*[:=]\s*[\"']?)(?i:(?:bearer|basic)\s+)?[^\s\"',;}\]]+"
+    rf"|(?P<name>(?i:{_CREDENTIAL_NAME}))"
+    r"(?P<sep>[\"']?\s*[:=]\s*[\"']?)(?i:(?:bearer|basic)\s+)?[^\s\"',;}\]&]+"
 )
+# The password of a URL's user info (``postgresql://user:PASSWORD@host/db``).
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)[^\s@/]+(?=@)")
 
 
 def _mask(match: re.Match[str]) -> str:
@@ -66,7 +83,9 @@ def _mask(match: re.Match[str]) -> str:
 
 
 def redact_secrets(text: str) -> str:
-    """Replace API keys, bearer credentials and credential-named values with ``[REDACTED]``."""
+    """Replace API keys, tokens, bearer credentials, URL passwords and credential-named
+    values with ``[REDACTED]`` (the shapes are listed in the module's source)."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group('head')}{REDACTED}", text)
     return _SECRETS.sub(_mask, text)
 
 

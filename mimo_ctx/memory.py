@@ -49,6 +49,7 @@ from mimo_ctx.session import check_id
 __all__ = [
     "CHECKPOINT_LEARNING_PREFIX",
     "MemoryLayout",
+    "is_hard_link",
     "list_memory_files",
     "read_text",
     "write_text_atomic",
@@ -209,6 +210,17 @@ def _open_nonblocking(path: str, flags: int) -> int:
     return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
 
 
+def is_hard_link(info: os.stat_result) -> bool:
+    """True for a regular file with more than one name (a hard link).
+
+    A path check cannot see where a hard link's other name is: a file linked into a
+    session directory from outside the memory root (or from another session) looks
+    like any file inside it. Memory files are written by atomic rename and have one
+    name, so one with more is refused wherever a memory file is read.
+    """
+    return stat.S_ISREG(info.st_mode) and info.st_nlink > 1
+
+
 def _contained(path: str, root: str | os.PathLike[str], action: str) -> str:
     """The real location of ``path`` (symlinks resolved), refused when outside ``root``."""
     real = os.path.realpath(path)
@@ -264,6 +276,11 @@ async def read_text(
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
                 return None  # a FIFO or a device: reading could block or never end
+            if root is not None and is_hard_link(info):
+                raise PathEscapeError(
+                    f"refusing to read {target!r}: it is a hard link, and its other name may "
+                    "be outside the memory root"
+                )
             identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
             cache_key = (target, max_chars)
             cached = _read_cache.get(cache_key)

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx.errors import StoreError
-from mimo_ctx.memory import CHECKPOINT_LEARNING_PREFIX
+from mimo_ctx.memory import CHECKPOINT_LEARNING_PREFIX, is_hard_link
 
 if TYPE_CHECKING:
     from mimo_ctx.memory import MemoryLayout
@@ -342,6 +342,9 @@ def _scan(scope: _Scope, root_real: str, root: Path) -> tuple[list[_Seen], int]:
             except OSError:
                 continue  # vanished or unreadable between listing and stat
             if not stat.S_ISREG(st.st_mode):
+                continue
+            if is_hard_link(st):
+                skipped += 1  # its other name may be anywhere: never indexed
                 continue
             rel = Path(os.path.relpath(full, root)).as_posix()
             seen.append(_Seen(rel, real, st.st_size, st.st_mtime_ns))

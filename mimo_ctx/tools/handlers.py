@@ -37,6 +37,7 @@ import anyio.to_thread
 
 from mimo_ctx._util import ago, now_ms, one_line
 from mimo_ctx.errors import MimoCtxError, PathEscapeError
+from mimo_ctx.memory import is_hard_link
 from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
     Message,
@@ -516,6 +517,11 @@ class SessionTools:
                 return f"Directory {rel}:\n{listing}"
             if not stat.S_ISREG(st.st_mode):
                 raise _Refused(f"{rel} is not a regular file")
+            if is_hard_link(st):
+                raise PathEscapeError(
+                    f"path {raw!r} is refused: it is a hard link, whose other name may be "
+                    "outside this session's memory"
+                )
             result = _read_lines(real, offset, limit)
             if result is None:
                 raise _Refused(f"{rel} is a binary file; only text files can be read")
