@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +37,10 @@ from mimo_ctx.view import IncrementalView, apply_send_rules
 
 __all__ = [
     "MEMORY_RECHECK_SECONDS",
+    "PREPARED_KEPT",
     "LiveSession",
     "LiveWindow",
+    "SentOn",
     "WindowView",
     "Windows",
     "message_key",
@@ -50,6 +53,9 @@ MEMORY_RECHECK_SECONDS = 1.0
 Measured on the session's own clock (:func:`session_time`), never the wall
 clock, so a replay of a transcript gives the same requests on any machine.
 """
+
+PREPARED_KEPT = 4096
+"""Tasks whose last view's boundary a session remembers (for overflow handling)."""
 
 _SEQ_PROBE = 2**62
 """A change-feed position past any real one: ``changes_since`` then returns only the head."""
@@ -152,10 +158,45 @@ class LiveSession:
     # does not touch the disk every turn.
     has_memory: bool = False
     memory_checked: int | None = None
-    overflow_recovered: set[str] = field(default_factory=set[str])
+    # The boundary of the last view each task was given, per agent: which rebuild a
+    # request that then overflowed was built on (R1.4; the newest entries kept).
+    prepared: OrderedDict[tuple[int, str], str | None] = field(
+        default_factory=OrderedDict[tuple[int, str], str | None]
+    )
+    # Overflows of a request built on (or not known to predate) the rebuild of its
+    # usage answered "retry": once per (usage, boundary), so no caller can loop.
+    overflow_retried: set[tuple[str, str | None]] = field(
+        default_factory=set[tuple[str, str | None]]
+    )
     # Estimated tokens of the last request prepared per agent: the input of an
     # answer's usage when the provider reports none.
     sent_tokens: dict[str, int] = field(default_factory=dict[str, int])
+
+    def note_view(self, window: LiveWindow) -> None:
+        """Remember the boundary the calling task's view of ``window`` starts at."""
+        key = (anyio.get_current_task().id, window.agent)
+        self.prepared[key] = window.boundary.id if window.boundary is not None else None
+        self.prepared.move_to_end(key)
+        while len(self.prepared) > PREPARED_KEPT:
+            self.prepared.popitem(last=False)
+
+    def built_on(self, agent: str, boundary_id: str | None = None, *, known: bool) -> SentOn:
+        """What a failed request of ``agent`` was built on: the caller's view when
+        ``known``, else the last view this task was given, else unknown."""
+        if known:
+            return SentOn(boundary_id, known=True)
+        key = (anyio.get_current_task().id, agent)
+        if key in self.prepared:
+            return SentOn(self.prepared[key], known=True)
+        return SentOn(None, known=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SentOn:
+    """The boundary a request was built on (``known=False``: not known here)."""
+
+    boundary_id: str | None
+    known: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +353,7 @@ class Windows:
                 js_json(prefix.tools)
             )
         sendable, tokens, user = self._current(window)
+        state.note_view(window)
         tokens += state.prefix_tokens
         # A new list: the caller may change it; the engine's stays as it is.
         sendable = list(sendable)

@@ -449,37 +449,38 @@ class ContextMiddleware:
         )
 
     async def on_error(
-        self, session_id: str, error: BaseException, *, agent: str = MAIN_AGENT
+        self,
+        session_id: str,
+        error: BaseException,
+        *,
+        agent: str = MAIN_AGENT,
+        view: RequestView | None = None,
     ) -> bool:
         """Handle a failed request.
 
+        Callers overflowing for one usage at once: the first rebuilds, the others
+        wait for it and retry on its result. ``view`` is the request that failed
+        (default: the last view this task was given).
+
         Returns:
-            ``True`` when the error was a context overflow and a rebuild ran: retry
-            the request once (with a fresh :meth:`prepare`). ``False`` for any other
-            error: re-raise it unchanged.
+            ``True`` when the error was a context overflow and the request should be
+            sent again (with a fresh :meth:`prepare`): a rebuild ran, or one ran
+            since the request was built. ``False`` for any other error: re-raise it
+            unchanged.
 
         Raises:
-            ContextOverflowError: The provider overflowed again for a usage that was
-                already recovered (no loop, SPEC R1.4).
+            ContextOverflowError: The request was built on the rebuild of its usage
+                and overflowed again after its one retry (no loop, SPEC R1.4; the
+                rebuild is never run again just to be refused), or none could run.
         """
         if not is_context_overflow(error):
             return False
         state = self._state(session_id)
+        sent = state.built_on(agent, view.boundary_id if view else None, known=bool(view))
         async with state.lock:
-            window = await self._windows.refresh(session_id, state, agent)
-            usage_key = window.usage_key
-            if usage_key in state.overflow_recovered:
-                raise ContextOverflowError(
-                    f"session {session_id}: the provider still reports a context overflow "
-                    "after a rebuild for the same usage; not retrying again"
-                ) from error
-            state.overflow_recovered.add(usage_key)
-            report = await self._rebuilder.recover(session_id, state, agent, trigger="overflow")
-        if report.boundary_id is None and report.outcome != "already-recovered":
-            raise ContextOverflowError(
-                f"session {session_id}: context overflow and the rebuild could not run "
-                f"(outcome {report.outcome})"
-            ) from error
+            answer = await self._rebuilder.overflow(session_id, state, agent, sent=sent)
+        if not answer.retry:
+            raise ContextOverflowError(f"session {session_id}: {answer.reason}") from error
         return True
 
     async def turn(
@@ -508,7 +509,7 @@ class ContextMiddleware:
         try:
             reply = await call(view)
         except Exception as exc:
-            if not await self.on_error(session_id, exc, agent=agent):
+            if not await self.on_error(session_id, exc, agent=agent, view=view):
                 raise
             view = await self.prepare(session_id, agent=agent)
             try:

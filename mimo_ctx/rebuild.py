@@ -32,7 +32,7 @@ from typing import Final, Literal
 import anyio
 
 from mimo_ctx._util import now_ms
-from mimo_ctx._window import LiveSession, Windows
+from mimo_ctx._window import LiveSession, SentOn, Windows
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint import OfflineCheckpointWriter, WriterRequest
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
@@ -82,6 +82,7 @@ from mimo_ctx.view import apply_send_rules
 __all__ = [
     "OPEN_ROUND_SHARE",
     "REBUILD_OUTCOMES",
+    "OverflowAnswer",
     "RebuildOutcome",
     "RebuildReport",
     "Rebuilder",
@@ -150,6 +151,21 @@ class RebuildReport:
     sections: RenderedBody | None = None
     fallback: Literal["compaction"] | None = None
     over_line: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OverflowAnswer:
+    """What to do about a provider overflow (:meth:`Rebuilder.overflow`).
+
+    Attributes:
+        retry: Send the request again, prepared afresh.
+        reason: Why not, when ``retry`` is false.
+        report: The rebuild that ran for it, if one ran.
+    """
+
+    retry: bool
+    reason: str = ""
+    report: RebuildReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +262,49 @@ class Rebuilder:
         if agent == MAIN_AGENT:
             return await self.rebuild(session_id, state, trigger=trigger)
         return await self.compact_agent(session_id, state, agent)
+
+    async def overflow(
+        self, session_id: str, state: LiveSession, agent: str, *, sent: SentOn
+    ) -> OverflowAnswer:
+        """Answer a provider overflow of a request of ``agent`` built on ``sent``.
+
+        * A boundary newer than the last usage exists (R1.4): when the request was
+          built before it (another task or worker rebuilt meanwhile: a late caller
+          of one usage), retry on it without rebuilding again. When it was built on
+          it (or this process does not know), the rebuilt request itself
+          overflowed: running the rebuild again would only be refused, so it is not
+          run; the request is retried once per usage and boundary (the model may
+          answer and report fresh usage, R1.4), then the answer is "give up".
+        * Otherwise rebuild (concurrent callers of this process queue on the
+          session's lock meanwhile, then find the usage recovered: they retry).
+        """
+        window = await self._windows.refresh(session_id, state, agent)
+        current = window.boundary.id if window.boundary is not None else None
+        if window.recovered:
+            if sent.known and sent.boundary_id != current:
+                return OverflowAnswer(retry=True)
+            key = (window.usage_key, current)
+            if key not in state.overflow_retried:
+                state.overflow_retried.add(key)
+                return OverflowAnswer(retry=True)
+            return OverflowAnswer(
+                retry=False,
+                reason="the provider still reports a context overflow after a rebuild for "
+                "the same usage; not retrying again",
+            )
+        report = await self.recover(session_id, state, agent, trigger="overflow")
+        if report.boundary_id is None and report.outcome != "already-recovered":
+            return OverflowAnswer(
+                retry=False,
+                reason=f"context overflow and the rebuild could not run (outcome {report.outcome})",
+                report=report,
+            )
+        # This rebuild is the usage's one retry: an overflow of the rebuilt request
+        # is refused (SPEC R1.4, no loop).
+        rebuilt = state.windows[agent]
+        boundary = rebuilt.boundary.id if rebuilt.boundary is not None else None
+        state.overflow_retried.add((rebuilt.usage_key, boundary))
+        return OverflowAnswer(retry=True, report=report)
 
     async def compact_agent(self, session_id: str, state: LiveSession, agent: str) -> RebuildReport:
         """Insert a plain compaction into a sub-agent's history (only the main agent is rebuilt)."""
@@ -558,7 +617,9 @@ class Rebuilder:
         # Beyond the original: a rebuild in the middle of a tool loop keeps the last
         # tool round (the call and its results) live and uncleared, so the model can
         # "respond to the tool results below" (R5.8) instead of re-running the call.
-        live_round = open_tool_round(tail)
+        # Not a manual /rebuild: it happens when idle, so the whole tail is folded
+        # (R7.4), the last round included.
+        live_round = [] if trigger == "manual" else open_tool_round(tail)
         if sum(estimate_message_tokens(m) for m in live_round) > self._usable * OPEN_ROUND_SHARE:
             # A round this large is what overflowed: fold and clear it like the rest.
             live_round = []

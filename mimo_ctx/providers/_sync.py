@@ -299,7 +299,9 @@ class RecoveringCall(Generic[_P, _R]):
                 f"session {self.session_id}: the request still overflows the context "
                 "window after a rebuild; not retrying again"
             ) from error
-        if not await self.middleware.on_error(self.session_id, error, agent=self.agent):
+        if not await self.middleware.on_error(
+            self.session_id, error, agent=self.agent, view=self.view
+        ):
             raise error
         self.retried = True
         payload = await self._payload()
