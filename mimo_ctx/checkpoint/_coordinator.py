@@ -758,16 +758,22 @@ async def _empty_folded_notes(path: Path, folded: str, *, root: Path) -> None:
 
 
 def _drop_prefix(path: Path, prefix: str, root: Path) -> None:
+    # Bytes, not text: the folded text was decoded with replacements, so a file
+    # holding invalid UTF-8 (or a byte-order mark, or ``\r\n``) does not start with
+    # the prefix's own encoding and is kept whole; the rest of a file that does is
+    # copied byte for byte, invalid bytes included. Nothing the writer did not
+    # fold in exactly is rewritten.
+    expected = prefix.encode("utf-8", errors="surrogatepass")
     try:
         real = Path(os.path.realpath(path))
         if not real.is_relative_to(os.path.realpath(root)):
             return
-        with real.open(encoding="utf-8", errors="replace", newline="") as source:
-            if source.read(len(prefix)) != prefix:
+        with real.open("rb") as source:
+            if source.read(len(expected)) != expected:
                 return
             temporary = real.with_name(f".{real.name}.{uuid.uuid4().hex}.tmp")
             try:
-                with temporary.open("w", encoding="utf-8", newline="") as target:
+                with temporary.open("wb") as target:
                     shutil.copyfileobj(source, target, 1 << 20)
                     target.flush()
                     os.fsync(target.fileno())

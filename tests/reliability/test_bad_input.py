@@ -616,3 +616,44 @@ def test_unserialisable_part_counts_a_fixed_estimate() -> None:
     """A2: a part whose JSON serialisation fails counts 1000 tokens."""
     message = assistant_with_tool("ses_x", at=now_ms(), usage=1, arguments={"a": _deep(5000)})
     assert estimate_message_tokens(message) == UNSERIALISABLE_PART_TOKENS
+
+
+async def test_writer_keeps_invalid_utf8_notes_byte_for_byte(tmp_path: Path) -> None:
+    """notes.md with invalid UTF-8: folding reads it with U+FFFD, so the file is kept
+    whole, its original bytes unchanged (nothing is lost; folding twice is harmless)."""
+    async with ContextMiddleware(InMemoryStore(), tmp_path / "mem", model=LIMITS) as mw:
+        session = await mw.open_session(system=SYSTEM)
+        await fill_to_trigger(mw, session.id, final_usage=80_000)
+        notes = mw.layout.notes_path(session.id)
+        notes.parent.mkdir(parents=True, exist_ok=True)
+        blob = b"- keep the caf\xe9 \xff\xfe marker ZQX\n- second note\n"
+        notes.write_bytes(blob)
+        assert await mw.start_writer(session.id, reason="notes") == "started"
+        assert await mw.wait_for_writer(session.id, timeout=60) == "finished"
+        assert "marker ZQX" in mw.layout.checkpoint_path(session.id).read_text("utf-8")
+        assert notes.read_bytes() == blob
+
+
+async def test_writer_keeps_the_unfolded_rest_of_notes_byte_for_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the part of notes.md the writer read is removed; the rest, invalid bytes
+    included, stays exactly as it was."""
+    from mimo_ctx.checkpoint import _coordinator
+
+    monkeypatch.setattr(_coordinator, "WRITER_MAX_CHARS", 32)
+    async with ContextMiddleware(InMemoryStore(), tmp_path / "mem", model=LIMITS) as mw:
+        session = await mw.open_session(system=SYSTEM)
+        await fill_to_trigger(mw, session.id, final_usage=80_000)
+        notes = mw.layout.notes_path(session.id)
+        notes.parent.mkdir(parents=True, exist_ok=True)
+        head = b"- the first note, plain ascii\n"
+        rest = b"- a later note with caf\xe9 \xff bytes\n"
+        assert len(head) < 32 < len(head + rest)
+        notes.write_bytes(head + rest)
+        assert await mw.start_writer(session.id, reason="notes") == "started"
+        assert await mw.wait_for_writer(session.id, timeout=60) == "finished"
+        remaining = notes.read_bytes()
+        assert rest[-12:] in remaining
+        assert (head + rest).endswith(remaining)
+        assert b"\xe9 \xff" in remaining
