@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
 from mimo_ctx.checkpoint.lease import LeaseHolder, check_lease_ttl
 from mimo_ctx.errors import StoreError
+from mimo_ctx.store._pg_base import PostgresBase
 from mimo_ctx.store._pg_driver import DB_ERRORS, Connection, connect
 from mimo_ctx.store._pg_schema import render
-
-if TYPE_CHECKING:
-    from mimo_ctx.store.postgres import PostgresStore
 
 __all__ = ["PostgresWriterLease"]
 
@@ -35,7 +33,7 @@ class PostgresWriterLease:
 
     def __init__(
         self,
-        store: PostgresStore,
+        store: PostgresBase,
         *,
         listen: bool = True,
         min_poll_interval: float = 0.05,
@@ -44,7 +42,8 @@ class PostgresWriterLease:
         """Use ``store``'s database, schema and pool.
 
         Args:
-            store: The store whose database holds the leases.
+            store: The :class:`~mimo_ctx.store.postgres.PostgresStore` whose database
+                holds the leases.
             listen: Learn of releases through ``LISTEN`` on one extra connection;
                 without it, through polling alone.
             min_poll_interval: First polling delay in seconds; doubled each poll.

@@ -31,20 +31,17 @@ Design:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sqlite3
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, Literal, TypeVar
+from collections.abc import Sequence
+from typing import Final, Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx._util import now_ms
 from mimo_ctx.errors import StoreError
-from mimo_ctx.messages import MAIN_AGENT, Message, set_insert_seq
+from mimo_ctx.messages import MAIN_AGENT, Message
 from mimo_ctx.session import (
     ACTIVE_ACTOR_STATUSES,
     Actor,
@@ -54,7 +51,14 @@ from mimo_ctx.session import (
     Task,
     task_order_key,
 )
-from mimo_ctx.store._sqlite_schema import SCHEMA_VERSION, open_database, write_transaction
+from mimo_ctx.store._sqlite_base import (
+    SQL_CURRENT_SEQ,
+    AlreadyCommitted,
+    SQLiteBase,
+    message_row,
+    read_transaction,
+)
+from mimo_ctx.store._sqlite_schema import SCHEMA_VERSION, write_transaction
 from mimo_ctx.store.base import (
     HeadMove,
     HostIndex,
@@ -64,7 +68,6 @@ from mimo_ctx.store.base import (
     check_rebuild_arguments,
     check_user_message_window,
 )
-from mimo_ctx.tokens import estimate_message_tokens
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -95,33 +98,12 @@ _SQL_NEWER_BOUNDARY: Final = (
 _SQL_CHANGES: Final = (
     f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
-_SQL_CURRENT_SEQ: Final = "SELECT value FROM counters WHERE name = 'seq'"
 # The watermark is the writer's (set_watermark) and the state changes field by
 # field (update_session_state): replacing the session from an older copy keeps both.
 _SQL_REPLACE_SESSION: Final = (
     "UPDATE sessions SET time_created = ?, payload = json_set(?,"
     " '$.watermark', json_extract(payload, '$.watermark'),"
     " '$.state', json(json_extract(payload, '$.state'))) WHERE id = ?"
-)
-_SQL_INSERT_MESSAGE: Final = (
-    "INSERT INTO messages (id, session_id, agent, role, time_created, is_boundary,"
-    " is_finished_assistant, token_estimate, payload, off_branch, seq, insert_seq)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-# A known id of another session is left alone (no row returned): messages never move.
-# insert_seq is left alone on an update, as below.
-_SQL_UPSERT_MESSAGE: Final = (
-    _SQL_INSERT_MESSAGE + " ON CONFLICT (id) DO UPDATE SET agent = excluded.agent,"
-    " role = excluded.role, time_created = excluded.time_created,"
-    " is_boundary = excluded.is_boundary, is_finished_assistant = excluded.is_finished_assistant,"
-    " token_estimate = excluded.token_estimate, payload = excluded.payload, seq = excluded.seq"
-    " WHERE messages.session_id = excluded.session_id RETURNING insert_seq"
-)
-# insert_seq is left alone: an update keeps the insertion's place in the write order.
-_SQL_UPDATE_MESSAGE: Final = (
-    "UPDATE messages SET agent = ?, role = ?, time_created = ?, is_boundary = ?,"
-    " is_finished_assistant = ?, token_estimate = ?, payload = ?, off_branch = ?, seq = ?"
-    " WHERE id = ? AND session_id = ? RETURNING insert_seq"
 )
 _SQL_HOST_NODES: Final = (
     "SELECT chain, parent, fingerprint, depth, message_ids, seq FROM host_nodes"
@@ -133,62 +115,12 @@ _SQL_INSERT_HOST_NODE: Final = (
     " message_ids, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
-# Row of a message as written: id, session_id, agent, role, time_created,
-# is_boundary, is_finished_assistant, token_estimate, payload, off_branch.
-_MessageRow = tuple[str, str, str, str, int, int, int, int, str, int]
 
 _ACTIVE_STATUSES_SQL: Final = ", ".join(f"'{s}'" for s in sorted(ACTIVE_ACTOR_STATUSES))
 _SQLITE_MAX_INT: Final = 2**63 - 1
-_IN_CHUNK: Final = 500  # ids per "IN (...)" lookup, well under SQLite's variable limit
-_WRITTEN_ENTRIES: Final = 512
-_WRITTEN_CHARS: Final = 16_000_000
 
 
-class _AlreadyCommitted(Exception):
-    """Internal: the usage key of a rebuild is taken; roll back and answer False."""
-
-
-def _message_row(message: Message) -> _MessageRow:
-    try:
-        payload = message.model_dump_json()
-    except (ValueError, RecursionError) as exc:
-        # Bytes that are not UTF-8 or nesting beyond the serialiser's limit in a tool
-        # input: refuse the write, naming the message, rather than fail raw.
-        raise StoreError(
-            f"message {message.id!r} cannot be stored as JSON ({exc}); nothing written"
-        ) from exc
-    # Off-branch messages are never the newest boundary or finished answer.
-    listed = not message.off_branch
-    return (
-        message.id,
-        message.session_id,
-        message.agent,
-        message.role,
-        message.time_created,
-        int(listed and message.is_boundary),
-        int(listed and message.role == "assistant" and message.finish is not None),
-        estimate_message_tokens(message),
-        payload,
-        int(message.off_branch),
-    )
-
-
-def _read_transaction(conn: sqlite3.Connection, body: Callable[[], _T]) -> _T:
-    """Run ``body`` on one consistent snapshot (several SELECTs that must agree)."""
-    conn.execute("BEGIN")
-    try:
-        return body()
-    finally:
-        if conn.in_transaction:
-            conn.execute("COMMIT")
-
-
-def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-class SQLiteStore(SQLiteWorker):
+class SQLiteStore(SQLiteBase):
     """A :class:`~mimo_ctx.store.base.Store` in one SQLite file (the embedded default).
 
     The file is opened on first use; ``await SQLiteStore.open(path)`` or
@@ -199,38 +131,6 @@ class SQLiteStore(SQLiteWorker):
         >>> async with SQLiteStore("agent.db") as store:  # doctest: +SKIP
         ...     await store.create_session(Session(time_created=0))
     """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        busy_timeout: float = 30.0,
-        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
-        read_only: bool = False,
-    ) -> None:
-        """Prepare a store on ``path`` (nothing is opened yet).
-
-        Args:
-            path: The database file, created with its schema if missing, or
-                ``":memory:"``.
-            busy_timeout: Seconds a write waits for another connection (another
-                process) holding the write lock before failing.
-            synchronous: SQLite's ``synchronous`` setting (see the module docstring).
-            read_only: Open an existing store without writing anything to the file
-                (a file holding no store is refused, not created; a read-only mount
-                works); every write then raises ``StoreError``.
-        """
-        if busy_timeout < 0:
-            raise StoreError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
-        if synchronous not in ("NORMAL", "FULL"):
-            raise StoreError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
-        super().__init__(path, label="SQLite store")
-        self._busy_timeout = busy_timeout
-        # Messages this store wrote, by (id, change-feed number): see _remember.
-        self._written: OrderedDict[tuple[str, int], tuple[Message, int]] = OrderedDict()
-        self._written_chars = 0
-        self._synchronous: Literal["NORMAL", "FULL"] = synchronous
-        self._read_only = read_only
 
     @classmethod
     async def open(
@@ -250,162 +150,6 @@ class SQLiteStore(SQLiteWorker):
         store = cls(path, busy_timeout=busy_timeout, synchronous=synchronous, read_only=read_only)
         await store._run(lambda _conn: None)
         return store
-
-    # -- plumbing (the worker thread is SQLiteWorker's) --------------------------
-    def _connect(self) -> sqlite3.Connection:
-        return open_database(
-            self._path,
-            busy_timeout=self._busy_timeout,
-            synchronous=self._synchronous,
-            read_only=self._read_only,
-        )
-
-    def _load_message(self, row: tuple[Any, ...]) -> Message:
-        message_id, seq, estimate, insert_seq, payload = row
-        written = self._written.get((message_id, seq))
-        if written is not None:
-            # This store wrote exactly this version (same id, same change-feed
-            # number): the object it was given is what the payload parses to.
-            return written[0]
-        message = self._parse(Message, payload)
-        # The row's estimate was computed from this very payload at write time.
-        message._token_estimate = int(estimate)  # pyright: ignore[reportPrivateUsage]
-        set_insert_seq(message, int(insert_seq))
-        return message
-
-    def _parse(self, model: type[_M], payload: str) -> _M:
-        try:
-            return model.model_validate_json(payload)
-        except ValidationError as exc:
-            if any(e["type"] == "json_invalid" for e in exc.errors()):
-                # pydantic-core's JSON parser stops at 200 levels of nesting and its
-                # serialiser only at about 250: a tool input nested in between was
-                # written and must read back. The stdlib parser goes deeper.
-                with contextlib.suppress(ValueError, RecursionError):
-                    return model.model_validate(json.loads(payload))
-            raise StoreError(
-                f"SQLite store {self._path}: a stored {model.__name__} is invalid: {exc}"
-            ) from exc
-
-    def _remember(
-        self,
-        messages: Sequence[Message],
-        rows: Sequence[_MessageRow],
-        seqs: Sequence[int],
-        insert_seqs: Sequence[int],
-    ) -> None:
-        """Stamp the messages just committed and keep them, by (id, change-feed number).
-
-        A message this store wrote is read back (the change feed after a record or
-        a rebuild, a listing) without parsing its payload again. The key names one
-        version: another process's write of the same id takes a new number. Bounded
-        in entries and in payload characters, oldest out first. Runs on the worker
-        thread after the commit, before any other call can read these rows.
-        """
-        written = self._written
-        for message, row, seq, insert_seq in zip(messages, rows, seqs, insert_seqs, strict=True):
-            set_insert_seq(message, insert_seq)
-            written[(message.id, seq)] = (message, len(row[8]))
-            self._written_chars += len(row[8])
-        while written and (len(written) > _WRITTEN_ENTRIES or self._written_chars > _WRITTEN_CHARS):
-            _, (_, chars) = written.popitem(last=False)
-            self._written_chars -= chars
-
-    @staticmethod
-    def _next_seq(conn: sqlite3.Connection) -> int:
-        """The number the next write takes. Inside a write transaction."""
-        return int(conn.execute(_SQL_CURRENT_SEQ).fetchone()[0]) + 1
-
-    @staticmethod
-    def _session_exists(conn: sqlite3.Connection, session_id: str) -> bool:
-        row = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        return row is not None
-
-    @staticmethod
-    def _take_seqs(conn: sqlite3.Connection, count: int) -> int:
-        """Reserve ``count`` sequence numbers; return the first. Inside a write tx."""
-        current = int(conn.execute(_SQL_CURRENT_SEQ).fetchone()[0])
-        conn.execute("UPDATE counters SET value = ? WHERE name = 'seq'", (current + count,))
-        return current + 1
-
-    def _insert_messages(
-        self, conn: sqlite3.Connection, rows: Sequence[_MessageRow], what: str
-    ) -> int:
-        """Validate and insert new message rows; return the first one's seq. Inside a write tx."""
-        for session_id in {r[1] for r in rows}:
-            if not self._session_exists(conn, session_id):
-                raise StoreError(f"{what}: unknown session {session_id!r}; nothing written")
-        ids = [r[0] for r in rows]
-        for chunk in _chunks(ids, _IN_CHUNK):
-            marks = ",".join("?" * len(chunk))
-            found = conn.execute(
-                f"SELECT id FROM messages WHERE id IN ({marks})", tuple(chunk)
-            ).fetchone()
-            if found is not None:
-                raise StoreError(f"{what}: message id {found[0]!r} already exists; nothing written")
-        first = self._take_seqs(conn, len(rows))
-        conn.executemany(
-            _SQL_INSERT_MESSAGE, [(*r, first + i, first + i) for i, r in enumerate(rows)]
-        )
-        return first
-
-    def _update_messages(
-        self,
-        conn: sqlite3.Connection,
-        rows: Sequence[_MessageRow],
-        what: str,
-        session_id: str | None = None,
-    ) -> list[int]:
-        """Replace existing message rows; return their insert_seqs. Inside a write tx."""
-        if not rows:
-            return []
-        kept: list[int] = []
-        first = self._take_seqs(conn, len(rows))
-        for i, r in enumerate(rows):
-            mid, sid = r[0], r[1]
-            if session_id is not None and sid != session_id:
-                raise StoreError(
-                    f"{what}: message {mid!r} belongs to session {sid!r}, not "
-                    f"{session_id!r}; nothing written"
-                )
-            found = conn.execute(_SQL_UPDATE_MESSAGE, (*r[2:], first + i, mid, sid)).fetchone()
-            if found is not None:
-                kept.append(int(found[0]))
-            else:
-                stored = conn.execute(
-                    "SELECT session_id FROM messages WHERE id = ?", (mid,)
-                ).fetchone()
-                if stored is None:
-                    raise StoreError(f"{what}: message {mid!r} does not exist; nothing written")
-                raise StoreError(
-                    f"{what}: message {mid!r} belongs to session {stored[0]!r}, "
-                    f"not {sid!r}; nothing written"
-                )
-        return kept
-
-    def _upsert_messages(
-        self, conn: sqlite3.Connection, rows: Sequence[_MessageRow]
-    ) -> tuple[int, list[int]]:
-        """Insert new rows and replace known ones; the first seq and each insert_seq."""
-        for session_id in {r[1] for r in rows}:
-            if not self._session_exists(conn, session_id):
-                raise StoreError(
-                    f"upsert_messages: unknown session {session_id!r}; nothing written"
-                )
-        first = self._take_seqs(conn, len(rows))
-        kept: list[int] = []
-        for i, r in enumerate(rows):
-            found = conn.execute(_SQL_UPSERT_MESSAGE, (*r, first + i, first + i)).fetchone()
-            if found is None:
-                stored = conn.execute(
-                    "SELECT session_id FROM messages WHERE id = ?", (r[0],)
-                ).fetchone()
-                raise StoreError(
-                    f"upsert_messages: message {r[0]!r} belongs to session "
-                    f"{stored[0] if stored else None!r}, not {r[1]!r}; nothing written"
-                )
-            kept.append(int(found[0]))
-        return first, kept
 
     # -- sessions -------------------------------------------------------------
     async def create_session(self, session: Session) -> None:
@@ -540,7 +284,7 @@ class SQLiteStore(SQLiteWorker):
 
         def run(conn: sqlite3.Connection) -> None:
             # Serialise before taking the write lock, to hold it briefly.
-            rows = [_message_row(m) for m in batch]
+            rows = [message_row(m) for m in batch]
             first = write_transaction(
                 conn, lambda: self._insert_messages(conn, rows, "append_messages")
             )
@@ -561,7 +305,7 @@ class SQLiteStore(SQLiteWorker):
             return
 
         def run(conn: sqlite3.Connection) -> None:
-            rows = [_message_row(m) for m in batch]
+            rows = [message_row(m) for m in batch]
 
             def body() -> tuple[int, list[int]]:
                 first = self._next_seq(conn)
@@ -588,7 +332,7 @@ class SQLiteStore(SQLiteWorker):
             return
 
         def run(conn: sqlite3.Connection) -> None:
-            rows = [_message_row(m) for m in batch]
+            rows = [message_row(m) for m in batch]
             first, kept = write_transaction(conn, lambda: self._upsert_messages(conn, rows))
             self._remember(batch, rows, range(first, first + len(rows)), kept)
 
@@ -738,10 +482,10 @@ class SQLiteStore(SQLiteWorker):
         def run(conn: sqlite3.Connection) -> tuple[list[Message], int]:
             def body() -> tuple[list[Message], int]:
                 rows = conn.execute(_SQL_CHANGES, (session_id, seq)).fetchall()
-                current = int(conn.execute(_SQL_CURRENT_SEQ).fetchone()[0])
+                current = int(conn.execute(SQL_CURRENT_SEQ).fetchone()[0])
                 return [self._load_message(r) for r in rows], current
 
-            return _read_transaction(conn, body)
+            return read_transaction(conn, body)
 
         return await self._run(run)
 
@@ -767,8 +511,8 @@ class SQLiteStore(SQLiteWorker):
         check_rebuild_arguments(session_id, boundary, batch)
 
         def run(conn: sqlite3.Connection) -> bool:
-            boundary_row = _message_row(boundary)
-            rows = [_message_row(m) for m in batch]
+            boundary_row = message_row(boundary)
+            rows = [message_row(m) for m in batch]
 
             def body() -> tuple[int, list[int]]:
                 if not self._session_exists(conn, session_id):
@@ -782,14 +526,14 @@ class SQLiteStore(SQLiteWorker):
                         (session_id, usage_key, boundary.id, now_ms()),
                     )
                 except sqlite3.IntegrityError:
-                    raise _AlreadyCommitted from None
+                    raise AlreadyCommitted from None
                 # Inside the same transaction: a boundary inserted after the usage
                 # message already recovered it (R1.4), whoever wrote it.
                 newer = conn.execute(
                     _SQL_NEWER_BOUNDARY, (boundary.agent, usage_key, session_id)
                 ).fetchone()
                 if newer is not None:
-                    raise _AlreadyCommitted
+                    raise AlreadyCommitted
                 first = self._insert_messages(conn, [boundary_row], "commit_rebuild")
                 kept = self._update_messages(conn, rows, "commit_rebuild", session_id)
                 if state is not None:
@@ -798,7 +542,7 @@ class SQLiteStore(SQLiteWorker):
 
             try:
                 first, kept = write_transaction(conn, body)
-            except _AlreadyCommitted:
+            except AlreadyCommitted:
                 return False
             # The boundary took `first`, the updated messages the numbers after it.
             self._remember(
@@ -820,7 +564,7 @@ class SQLiteStore(SQLiteWorker):
             def body() -> HostIndex:
                 rows = conn.execute(_SQL_HOST_NODES, (session_id, agent, since)).fetchall()
                 head = conn.execute(_SQL_HOST_HEAD, (session_id, agent)).fetchone()
-                current = int(conn.execute(_SQL_CURRENT_SEQ).fetchone()[0])
+                current = int(conn.execute(SQL_CURRENT_SEQ).fetchone()[0])
                 nodes = [
                     HostNode(
                         chain=str(r[0]),
@@ -836,7 +580,7 @@ class SQLiteStore(SQLiteWorker):
                     nodes=nodes, head=None if head is None else str(head[0]), seq=current
                 )
 
-            return _read_transaction(conn, body)
+            return read_transaction(conn, body)
 
         return await self._run(run)
 
@@ -860,8 +604,8 @@ class SQLiteStore(SQLiteWorker):
         _reject_repeated_ids(new, "commit_host_history")
 
         def run(conn: sqlite3.Connection) -> bool:
-            new_rows = [_message_row(m) for m in new]
-            changed_rows = [_message_row(m) for m in changed]
+            new_rows = [message_row(m) for m in new]
+            changed_rows = [message_row(m) for m in changed]
 
             def body() -> None:
                 if not self._session_exists(conn, session_id):
@@ -869,7 +613,7 @@ class SQLiteStore(SQLiteWorker):
                 if move is not None:
                     row = conn.execute(_SQL_HOST_HEAD, (session_id, agent)).fetchone()
                     if (None if row is None else str(row[0])) != move.expected:
-                        raise _AlreadyCommitted
+                        raise AlreadyCommitted
                 if nodes:
                     first = self._take_seqs(conn, len(nodes))
                     try:
@@ -892,7 +636,7 @@ class SQLiteStore(SQLiteWorker):
                     except sqlite3.IntegrityError:
                         # The primary key, not a prior check, decides which of two
                         # workers stores a host message.
-                        raise _AlreadyCommitted from None
+                        raise AlreadyCommitted from None
                 if new_rows:
                     self._insert_messages(conn, new_rows, "commit_host_history")
                 self._update_messages(conn, changed_rows, "commit_host_history", session_id)
@@ -905,7 +649,7 @@ class SQLiteStore(SQLiteWorker):
 
             try:
                 write_transaction(conn, body)
-            except _AlreadyCommitted:
+            except AlreadyCommitted:
                 return False
             return True
 

@@ -1,0 +1,315 @@
+"""What :class:`~mimo_ctx.store.sqlite.SQLiteStore` stands on (private).
+
+The file opened on the worker thread (:mod:`mimo_ctx.store._sqlite_schema`),
+rows read back into models, and the message writes every write path shares:
+sequence numbers for the change feed, inserts, updates and upserts validated
+inside the caller's transaction. The store's methods, the
+:class:`~mimo_ctx.store.base.Store` contract, are in :mod:`mimo_ctx.store.sqlite`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, Literal, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from mimo_ctx._sqlite_worker import SQLiteWorker
+from mimo_ctx.errors import StoreError
+from mimo_ctx.messages import Message, set_insert_seq
+from mimo_ctx.store._sqlite_schema import open_database
+from mimo_ctx.tokens import estimate_message_tokens
+
+__all__ = [
+    "IN_CHUNK",
+    "SQL_CURRENT_SEQ",
+    "SQL_INSERT_MESSAGE",
+    "SQL_UPDATE_MESSAGE",
+    "SQL_UPSERT_MESSAGE",
+    "WRITTEN_CHARS",
+    "WRITTEN_ENTRIES",
+    "AlreadyCommitted",
+    "MessageRow",
+    "SQLiteBase",
+    "chunks",
+    "message_row",
+    "read_transaction",
+]
+
+_T = TypeVar("_T")
+_M = TypeVar("_M", bound=BaseModel)
+
+SQL_CURRENT_SEQ: Final = "SELECT value FROM counters WHERE name = 'seq'"
+
+SQL_INSERT_MESSAGE: Final = (
+    "INSERT INTO messages (id, session_id, agent, role, time_created, is_boundary,"
+    " is_finished_assistant, token_estimate, payload, off_branch, seq, insert_seq)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+# A known id of another session is left alone (no row returned): messages never move.
+# insert_seq is left alone on an update, as below.
+SQL_UPSERT_MESSAGE: Final = (
+    SQL_INSERT_MESSAGE + " ON CONFLICT (id) DO UPDATE SET agent = excluded.agent,"
+    " role = excluded.role, time_created = excluded.time_created,"
+    " is_boundary = excluded.is_boundary, is_finished_assistant = excluded.is_finished_assistant,"
+    " token_estimate = excluded.token_estimate, payload = excluded.payload, seq = excluded.seq"
+    " WHERE messages.session_id = excluded.session_id RETURNING insert_seq"
+)
+
+# insert_seq is left alone: an update keeps the insertion's place in the write order.
+SQL_UPDATE_MESSAGE: Final = (
+    "UPDATE messages SET agent = ?, role = ?, time_created = ?, is_boundary = ?,"
+    " is_finished_assistant = ?, token_estimate = ?, payload = ?, off_branch = ?, seq = ?"
+    " WHERE id = ? AND session_id = ? RETURNING insert_seq"
+)
+
+# Row of a message as written: id, session_id, agent, role, time_created,
+# is_boundary, is_finished_assistant, token_estimate, payload, off_branch.
+MessageRow = tuple[str, str, str, str, int, int, int, int, str, int]
+
+IN_CHUNK: Final = 500  # ids per "IN (...)" lookup, well under SQLite's variable limit
+
+WRITTEN_ENTRIES: Final = 512
+
+WRITTEN_CHARS: Final = 16_000_000
+
+
+class AlreadyCommitted(Exception):
+    """Internal: the usage key of a rebuild is taken; roll back and answer False."""
+
+
+def message_row(message: Message) -> MessageRow:
+    try:
+        payload = message.model_dump_json()
+    except (ValueError, RecursionError) as exc:
+        # Bytes that are not UTF-8 or nesting beyond the serialiser's limit in a tool
+        # input: refuse the write, naming the message, rather than fail raw.
+        raise StoreError(
+            f"message {message.id!r} cannot be stored as JSON ({exc}); nothing written"
+        ) from exc
+    # Off-branch messages are never the newest boundary or finished answer.
+    listed = not message.off_branch
+    return (
+        message.id,
+        message.session_id,
+        message.agent,
+        message.role,
+        message.time_created,
+        int(listed and message.is_boundary),
+        int(listed and message.role == "assistant" and message.finish is not None),
+        estimate_message_tokens(message),
+        payload,
+        int(message.off_branch),
+    )
+
+
+def read_transaction(conn: sqlite3.Connection, body: Callable[[], _T]) -> _T:
+    """Run ``body`` on one consistent snapshot (several SELECTs that must agree)."""
+    conn.execute("BEGIN")
+    try:
+        return body()
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+
+
+def chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class SQLiteBase(SQLiteWorker):
+    """The file, row loading and message writes of an SQLite store."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 30.0,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        read_only: bool = False,
+    ) -> None:
+        """Prepare a store on ``path`` (nothing is opened yet).
+
+        Args:
+            path: The database file, created with its schema if missing, or
+                ``":memory:"``.
+            busy_timeout: Seconds a write waits for another connection (another
+                process) holding the write lock before failing.
+            synchronous: SQLite's ``synchronous`` setting (see the module docstring).
+            read_only: Open an existing store without writing anything to the file
+                (a file holding no store is refused, not created; a read-only mount
+                works); every write then raises ``StoreError``.
+        """
+        if busy_timeout < 0:
+            raise StoreError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
+        if synchronous not in ("NORMAL", "FULL"):
+            raise StoreError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
+        super().__init__(path, label="SQLite store")
+        self._busy_timeout = busy_timeout
+        # Messages this store wrote, by (id, change-feed number): see _remember.
+        self._written: OrderedDict[tuple[str, int], tuple[Message, int]] = OrderedDict()
+        self._written_chars = 0
+        self._synchronous: Literal["NORMAL", "FULL"] = synchronous
+        self._read_only = read_only
+
+    def _connect(self) -> sqlite3.Connection:
+        return open_database(
+            self._path,
+            busy_timeout=self._busy_timeout,
+            synchronous=self._synchronous,
+            read_only=self._read_only,
+        )
+
+    def _load_message(self, row: tuple[Any, ...]) -> Message:
+        message_id, seq, estimate, insert_seq, payload = row
+        written = self._written.get((message_id, seq))
+        if written is not None:
+            # This store wrote exactly this version (same id, same change-feed
+            # number): the object it was given is what the payload parses to.
+            return written[0]
+        message = self._parse(Message, payload)
+        # The row's estimate was computed from this very payload at write time.
+        message._token_estimate = int(estimate)  # pyright: ignore[reportPrivateUsage]
+        set_insert_seq(message, int(insert_seq))
+        return message
+
+    def _parse(self, model: type[_M], payload: str) -> _M:
+        try:
+            return model.model_validate_json(payload)
+        except ValidationError as exc:
+            if any(e["type"] == "json_invalid" for e in exc.errors()):
+                # pydantic-core's JSON parser stops at 200 levels of nesting and its
+                # serialiser only at about 250: a tool input nested in between was
+                # written and must read back. The stdlib parser goes deeper.
+                with contextlib.suppress(ValueError, RecursionError):
+                    return model.model_validate(json.loads(payload))
+            raise StoreError(
+                f"SQLite store {self._path}: a stored {model.__name__} is invalid: {exc}"
+            ) from exc
+
+    def _remember(
+        self,
+        messages: Sequence[Message],
+        rows: Sequence[MessageRow],
+        seqs: Sequence[int],
+        insert_seqs: Sequence[int],
+    ) -> None:
+        """Stamp the messages just committed and keep them, by (id, change-feed number).
+
+        A message this store wrote is read back (the change feed after a record or
+        a rebuild, a listing) without parsing its payload again. The key names one
+        version: another process's write of the same id takes a new number. Bounded
+        in entries and in payload characters, oldest out first. Runs on the worker
+        thread after the commit, before any other call can read these rows.
+        """
+        written = self._written
+        for message, row, seq, insert_seq in zip(messages, rows, seqs, insert_seqs, strict=True):
+            set_insert_seq(message, insert_seq)
+            written[(message.id, seq)] = (message, len(row[8]))
+            self._written_chars += len(row[8])
+        while written and (len(written) > WRITTEN_ENTRIES or self._written_chars > WRITTEN_CHARS):
+            _, (_, chars) = written.popitem(last=False)
+            self._written_chars -= chars
+
+    @staticmethod
+    def _next_seq(conn: sqlite3.Connection) -> int:
+        """The number the next write takes. Inside a write transaction."""
+        return int(conn.execute(SQL_CURRENT_SEQ).fetchone()[0]) + 1
+
+    @staticmethod
+    def _session_exists(conn: sqlite3.Connection, session_id: str) -> bool:
+        row = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return row is not None
+
+    @staticmethod
+    def _take_seqs(conn: sqlite3.Connection, count: int) -> int:
+        """Reserve ``count`` sequence numbers; return the first. Inside a write tx."""
+        current = int(conn.execute(SQL_CURRENT_SEQ).fetchone()[0])
+        conn.execute("UPDATE counters SET value = ? WHERE name = 'seq'", (current + count,))
+        return current + 1
+
+    def _insert_messages(
+        self, conn: sqlite3.Connection, rows: Sequence[MessageRow], what: str
+    ) -> int:
+        """Validate and insert new message rows; return the first one's seq. Inside a write tx."""
+        for session_id in {r[1] for r in rows}:
+            if not self._session_exists(conn, session_id):
+                raise StoreError(f"{what}: unknown session {session_id!r}; nothing written")
+        ids = [r[0] for r in rows]
+        for chunk in chunks(ids, IN_CHUNK):
+            marks = ",".join("?" * len(chunk))
+            found = conn.execute(
+                f"SELECT id FROM messages WHERE id IN ({marks})", tuple(chunk)
+            ).fetchone()
+            if found is not None:
+                raise StoreError(f"{what}: message id {found[0]!r} already exists; nothing written")
+        first = self._take_seqs(conn, len(rows))
+        conn.executemany(
+            SQL_INSERT_MESSAGE, [(*r, first + i, first + i) for i, r in enumerate(rows)]
+        )
+        return first
+
+    def _update_messages(
+        self,
+        conn: sqlite3.Connection,
+        rows: Sequence[MessageRow],
+        what: str,
+        session_id: str | None = None,
+    ) -> list[int]:
+        """Replace existing message rows; return their insert_seqs. Inside a write tx."""
+        if not rows:
+            return []
+        kept: list[int] = []
+        first = self._take_seqs(conn, len(rows))
+        for i, r in enumerate(rows):
+            mid, sid = r[0], r[1]
+            if session_id is not None and sid != session_id:
+                raise StoreError(
+                    f"{what}: message {mid!r} belongs to session {sid!r}, not "
+                    f"{session_id!r}; nothing written"
+                )
+            found = conn.execute(SQL_UPDATE_MESSAGE, (*r[2:], first + i, mid, sid)).fetchone()
+            if found is not None:
+                kept.append(int(found[0]))
+            else:
+                stored = conn.execute(
+                    "SELECT session_id FROM messages WHERE id = ?", (mid,)
+                ).fetchone()
+                if stored is None:
+                    raise StoreError(f"{what}: message {mid!r} does not exist; nothing written")
+                raise StoreError(
+                    f"{what}: message {mid!r} belongs to session {stored[0]!r}, "
+                    f"not {sid!r}; nothing written"
+                )
+        return kept
+
+    def _upsert_messages(
+        self, conn: sqlite3.Connection, rows: Sequence[MessageRow]
+    ) -> tuple[int, list[int]]:
+        """Insert new rows and replace known ones; the first seq and each insert_seq."""
+        for session_id in {r[1] for r in rows}:
+            if not self._session_exists(conn, session_id):
+                raise StoreError(
+                    f"upsert_messages: unknown session {session_id!r}; nothing written"
+                )
+        first = self._take_seqs(conn, len(rows))
+        kept: list[int] = []
+        for i, r in enumerate(rows):
+            found = conn.execute(SQL_UPSERT_MESSAGE, (*r, first + i, first + i)).fetchone()
+            if found is None:
+                stored = conn.execute(
+                    "SELECT session_id FROM messages WHERE id = ?", (r[0],)
+                ).fetchone()
+                raise StoreError(
+                    f"upsert_messages: message {r[0]!r} belongs to session "
+                    f"{stored[0] if stored else None!r}, not {r[1]!r}; nothing written"
+                )
+            kept.append(int(found[0]))
+        return first, kept
