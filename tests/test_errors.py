@@ -23,6 +23,10 @@ def _public_exceptions() -> set[type[BaseException]]:
         for info in pkgutil.walk_packages(mimo_ctx.__path__, prefix=f"{mimo_ctx.__name__}.")
     ]
     for name in names:
+        if any(part.startswith("_") for part in name.split(".")):
+            # A private module's signals (a rebuild key already taken, ...) are
+            # caught inside the library and never reach a host.
+            continue
         module = importlib.import_module(name)
         for item in getattr(module, "__all__", ()):
             value = getattr(module, item)
