@@ -156,6 +156,12 @@ class PushCaps(_Frozen):
         default=3000, ge=0, description="Checkpoint §10 Design decisions."
     )
     open_notes: int = Field(default=800, ge=0, description="Checkpoint §11 Open notes.")
+    rebuild_focus: int = Field(
+        default=1000, ge=0, description="Ours: the focus text of a manual rebuild, verbatim."
+    )
+    host_section: int = Field(
+        default=2000, ge=0, description="Ours: the section a before_rebuild hook adds."
+    )
 
 
 class TailConfig(_Frozen):
@@ -246,6 +252,8 @@ class RebuildConfig(_Frozen):
         total_cap: **beyond**: optional cap on the whole body, in tokens (R5.9).
         min_freed_fraction: **beyond**: when two consecutive rebuilds each free less
             than this share of the request, automatic rebuilds stop for the session.
+        hook_timeout: Seconds a ``before_rebuild`` / ``after_rebuild`` hook may take;
+            past it the hook is ignored (:mod:`mimo_ctx.hooks`).
     """
 
     checkpoint_enabled: bool = True
@@ -264,6 +272,7 @@ class RebuildConfig(_Frozen):
     activity_arg_chars: int = Field(default=80, ge=2)
     total_cap: int | None = Field(default=None, ge=0)
     min_freed_fraction: float = Field(default=0.10, ge=0, le=1)
+    hook_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
 
     @field_validator("micro_compact_tools", "micro_compact_exclude")
     @classmethod

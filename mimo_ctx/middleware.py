@@ -61,11 +61,12 @@ from mimo_ctx.events import (
     UsageEstimated,
     WriterFinished,
 )
+from mimo_ctx.hooks import AfterRebuild, BeforeRebuild
 from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import MAIN_AGENT, Message, TextPart
 from mimo_ctx.overflow import is_context_overflow
-from mimo_ctx.rebuild import Rebuilder, RebuildReport, Trigger
+from mimo_ctx.rebuild import Rebuilder, RebuildReport, Trigger, describe_rebuild
 from mimo_ctx.reconcile import HostHistory
 from mimo_ctx.session import RequestPrefix, Session
 from mimo_ctx.store.base import Store
@@ -140,6 +141,9 @@ class ContextMiddleware:
         writer_lease: Keeps one checkpoint writer per session across workers that
             share the store (e.g. :class:`~mimo_ctx.store.postgres.PostgresWriterLease`);
             ``None`` keeps that rule inside this process.
+        before_rebuild: An async hook before a rebuild: may add a section of the
+            host's own or cancel an automatic rebuild (:mod:`mimo_ctx.hooks`).
+        after_rebuild: An async hook after every rebuild, with its report.
 
     Example:
         >>> async with ContextMiddleware(store, "memory", model=200_000) as mw:  # doctest: +SKIP
@@ -159,6 +163,8 @@ class ContextMiddleware:
         counter: TokenCounter | None = None,
         memory_index: MemoryIndex | None = None,
         writer_lease: WriterLease | None = None,
+        before_rebuild: BeforeRebuild | None = None,
+        after_rebuild: AfterRebuild | None = None,
     ) -> None:
         self._store = store
         self._config = config = config or RebuildConfig()
@@ -201,6 +207,8 @@ class ContextMiddleware:
             counter=counter,
             usable=self._usable,
             session=self._session,
+            before_rebuild=before_rebuild,
+            after_rebuild=after_rebuild,
         )
         self._sessions = SessionRegistry()
         self._task_group: TaskGroup | None = None
@@ -523,24 +531,26 @@ class ContextMiddleware:
         await self.record(reply)
         return reply
 
-    async def rebuild(self, session_id: str, *, manual: bool = True) -> RebuildReport:
-        """Rebuild now (the ``/rebuild`` command). Starts no model turn (SPEC A3).
+    async def rebuild(
+        self, session_id: str, *, manual: bool = True, focus: str | None = None
+    ) -> RebuildReport:
+        """Rebuild now (the ``/rebuild [focus]`` command). Starts no model turn (SPEC A3).
 
         A manual rebuild folds the whole tail into the activity digest (R7.4) and
-        reports its outcome as a status event.
+        reports its outcome as a status event. ``focus`` is kept verbatim in the body
+        (``# Rebuild focus``) and handed to the checkpoint writer, which runs for it.
         """
         state = self._state(session_id)
         async with state.lock:
             await self._windows.refresh(session_id, state, MAIN_AGENT)
-            report = await self._rebuilder.rebuild(
-                session_id, state, trigger="manual" if manual else "usage"
-            )
+            trigger: Trigger = "manual" if manual else "usage"
+            report = await self._rebuilder.rebuild(session_id, state, trigger=trigger, focus=focus)
         if manual:
             await self._events.emit(
                 StatusChanged(
                     session_id=session_id,
                     time=now_ms(),
-                    status=f"Context rebuild: {report.outcome}",
+                    status=describe_rebuild(report),
                     level="info" if report.boundary_id else "warning",
                 )
             )

@@ -55,6 +55,15 @@ from mimo_ctx.events import (
     UsagePending,
     WaitingForWriter,
 )
+from mimo_ctx.hooks import (
+    AfterRebuild,
+    BeforeRebuild,
+    CancelRebuild,
+    HostSection,
+    RebuildContext,
+    run_after_rebuild,
+    run_before_rebuild,
+)
 from mimo_ctx.memory import MemoryLayout, read_text
 from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
@@ -77,16 +86,21 @@ from mimo_ctx.tokens import (
     estimate_part_tokens,
     estimate_text_tokens,
 )
+from mimo_ctx.triggers import usage_tokens
 from mimo_ctx.view import apply_send_rules
 
 __all__ = [
     "OPEN_ROUND_SHARE",
+    "REBUILD_COMMAND",
     "REBUILD_OUTCOMES",
     "OverflowAnswer",
+    "RebuildCommand",
     "RebuildOutcome",
     "RebuildReport",
     "Rebuilder",
     "Trigger",
+    "describe_rebuild",
+    "rebuild_command",
 ]
 
 Trigger = Literal["usage", "overflow", "manual"]
@@ -108,6 +122,7 @@ RebuildOutcome = Literal[
     "already-recovered",
     "auto-disabled",
     "not-main-agent",
+    "cancelled",
 ]
 """How a rebuild ended.
 
@@ -115,7 +130,8 @@ The first five are the original's (SPEC A3). Ours: ``compacted`` (a plain
 compaction was inserted instead: sub-agents, and the fallback of the outcomes
 that allow it), ``already-recovered`` (R1.4: another task or worker recovered
 this usage first), ``auto-disabled`` (the loop guard stopped automatic rebuilds),
-``not-main-agent`` (only the main agent is rebuilt, R3.1).
+``not-main-agent`` (only the main agent is rebuilt, R3.1), ``cancelled`` (the
+host's ``before_rebuild`` hook cancelled an automatic rebuild, :mod:`mimo_ctx.hooks`).
 """
 
 REBUILD_OUTCOMES: Final[tuple[str, ...]] = RebuildOutcome.__args__  # type: ignore[attr-defined]
@@ -139,6 +155,7 @@ class RebuildReport:
             what stays live after the watermark (the user's own messages, an open
             tool round) leaves no room, so even the smallest body cannot fit. The
             next automatic rebuild would not help either; the loop guard sees it.
+        cancel_reason: Why the host's ``before_rebuild`` hook cancelled it.
     """
 
     outcome: RebuildOutcome
@@ -151,6 +168,7 @@ class RebuildReport:
     sections: RenderedBody | None = None
     fallback: Literal["compaction"] | None = None
     over_line: bool = False
+    cancel_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +210,51 @@ class _Result:
     committed: _Committed | None = None
 
 
+REBUILD_COMMAND: Final = "/rebuild"
+"""The manual rebuild command a user types; ``/rebuild <focus>`` gives it a focus."""
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildCommand:
+    """A ``/rebuild`` command typed by the user.
+
+    Attributes:
+        focus: The text after the command (what the rebuild should keep in view),
+            or ``None`` when there is none.
+    """
+
+    focus: str | None = None
+
+
+def rebuild_command(text: str) -> RebuildCommand | None:
+    """Read ``/rebuild`` or ``/rebuild <focus>`` (the whole message); else ``None``.
+
+    The command must open the message (surrounding whitespace aside) and stand as a
+    word of its own: ``/rebuilding`` is not it. The focus keeps its lines.
+    """
+    stripped = text.strip()
+    if not stripped.startswith(REBUILD_COMMAND):
+        return None
+    rest = stripped[len(REBUILD_COMMAND) :]
+    if rest and not rest[0].isspace():
+        return None
+    return RebuildCommand(rest.strip() or None)
+
+
+def describe_rebuild(report: RebuildReport) -> str:
+    """One line saying how a rebuild ended, for a status or a command's reply.
+
+    ``Context rebuild: rebuilt (52,950 -> 2,814 tokens)``; a cancelled one gives the
+    host's reason.
+    """
+    text = f"Context rebuild: {report.outcome}"
+    if report.cancel_reason is not None:
+        return f"{text} ({report.cancel_reason})"
+    if report.tokens_before is not None and report.tokens_after is not None:
+        return f"{text} ({report.tokens_before:,} -> {report.tokens_after:,} tokens)"
+    return text
+
+
 class Rebuilder:
     """Runs the rebuild pipeline for the middleware (see the module docstring).
 
@@ -209,6 +272,9 @@ class Rebuilder:
         counter: Token counter of the body's section caps.
         usable: The trigger line in tokens; the rebuilt request fits under it.
         session: Reads a session, raising when it is unknown.
+        before_rebuild: The host's hook before a main-agent rebuild (a section of its
+            own, or the cancellation of an automatic rebuild; :mod:`mimo_ctx.hooks`).
+        after_rebuild: The host's hook after it, with the report.
     """
 
     def __init__(
@@ -224,7 +290,11 @@ class Rebuilder:
         counter: TokenCounter | None,
         usable: int,
         session: Callable[[str], Awaitable[Session]],
+        before_rebuild: BeforeRebuild | None = None,
+        after_rebuild: AfterRebuild | None = None,
     ) -> None:
+        self._before = before_rebuild
+        self._after = after_rebuild
         self._windows = windows
         self._store = store
         self._layout = layout
@@ -237,23 +307,50 @@ class Rebuilder:
         self._session = session
 
     async def rebuild(
-        self, session_id: str, state: LiveSession, *, trigger: Trigger
+        self, session_id: str, state: LiveSession, *, trigger: Trigger, focus: str | None = None
     ) -> RebuildReport:
-        """Rebuild the main agent's context from the checkpoint, or fall back to a compaction."""
+        """Rebuild the main agent's context from the checkpoint, or fall back to a compaction.
+
+        The host's hooks run around it (:mod:`mimo_ctx.hooks`); ``focus`` (a manual
+        rebuild's) is kept verbatim in the body and handed to the checkpoint writer.
+        """
         window = state.windows[MAIN_AGENT]
-        usage_key = f"manual:{new_message_id()}" if trigger == "manual" else window.usage_key
-        before = (await self._windows.view(session_id, state, window)).tokens
-        recovers = window.last_finished if trigger != "manual" else None
-        result = await self._rebuild(
-            session_id,
-            state,
-            trigger=trigger,
-            usage_key=usage_key,
-            recovers=recovers,
-            before=before,
-            prefix_tokens=state.prefix_tokens or 0,
+        limit = self._config.hook_timeout
+        context = RebuildContext(
+            session_id, trigger, usage_tokens(window.last_finished), self._usable, focus
         )
-        return await self._adopt(session_id, state, result)
+        answer = await run_before_rebuild(self._before, context, limit=limit)
+        if isinstance(answer, CancelRebuild) and trigger == "usage":
+            # Automatic rebuilds only: the user asked for a manual one, and an
+            # overflow is not answered by waiting (the bound on what a hook can stop).
+            await self._events.emit(
+                StatusChanged(
+                    session_id=session_id,
+                    time=now_ms(),
+                    status=f"Context rebuild cancelled by the host: {answer.reason}",
+                )
+            )
+            report = RebuildReport(
+                outcome="cancelled", trigger=trigger, cancel_reason=answer.reason
+            )
+        else:
+            usage_key = f"manual:{new_message_id()}" if trigger == "manual" else window.usage_key
+            before = (await self._windows.view(session_id, state, window)).tokens
+            recovers = window.last_finished if trigger != "manual" else None
+            result = await self._rebuild(
+                session_id,
+                state,
+                trigger=trigger,
+                usage_key=usage_key,
+                recovers=recovers,
+                before=before,
+                prefix_tokens=state.prefix_tokens or 0,
+                focus=focus,
+                host=answer if isinstance(answer, HostSection) else None,
+            )
+            report = await self._adopt(session_id, state, result)
+        await run_after_rebuild(self._after, context, report, limit=limit)
+        return report
 
     async def recover(
         self, session_id: str, state: LiveSession, agent: str, *, trigger: Trigger
@@ -345,12 +442,15 @@ class Rebuilder:
         recovers: Message | None,
         before: int,
         prefix_tokens: int,
+        focus: str | None = None,
+        host: HostSection | None = None,
     ) -> _Result:
         """Wait, render, insert and commit; fall back where A3 says so.
 
         ``usage_key`` is the usage it recovers (once per usage, R1.4), ``recovers``
         the assistant message that reported it (``None`` for a manual rebuild),
-        ``before`` the request's estimated tokens now.
+        ``before`` the request's estimated tokens now; ``focus`` and ``host`` go
+        into the body (and ``focus`` to the writer a rebuild with one starts).
         """
         manual = trigger == "manual"
         session = await self._session(session_id)
@@ -380,7 +480,9 @@ class Rebuilder:
                 await self._wait_for_writer(session_id, writer.wait_without_watermark)
             else:
                 timeout = writer.ensure_wait_manual if manual else writer.ensure_wait_auto
-                started = await coordinator.request(session_id, reason=f"ensure ({trigger})")
+                started = await coordinator.request(
+                    session_id, reason=f"ensure ({trigger})", focus=focus
+                )
                 if started != "skipped" or await coordinator.busy(session_id):
                     await coordinator.wait(session_id, timeout)
             watermark_id = await store.get_watermark(session_id)
@@ -402,7 +504,10 @@ class Rebuilder:
                 # writer would only make this caller wait for it before the commit
                 # answers the same.
                 return _Result(RebuildReport(outcome="already-recovered", trigger=trigger))
-            if (
+            if focus:
+                # The model writer gets the focus: a checkpoint written with it in view.
+                await coordinator.request(session_id, reason=f"focus ({trigger})", focus=focus)
+            elif (
                 not coordinator.in_flight(session_id)
                 and latest is not None
                 and latest.covered_up_to == watermark_id
@@ -441,6 +546,8 @@ class Rebuilder:
             trigger=trigger,
             before=before,
             prefix_tokens=prefix_tokens,
+            focus=focus,
+            host=host,
         )
 
     async def _compact(
@@ -590,6 +697,8 @@ class Rebuilder:
         trigger: Trigger,
         before: int,
         prefix_tokens: int,
+        focus: str | None = None,
+        host: HostSection | None = None,
     ) -> _Result:
         session_id = session.id
         store, layout, config = self._store, self._layout, self._config
@@ -654,6 +763,8 @@ class Rebuilder:
             config=config,
             counter=self._counter,
             memory_index=self._memory_index,
+            focus=focus,
+            host=host,
         )
 
         def boundary_with(rendered: RenderedBody) -> Message:

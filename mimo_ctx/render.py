@@ -24,10 +24,18 @@ and the closing line follows (:func:`~mimo_ctx.reminders.closing_text`).
 
 Beyond the original (R5.9): ``max_tokens`` bounds the whole body. When the
 sections add up to more, they are shrunk one at a time in this order, least
-precious first, each only as far as needed: memory keys index, global memory,
-session notes, project memory, recent activity, active actors, session
-checkpoint, recent user input, tasks ledger. The user's own words and the
-checkpoint go last because they are what the model cannot recover elsewhere.
+precious first, each only as far as needed: memory keys index, the host's own
+section, global memory, session notes, project memory, recent activity, active
+actors, session checkpoint, recent user input, tasks ledger, rebuild focus. The
+user's own words and the checkpoint go last because they are what the model
+cannot recover elsewhere; the focus of a manual rebuild is the user's words for
+this very rebuild.
+
+Ours, beyond the nine sections of R5.3: ``# Rebuild focus`` (the focus text of a
+manual rebuild, verbatim, first; ``push_caps.rebuild_focus``) and a section of the
+host's own that a ``before_rebuild`` hook returns (:mod:`mimo_ctx.hooks`), right
+before ``# Recent activity`` (``push_caps.host_section``). Both appear only when
+given.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from mimo_ctx.checkpoint.state import CheckpointState
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.digest import USER_QUOTED_WHERE, build_tail_digest
 from mimo_ctx.errors import PathEscapeError
+from mimo_ctx.hooks import HostSection
 from mimo_ctx.memory import MemoryLayout, list_memory_files, read_text
 from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
@@ -74,8 +83,11 @@ from mimo_ctx.sections import (
     HEADING_GLOBAL_MEMORY,
     HEADING_NOTES,
     HEADING_PROJECT_MEMORY,
+    HEADING_REBUILD_FOCUS,
     recent_user_input,
     render_active_actors_section,
+    render_focus,
+    render_host_section,
     render_memory_keys_index,
     render_section,
     render_tasks_ledger,
@@ -111,6 +123,7 @@ _TOPIC_LINE = re.compile(r"^Topic:[^\n]*\n?", re.MULTILINE)
 
 SHRINK_ORDER: Final[tuple[str, ...]] = (
     "memory_titles",
+    "host_section",
     "global",
     "notes",
     "memory",
@@ -119,6 +132,7 @@ SHRINK_ORDER: Final[tuple[str, ...]] = (
     "checkpoint",
     "recent_user",
     "tasks_ledger",
+    "rebuild_focus",
 )
 """Order in which sections shrink when the body exceeds ``max_tokens`` (R5.9 beyond)."""
 
@@ -197,6 +211,8 @@ class RebuildSources:
         reminder_tail: The whole tail (the open tool round too): the closing and the
             latest request's state are read from it.
         work: What is open if the last turn finished.
+        focus: The focus text of a manual rebuild (``# Rebuild focus``, first).
+        host: The section a ``before_rebuild`` hook added (before ``# Recent activity``).
     """
 
     session_id: str
@@ -212,6 +228,8 @@ class RebuildSources:
     tail: Sequence[Message] = ()
     reminder_tail: Sequence[Message] = ()
     work: OpenWork = field(default_factory=OpenWork)
+    focus: str | None = None
+    host: HostSection | None = None
 
 
 @dataclass(slots=True)
@@ -238,6 +256,8 @@ async def render_rebuild_context(
     max_tokens: int | None = None,
     counter: TokenCounter | None = None,
     memory_index: MemoryIndex | None = None,
+    focus: str | None = None,
+    host: HostSection | None = None,
 ) -> RenderedBody:
     """Render the rebuild body of SPEC R5: :func:`gather_sources`, then :func:`assemble_body`.
 
@@ -256,6 +276,8 @@ async def render_rebuild_context(
         counter: Token counter for caps; defaults to the chars/4 estimate.
         memory_index: The FTS5 memory index; section 8 reconciles it with the disk
             and lists its paths (R5.6). Without one the memory root is walked.
+        focus: The focus text of a manual rebuild, kept verbatim in its own section.
+        host: A section of the host's own (a ``before_rebuild`` hook's).
 
     Returns:
         The body with per-section figures.
@@ -273,6 +295,8 @@ async def render_rebuild_context(
         config=config,
         counter=counter,
         memory_index=memory_index,
+        focus=focus,
+        host=host,
     )
     return assemble_body(sources, config=config, max_tokens=max_tokens, counter=counter)
 
@@ -287,6 +311,8 @@ async def gather_sources(
     config: RebuildConfig | None = None,
     counter: TokenCounter | None = None,
     memory_index: MemoryIndex | None = None,
+    focus: str | None = None,
+    host: HostSection | None = None,
 ) -> RebuildSources:
     """Read everything the body is made of (the I/O half of the render).
 
@@ -299,6 +325,8 @@ async def gather_sources(
         config: Caps and limits.
         counter: Token counter for the user-input cap.
         memory_index: The FTS5 memory index (R5.6); without one the root is walked.
+        focus: The focus text of a manual rebuild (given, not read).
+        host: The section a ``before_rebuild`` hook returned (given, not read).
     """
     config = config or RebuildConfig()
     session_id = session.id
@@ -333,6 +361,8 @@ async def gather_sources(
         tail=tail,
         reminder_tail=whole_tail,
         work=work,
+        focus=focus,
+        host=host,
     )
 
 
@@ -567,6 +597,35 @@ def assemble_body(
         ),
         _Slot("activity", "Recent activity", "lines", config.activity_max_lines, activity),
     ]
+    host = sources.host
+    if host is not None:
+        # The host's own section goes right before the activity list, which stays
+        # last, next to the live messages it leads into.
+        slots.insert(
+            len(slots) - 1,
+            _Slot(
+                "host_section",
+                host.heading,
+                "tokens",
+                caps.host_section,
+                lambda cap: render_host_section(
+                    host.heading, host.text, budget=cap, counter=counter
+                ),
+            ),
+        )
+    focus = sources.focus
+    if focus is not None and focus.strip():
+        # First: what the user asked this rebuild to keep in view frames the rest.
+        slots.insert(
+            0,
+            _Slot(
+                "rebuild_focus",
+                HEADING_REBUILD_FOCUS,
+                "tokens",
+                caps.rebuild_focus,
+                lambda cap: render_focus(focus, budget=cap, counter=counter),
+            ),
+        )
     by_key = {slot.key: slot for slot in slots}
     # "Recent user input" first: what it quotes decides the pointers of the others.
     by_key["recent_user"].text = by_key["recent_user"].render(by_key["recent_user"].cap)
@@ -604,6 +663,8 @@ def assemble_body(
             over = count(text) - (max_tokens or 0)
             if over <= 0:
                 break
+            if key not in by_key:
+                continue
             _shrink(by_key[key], over, count)
             if key == "recent_user":
                 # Fewer messages quoted there: the pointers to them become quotes again.

@@ -67,12 +67,14 @@ __all__ = [
     "BODY_INTRO",
     "CHECKPOINT_INDEX_HEADING",
     "ELISION_LINE",
+    "FOCUS_INTRO",
     "HEADING_ACTIVE_ACTORS",
     "HEADING_CHECKPOINT",
     "HEADING_GLOBAL_MEMORY",
     "HEADING_MEMORY_KEYS",
     "HEADING_NOTES",
     "HEADING_PROJECT_MEMORY",
+    "HEADING_REBUILD_FOCUS",
     "HEADING_RECENT_ACTIVITY",
     "HEADING_RECENT_USER",
     "HEADING_TASKS",
@@ -80,12 +82,15 @@ __all__ = [
     "SECTION_HEADINGS",
     "TASK_STATUS_ICONS",
     "RecentUserInput",
+    "is_our_heading",
     "neutralise_structure",
     "normalise_line_breaks",
     "recent_user_input",
     "render_active_actors_part",
     "render_active_actors_section",
     "render_checkpoint_index",
+    "render_focus",
+    "render_host_section",
     "render_memory_keys_index",
     "render_recent_user_input",
     "render_section",
@@ -109,6 +114,10 @@ HEADING_GLOBAL_MEMORY: Final = "Global memory"
 HEADING_NOTES: Final = "Session notes"
 HEADING_MEMORY_KEYS: Final = "Memory keys index"
 HEADING_RECENT_ACTIVITY: Final = "Recent activity"
+HEADING_REBUILD_FOCUS: Final = "Rebuild focus"
+"""Ours: the focus text of a manual rebuild (``/rebuild <focus>``), first in the body."""
+
+FOCUS_INTRO: Final = "What the user asked this rebuild to focus on, verbatim:"
 
 SECTION_HEADINGS: Final[tuple[str, ...]] = (
     HEADING_TASKS,
@@ -160,7 +169,7 @@ _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 def _heading_pattern() -> re.Pattern[str]:
-    titles = [*SECTION_HEADINGS, "Checkpoint", "Active Actors"]
+    titles = [*SECTION_HEADINGS, HEADING_REBUILD_FOCUS, "Checkpoint", "Active Actors"]
     alternatives = "|".join(r"\s+".join(map(re.escape, t.split())) for t in titles)
     # A level-1 or level-2 ATX heading whose title is one of ours, with any
     # indentation up to three spaces, any spacing, case and closing hashes.
@@ -624,6 +633,67 @@ def recent_user_input(
         return RecentUserInput("", frozenset())
     text = render_section(HEADING_RECENT_USER, "\n\n".join(e for _, e in chosen))
     return RecentUserInput(text, frozenset(messages[p].id for p, _ in chosen))
+
+
+# -- ours: the rebuild focus and the host's section -------------------------------------------
+
+
+def is_our_heading(title: str) -> bool:
+    """True when ``title`` is (any spacing or case) one of the headings the boundary uses."""
+    return _OUR_HEADING.match(f"# {title}") is not None
+
+
+def _cut_to(text: str, budget: int, count: Callable[[str], int]) -> str:
+    """``text`` whole if it fits ``budget``, else its head and a line saying what was cut."""
+    total = count(text)
+    if total <= budget:
+        return text
+    notice = "[… {} more tokens were cut here]"
+    room = max(0, budget - count(notice.format(total)))
+    # Four characters a token, then back to a word boundary when one is near.
+    head = text[: room * 4]
+    while head and count(head) > room:
+        head = head[: len(head) * 9 // 10]
+    space = head.rfind(" ")
+    if space > len(head) * 3 // 4:
+        head = head[:space]
+    head = head.rstrip()
+    return f"{head}\n{notice.format(total - count(head))}" if head else notice.format(total)
+
+
+def render_focus(focus: str, *, budget: int, counter: TokenCounter | None = None) -> str:
+    """The ``# Rebuild focus`` section: the user's focus text, verbatim, under ``budget``.
+
+    ``""`` for a blank focus or a zero budget. Over the budget the text keeps its
+    head and says how much was cut (the checkpoint writer had it in full).
+    """
+    _check_tokens(budget, "rebuild_focus budget")
+    count = _counter_fn(counter)
+    if not focus.strip() or budget == 0:
+        return ""
+    room = budget - count(f"# {HEADING_REBUILD_FOCUS}\n{FOCUS_INTRO}\n")
+    if room <= 0:
+        return ""
+    return render_section(
+        HEADING_REBUILD_FOCUS, f"{FOCUS_INTRO}\n{_cut_to(focus.strip(), room, count)}"
+    )
+
+
+def render_host_section(
+    heading: str, text: str, *, budget: int, counter: TokenCounter | None = None
+) -> str:
+    """The host's own section (a ``before_rebuild`` hook's), under ``budget`` tokens.
+
+    ``""`` for a blank text or a zero budget; over the budget the head is kept.
+    """
+    _check_tokens(budget, "host_section budget")
+    count = _counter_fn(counter)
+    if not text.strip() or budget == 0:
+        return ""
+    room = budget - count(f"# {heading}\n")
+    if room <= 0:
+        return ""
+    return render_section(heading, _cut_to(text.strip(), room, count))
 
 
 # -- 8. memory keys index ----------------------------------------------------------------------

@@ -37,6 +37,9 @@ _CAP_DEFAULTS: dict[str, int] = {
     "open_notes": 800,
 }
 
+# Ours (beyond R5.3): the focus of a manual rebuild and a rebuild hook's section.
+_OUR_CAP_DEFAULTS: dict[str, int] = {"rebuild_focus": 1000, "host_section": 2000}
+
 
 def _cap(caps: PushCaps, key: str) -> int:
     # `global` is a Python keyword: the attribute is `global_`, the key `global`.
@@ -63,9 +66,11 @@ def test_r9_1_push_caps_defaults_are_the_spec_values() -> None:
     assert caps.open_notes == 800
 
 
-def test_r9_1_push_caps_has_exactly_the_spec_keys() -> None:
+def test_r9_1_push_caps_has_exactly_the_spec_keys_and_ours() -> None:
     keys = {f.alias or name for name, f in PushCaps.model_fields.items()}
-    assert keys == set(_CAP_DEFAULTS)
+    assert keys == set(_CAP_DEFAULTS) | set(_OUR_CAP_DEFAULTS)
+    for key, default in _OUR_CAP_DEFAULTS.items():
+        assert _cap(PushCaps(), key) == default
 
 
 def test_r5_9_token_caps_of_sections_2_to_8_sum_to_50000() -> None:

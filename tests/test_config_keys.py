@@ -37,6 +37,7 @@ from mimo_ctx import (
     WriterFinished,
     WriterRequest,
 )
+from mimo_ctx.hooks import HostSection, RebuildContext
 from mimo_ctx.testing import filler_text
 from mimo_ctx.view import apply_send_rules
 
@@ -445,6 +446,26 @@ async def cleared_as(config: RebuildConfig, root: Path) -> object:
     )
 
 
+async def focus_and_host_body(config: RebuildConfig, root: Path) -> object:
+    """A manual rebuild with a long focus and a (slow) hook adding a long section."""
+
+    async def before(context: RebuildContext) -> HostSection:
+        await anyio.sleep(0.3)
+        return HostSection("Open pull request", filler_text(3_000, seed=7))
+
+    store = InMemoryStore()
+    async with ContextMiddleware(
+        store, root / "mem", model=LIMITS, config=config, before_rebuild=before
+    ) as mw:
+        session = await mw.open_session(project_id="p")
+        await _history(mw, session.id, rounds=12)
+        report = await mw.rebuild(session.id, focus=filler_text(2_000, seed=8))
+        assert report.boundary_id is not None
+        boundary = await store.get_message(report.boundary_id)
+    assert boundary is not None
+    return "\n".join(p.text for p in boundary.parts if isinstance(p, TextPart))
+
+
 # --------------------------------------------------------------------------- #
 # The probes: one changed value per key, and what to watch
 # --------------------------------------------------------------------------- #
@@ -465,6 +486,8 @@ PROBES: dict[str, tuple[object, Observe]] = {
     "push_caps.focus_task": (60, rebuild_fingerprint),
     "push_caps.design_decisions": (60, rebuild_fingerprint),
     "push_caps.open_notes": (60, rebuild_fingerprint),
+    "push_caps.rebuild_focus": (60, focus_and_host_body),
+    "push_caps.host_section": (60, focus_and_host_body),
     "tail.min_tokens": (0, writer_watermark),
     "tail.max_tokens": (2_000, writer_watermark),
     "tail.min_text_block_messages": (0, writer_watermark),
@@ -486,6 +509,7 @@ PROBES: dict[str, tuple[object, Observe]] = {
     "activity_arg_chars": (20, rebuild_fingerprint),
     "total_cap": (1_500, rebuild_fingerprint),
     "min_freed_fraction": (1.0, rebuild_fingerprint),
+    "hook_timeout": (0.05, focus_and_host_body),
 }
 
 

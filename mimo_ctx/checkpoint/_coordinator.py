@@ -110,6 +110,7 @@ _RELEASE_TIMEOUT = 10.0
 @dataclass(slots=True)
 class _Job:
     reason: str
+    focus: str | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     result: WaitResult = "failed"
     writer: str | None = None
@@ -197,8 +198,13 @@ class WriterCoordinator:
             return False
         return await self._lease.holder(session_id) is not None
 
-    async def request(self, session_id: str, *, reason: str) -> StartResult:
+    async def request(
+        self, session_id: str, *, reason: str, focus: str | None = None
+    ) -> StartResult:
         """Ask for a checkpoint of the session's history as it is now.
+
+        ``focus`` (a manual rebuild's) is handed to the writer
+        (:attr:`~mimo_ctx.checkpoint.protocol.WriterRequest.focus`).
 
         Returns:
             ``started`` when a writer started, ``queued`` when one runs already here
@@ -206,11 +212,11 @@ class WriterCoordinator:
             and ``skipped`` when there is nothing new to cover or another worker
             holds the session's writer lease.
         """
-        started = await self._start(session_id, reason=reason)
+        started = await self._start(session_id, reason=reason, focus=focus)
         return "skipped" if started in ("nothing", "busy") else started
 
     async def _start(
-        self, session_id: str, *, reason: str
+        self, session_id: str, *, reason: str, focus: str | None = None
     ) -> Literal["started", "queued", "nothing", "busy"]:
         """:meth:`request`, telling "nothing new to cover" from "another worker writes"."""
         if self._task_group is None:
@@ -220,17 +226,17 @@ class WriterCoordinator:
             )
         slot = self._slots.setdefault(session_id, _Slot())
         if slot.running is not None:
-            return self._queue(slot, reason)
+            return self._queue(slot, reason, focus)
         claim = await self._claim(session_id)
         if slot.running is not None:
             # Another task of this process started a writer while we looked: queue
             # behind it (the lease, if we got it, goes back).
             if not isinstance(claim, str) and claim[1] is not None:
                 await self._release(session_id, claim[1])
-            return self._queue(slot, reason)
+            return self._queue(slot, reason, focus)
         if isinstance(claim, str):
             return claim
-        job = _Job(reason)
+        job = _Job(reason, focus)
         slot.running = job
         self._task_group.start_soon(self._run, session_id, job, claim)
         return "started"
@@ -295,12 +301,14 @@ class WriterCoordinator:
 
     # -- internals ----------------------------------------------------------------
     @staticmethod
-    def _queue(slot: _Slot, reason: str) -> Literal["queued"]:
+    def _queue(slot: _Slot, reason: str, focus: str | None) -> Literal["queued"]:
         if slot.pending is not None:
-            # The evicted request's waiters are released: the newer one covers more.
+            # The evicted request's waiters are released: the newer one covers more
+            # (and keeps the older one's focus when it has none of its own).
+            focus = focus or slot.pending.focus
             slot.pending.result = "failed"
             slot.pending.done.set()
-        slot.pending = _Job(reason)
+        slot.pending = _Job(reason, focus)
         return "queued"
 
     async def _claim(self, session_id: str) -> _Claim | Literal["nothing", "busy"]:
@@ -556,6 +564,7 @@ class WriterCoordinator:
             previous_state=await _read_previous_checkpoint(
                 layout.checkpoint_state_path(session_id), layout.root
             ),
+            focus=job.focus,
         )
         writers = [self._writer] + ([self._fallback] if self._fallback is not None else [])
         for writer in writers:

@@ -127,6 +127,17 @@ class LLMCheckpointWriter:
             f"Project memory: {request.project_memory_path}",
             f"Task directory: {request.tasks_dir}",
             "",
+            *(
+                [
+                    "## Focus of this checkpoint (the user's words, verbatim)",
+                    request.focus,
+                    "Keep what this asks for in view: give it room in §1 Active intent, "
+                    "§2 Next concrete action and §5 Current work.",
+                    "",
+                ]
+                if request.focus
+                else []
+            ),
             "## Previous checkpoint",
             request.previous_checkpoint or "(none)",
             "",

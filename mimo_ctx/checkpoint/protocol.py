@@ -42,6 +42,8 @@ class WriterRequest:
         budgets: Token budget per checkpoint section number (A14, R5.10).
         previous_state: The state the previous writer run saved beside the
             checkpoint (``checkpoint.state.json``), for writers that extend it.
+        focus: What the user asked a manual rebuild to focus on (``/rebuild
+            <focus>``): the checkpoint should keep it in view. ``None`` otherwise.
     """
 
     session_id: str
@@ -57,6 +59,7 @@ class WriterRequest:
     tasks_dir: Path
     budgets: Mapping[int, int]
     previous_state: str | None = None
+    focus: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,7 @@ from mimo_ctx.messages import (
 )
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.overflow import is_context_overflow
+from mimo_ctx.rebuild import RebuildCommand, describe_rebuild, rebuild_command
 from mimo_ctx.view import apply_send_rules, tool_results_by_call
 
 try:
@@ -612,13 +613,35 @@ class MimoCtxMiddleware(AgentMiddleware):
             async with sync.lock:
                 await sync.record(message_key(message), _assistant_draft(message), message)
 
+    async def _command(
+        self, sync: IntegrationSync, request: ModelRequest[Any], command: RebuildCommand
+    ) -> ModelResponse[Any]:
+        """``/rebuild [focus]``: rebuild, and answer with the outcome instead of the model."""
+        await self._prepared(sync, request)  # stores the history, the command included
+        report = await self.middleware.rebuild(sync.session_id, focus=command.focus)
+        # The reply's estimated usage is then the rebuilt request's, not the old one's.
+        await self.middleware.prepare(sync.session_id, agent=self.agent)
+        reply = AIMessage(content=describe_rebuild(report))
+        await self._record(sync, reply)
+        return ModelResponse(result=[reply])
+
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
-        """Send the request view; record the response; recover from one overflow."""
+        """Send the request view; record the response; recover from one overflow.
+
+        When the newest message is the user's ``/rebuild [focus]`` the model is not
+        called: the middleware rebuilds (SPEC A3: a manual rebuild starts no model
+        turn) and the answer is one ``AIMessage`` with the outcome.
+        """
         sync = self._sync(request)
+        last = request.messages[-1] if request.messages else None
+        if isinstance(last, HumanMessage):
+            command = rebuild_command(_text_of(last.content))
+            if command is not None:
+                return await self._command(sync, request, command)
         try:
             response = await handler(await self._prepared(sync, request))
         except Exception as exc:

@@ -96,6 +96,7 @@ from mimo_ctx.messages import (
     ToolStatePending,
 )
 from mimo_ctx.middleware import ContextMiddleware
+from mimo_ctx.rebuild import RebuildCommand, describe_rebuild, rebuild_command
 from mimo_ctx.view import apply_send_rules, tool_results_by_call
 
 try:
@@ -706,6 +707,19 @@ def _prefix_of(
     return "\n\n".join(texts), tools
 
 
+def _command_of(messages: Sequence[ModelMessage]) -> RebuildCommand | None:
+    """The ``/rebuild [focus]`` the user's newest prompt is, if it is one."""
+    last = messages[-1] if messages else None
+    if not isinstance(last, ModelRequest) or any(isinstance(p, ToolReturnPart) for p in last.parts):
+        return None
+    for part in last.parts:
+        if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+            command = rebuild_command(part.content)
+            if command is not None:
+                return command
+    return None
+
+
 @dataclass
 class MimoCtxCapability(AbstractCapability[Any]):
     """A pydantic-ai capability that keeps the agent inside its context window.
@@ -772,10 +786,21 @@ class MimoCtxCapability(AbstractCapability[Any]):
 
         Recorded here rather than in ``after_model_request``: an attempt another
         capability rejects (a fallback moving on) never reaches the run's history,
-        so it must not reach the store either.
+        so it must not reach the store either. When the user's newest prompt is
+        ``/rebuild [focus]`` the model is not called: the middleware rebuilds and the
+        response is one text part with the outcome.
         """
-        response = await handler(request_context)
         sync = self._sync(ctx)
+        command = _command_of(request_context.messages)
+        if command is not None:
+            # ``/rebuild [focus]``: a manual rebuild starts no model turn (SPEC A3); the
+            # answer is the outcome. Prepared again so the answer's estimated usage is
+            # the rebuilt request's.
+            report = await self.middleware.rebuild(sync.session_id, focus=command.focus)
+            await self.middleware.prepare(sync.session_id, agent=self.agent)
+            response = ModelResponse(parts=[AITextPart(describe_rebuild(report))])
+        else:
+            response = await handler(request_context)
         async with sync.lock:
             await sync.record(message_key(response), _response_draft(response), response)
         return response

@@ -368,3 +368,60 @@ async def test_restart_recognises_the_thread_from_stored_ids(tmp_path: Path) -> 
         assert_langchain_pairs(model.received[0][1:])
         assert len(model.received[0]) == 1 + 7  # the system message and the whole thread
     await engine.store.aclose()
+
+
+async def test_rebuild_command_with_focus_rebuilds_without_calling_the_model(
+    tmp_path: Path,
+) -> None:
+    """``/rebuild <focus>``: a manual rebuild (no model turn), the focus kept verbatim
+    in its own body section of the next request."""
+    focus = "Keep the parser refactor in view; the CLI work is done."
+    async with running(tmp_path) as engine:
+        model = ScriptedChatModel(messages=iter([]), rounds=6)
+        agent = build_agent(engine, model, checkpointer=InMemorySaver())
+        config: Any = {**CONFIG, "configurable": {"thread_id": "t-focus"}}
+        await agent.ainvoke({"messages": [HumanMessage(TASK)]}, config)
+        calls = len(model.received)
+
+        state = await agent.ainvoke({"messages": [HumanMessage(f"/rebuild {focus}")]}, config)
+        assert len(model.received) == calls  # the model was not asked
+        reply = state["messages"][-1]
+        assert isinstance(reply, AIMessage)
+        assert str(reply.content).startswith("Context rebuild: rebuilt")
+        assert len(engine.rebuilds) == 1
+        assert engine.rebuilds[0].manual
+
+        model.rounds = model.answered  # answer the next turn in one go
+        await agent.ainvoke({"messages": [HumanMessage("Carry on.")]}, config)
+        request = model.received[-1]
+        boundary = next(m for m in request if is_boundary(m))
+        body = str(boundary.content)
+        assert (
+            f"# Rebuild focus\nWhat the user asked this rebuild to focus on, verbatim:\n{focus}\n"
+            in body
+        )
+        # The focus section comes first, before the SPEC's nine.
+        assert body.index("# Rebuild focus") < body.index("# Tasks ledger")
+        # The command reply is not mistaken for a model usage over the line.
+        assert len(engine.rebuilds) == 1
+
+
+async def test_rebuild_command_alone_and_lookalikes(tmp_path: Path) -> None:
+    async with running(tmp_path) as engine:
+        model = ScriptedChatModel(messages=iter([]), rounds=3)
+        agent = build_agent(engine, model, checkpointer=InMemorySaver())
+        config: Any = {**CONFIG, "configurable": {"thread_id": "t-plain"}}
+        await agent.ainvoke({"messages": [HumanMessage(TASK)]}, config)
+        calls = len(model.received)
+        model.rounds = model.answered
+        # Not a command: the model answers it as usual.
+        await agent.ainvoke({"messages": [HumanMessage("/rebuilding the parser?")]}, config)
+        assert len(model.received) == calls + 1
+        state = await agent.ainvoke({"messages": [HumanMessage("  /rebuild  ")]}, config)
+        assert len(model.received) == calls + 1
+        assert str(state["messages"][-1].content).startswith("Context rebuild: rebuilt")
+        stored = await engine.store.list_messages("t-plain", agent=None)
+        boundary = next(m for m in stored if m.is_boundary)
+        assert "# Rebuild focus" not in "".join(
+            p.text for p in boundary.parts if isinstance(p, TextPart)
+        )

@@ -526,3 +526,42 @@ async def test_r8_3_per_turn_reminder_is_sent_never_stored(tmp_path: Path) -> No
             for p in m.parts
             if isinstance(p, CtxTextPart)
         )
+
+
+async def test_rebuild_command_with_focus_rebuilds_without_calling_the_model(
+    tmp_path: Path,
+) -> None:
+    """``/rebuild <focus>``: a manual rebuild (no model turn), the focus kept verbatim
+    in its own body section of the next request."""
+    focus = "Keep the parser refactor in view; the CLI work is done."
+    async with running(tmp_path) as engine:
+        model = ScriptedFunction(rounds=6)
+        agent = build_agent(engine, model, session_id="s-focus")
+        first = await agent.run(TASK)
+        calls = len(model.received)
+
+        result = await agent.run(f"/rebuild {focus}", message_history=first.all_messages())
+        assert len(model.received) == calls  # the model was not asked
+        assert result.output.startswith("Context rebuild: rebuilt")
+        assert len(engine.rebuilds) == 1
+        assert engine.rebuilds[0].manual
+
+        model.rounds = model.answered
+        await agent.run("Carry on.", message_history=result.all_messages())
+        body = first_prompt(model.received[-1])
+        assert body.startswith(CHECKPOINT_SUMMARY_HEADER)
+        assert (
+            f"# Rebuild focus\nWhat the user asked this rebuild to focus on, verbatim:\n{focus}\n"
+            in body
+        )
+        assert body.index("# Rebuild focus") < body.index("# Tasks ledger")
+        assert len(engine.rebuilds) == 1  # the command's reply did not trigger another
+
+
+async def test_rebuild_command_lookalike_is_sent_to_the_model(tmp_path: Path) -> None:
+    async with running(tmp_path) as engine:
+        model = ScriptedFunction(rounds=0)
+        agent = build_agent(engine, model, session_id="s-look")
+        await agent.run("/rebuilding the parser?")
+        assert len(model.received) == 1
+        assert engine.rebuilds == []
