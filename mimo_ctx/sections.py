@@ -508,19 +508,46 @@ def render_active_actors_part(actors: Sequence[Actor], *, session_id: str, now_m
 # -- 4. recent user input --------------------------------------------------------------------
 
 
+def _utf16_head(text: str, units: int) -> str:
+    """The longest prefix of ``text`` within ``units`` UTF-16 code units (A7).
+
+    The original counts JavaScript string length: an emoji is two units. Python
+    slices code points, so a code point (a surrogate pair) is never split.
+    """
+    if text.isascii():
+        return text[:units]
+    used = 0
+    for index, char in enumerate(text):
+        used += 2 if ord(char) > 0xFFFF else 1
+        if used > units:
+            return text[:index]
+    return text
+
+
+def _utf16_tail(text: str, units: int) -> str:
+    """The longest suffix of ``text`` within ``units`` UTF-16 code units."""
+    return _utf16_head(text[::-1], units)[::-1]
+
+
 def _elide(text: str, message_id: str, cap: int, count: Callable[[str], int]) -> str:
-    """Keep the head and tail of a message over ``cap`` tokens (A7)."""
+    """Keep the head and tail of a message over ``cap`` tokens (A7).
+
+    Head and tail are ``floor(cap*0.6)*4`` and ``floor(cap*0.3)*4`` UTF-16 code
+    units, as the original counts them, so a message full of emoji keeps its share.
+    """
     head_tokens, tail_tokens = cap * 6 // 10, cap * 3 // 10
-    head_chars, tail_chars = head_tokens * 4, tail_tokens * 4
+    head_units, tail_units = head_tokens * 4, tail_tokens * 4
+    head = _utf16_head(text, head_units)
     # With the default estimator these cuts are within the token shares; a real
     # tokenizer can count more per character, so shrink until they are.
-    while head_chars and count(text[:head_chars]) > head_tokens:
-        head_chars = head_chars * 9 // 10
-    head = text[:head_chars]
-    tail_chars = min(tail_chars, len(text) - len(head))
-    while tail_chars and count(text[len(text) - tail_chars :]) > tail_tokens:
-        tail_chars = tail_chars * 9 // 10
-    tail = text[len(text) - tail_chars :] if tail_chars else ""
+    while head and count(head) > head_tokens:
+        head_units = head_units * 9 // 10
+        head = _utf16_head(text, head_units)
+    rest = text[len(head) :]
+    tail = _utf16_tail(rest, tail_units)
+    while tail and count(tail) > tail_tokens:
+        tail_units = tail_units * 9 // 10
+        tail = _utf16_tail(rest, tail_units)
     elided = max(0, count(text) - count(head) - count(tail))
     line = ELISION_LINE.format(tokens=elided, message_id=one_line(message_id))
     return "\n".join(p for p in (head, line, tail) if p)
@@ -575,8 +602,9 @@ def recent_user_input(
     and the task-defining request among the oldest). A message qualifies when
     :func:`~mimo_ctx.messages.user_input_text` finds typed words in it. A text over
     ``per_message_cap`` tokens keeps its first ``floor(cap*0.6)*4`` and last
-    ``floor(cap*0.3)*4`` characters with :data:`ELISION_LINE` between them, where
-    ``N`` = the message's tokens minus the tokens of the kept head and tail.
+    ``floor(cap*0.3)*4`` UTF-16 code units (characters as JavaScript counts them)
+    with :data:`ELISION_LINE` between them, where ``N`` = the message's tokens minus
+    the tokens of the kept head and tail.
 
     Each entry is ``[user message <id>]`` on its own line (``[user message <id> —
     <note>]`` when ``notes`` has one for it) followed by the text, passed through
