@@ -14,11 +14,13 @@ to the checkpoint writer as its section budgets.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Final, cast, get_args, get_origin
@@ -87,17 +89,22 @@ def parse_token_amount(value: int | float | str, *, of: int | None = None) -> in
         of: What a percentage is taken of.
 
     Returns:
-        The amount in tokens, rounded down.
+        The amount in tokens; a percentage is rounded down.
 
     Raises:
-        ValueError: ``value`` is negative, malformed, or a percentage without ``of``.
+        ValueError: ``value`` is negative, malformed, not a whole number of tokens
+            (``1.5``, ``"1.2345K"``: a fraction of a token means nothing, and rounding
+            it silently turned ``--window 1.5`` into a one-token window), or a
+            percentage without ``of``.
     """
     if isinstance(value, bool):
         # ValueError, not TypeError: pydantic turns it into a validation error.
         raise ValueError(f"expected a token amount, got {value!r}")  # noqa: TRY004
     if isinstance(value, int | float):
-        if value < 0:
+        if not math.isfinite(value) or value < 0:
             raise ValueError(f"expected a non-negative token amount, got {value!r}")
+        if value != int(value):
+            raise ValueError(f"expected a whole number of tokens, got {value!r}")
         return int(value)
     text = value.strip()
     if text.endswith("%"):
@@ -113,9 +120,11 @@ def parse_token_amount(value: int | float | str, *, of: int | None = None) -> in
     match = _AMOUNT.match(text)
     if match is None:
         raise ValueError(f"expected a token amount such as 12000, '100K' or '1.5M', got {value!r}")
-    number = float(match.group(1))
     scale = {"": 1, "k": 1_000, "m": 1_000_000}[match.group(2).lower()]
-    return int(number * scale)
+    amount = Decimal(match.group(1)) * scale  # exact: "1.1K" is 1100, not 1100.0000000002
+    if amount != amount.to_integral_value():
+        raise ValueError(f"expected a whole number of tokens, got {value!r}")
+    return int(amount)
 
 
 class _Frozen(BaseModel):

@@ -408,7 +408,8 @@ def test_unparseable_file_names_the_file(tmp_path: Path, name: str, content: byt
     ("value", "expected"),
     [
         (12000, 12000),
-        (1.9, 1),
+        (1500.0, 1500),
+        ("1.1K", 1_100),
         ("12000", 12000),
         ("100K", 100_000),
         ("100k", 100_000),
@@ -431,7 +432,17 @@ def test_parse_token_amount_percentages(value: str, of: int, expected: int) -> N
 
 @pytest.mark.parametrize(
     ("value", "of"),
-    [("40%", None), ("x%", 100), ("101%", 100), ("-1", None), (-1, None), ("1.5G", None)],
+    [
+        ("40%", None),
+        ("x%", 100),
+        ("101%", 100),
+        ("-1", None),
+        (-1, None),
+        ("1.5G", None),
+        ("1.5", None),
+        ("1.2345K", None),
+        (1.9, None),
+    ],
 )
 def test_parse_token_amount_rejects(value: int | str, of: int | None) -> None:
     with pytest.raises(ValueError, match=re.escape(repr(value))):
