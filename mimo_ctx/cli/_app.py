@@ -103,7 +103,10 @@ def main(
         return exc.code if isinstance(exc.code, int) else 2
     run = cast(Runner, args.run)
     try:
-        return anyio.run(run, args, Streams(out, err))
+        code = anyio.run(run, args, Streams(out, err))
+        # Flushed here, not at interpreter exit: a reader gone by then is the same
+        # broken pipe, answered the same way.
+        out.flush()
     except KeyboardInterrupt:
         err.write(f"{_PROG}: interrupted\n")
         return 130
@@ -124,6 +127,7 @@ def main(
             "(run with --debug for the traceback)\n"
         )
         return 1
+    return code
 
 
 def _silence(stream: TextIO) -> None:

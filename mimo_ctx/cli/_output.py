@@ -7,6 +7,7 @@ plain-text rendering. Text from transcripts is never read as rich markup.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import shutil
@@ -40,6 +41,10 @@ def dump_json(document: object, stream: TextIO) -> None:
     stream.write("\n")
 
 
+def _broken_pipe() -> None:
+    raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
 class Output:
     """Writes headings, key/value lines and tables to a stream.
 
@@ -55,9 +60,13 @@ class Output:
         if rich is not None:
             is_tty = bool(getattr(stream, "isatty", lambda: False)())
             width = shutil.get_terminal_size((120, 24)).columns if is_tty else 120
-            self._console = rich.console.Console(
+            console = rich.console.Console(
                 file=stream, width=max(width, 80), highlight=False, emoji=False
             )
+            # rich answers a closed pipe with SystemExit(1); the command's own
+            # handling (exit 141, as for SIGPIPE) needs the error itself.
+            console.on_broken_pipe = _broken_pipe
+            self._console = console
 
     @property
     def rich(self) -> bool:
