@@ -56,10 +56,12 @@ __all__ = [
 BENCHMARKS: Final[tuple[str, ...]] = (
     "hot_path",
     "turns",
+    "writer",
     "rebuild",
     "tokens",
     "replay",
     "quality",
+    "soak",
 )
 """The benchmarks, in the order a full run takes them."""
 

@@ -77,6 +77,29 @@ def test_turns_quick_every_shape(quick: Callable[[str], dict[str, Any]]) -> None
     assert len(result["targets"]) == 2
 
 
+def test_writer_quick_every_size(quick: Callable[[str], dict[str, Any]]) -> None:
+    """Writer: every size ran its writer (started, finished) with the heartbeat on."""
+    result = quick("writer")
+    _check_shape(result, "writer")
+    sizes = result["data"]["sizes"]
+    assert [s["runs"]["n"] for s in sizes] == [2, 2]
+    assert sizes[0]["stored"] < sizes[1]["stored"]
+    assert all(s["stall_cpu_ms"] <= s["stall_ms"] for s in sizes)
+    assert len(result["targets"]) == 2
+
+
+def test_soak_quick_first_and_last_tenth(quick: Callable[[str], dict[str, Any]]) -> None:
+    """Soak: a short session in its own process; per-turn and RSS figures reported."""
+    result = quick("soak")
+    _check_shape(result, "soak")
+    data = result["data"]
+    assert data["turns"] == 60
+    assert len(data["rss"]) == 10
+    assert data["rebuilds"] >= 1
+    assert data["p95_first_ms"] > 0
+    assert len(result["targets"]) == 2
+
+
 def test_rebuild_quick_r4_r5(quick: Callable[[str], dict[str, Any]]) -> None:
     """Rebuild: every row (history x file size x script) rebuilt with a capped body,
     both floors measured on the same sessions (R4, R5)."""
