@@ -31,7 +31,7 @@ from mimo_ctx.store.sqlite import SQLiteStore
 from mimo_ctx.testing import ScriptedModel, ScriptStep, filler_text
 from mimo_ctx.triggers import ModelLimits
 
-LIMITS = ModelLimits(40_000, input_limit=40_000)  # usable 36 000
+LIMITS = ModelLimits(80_000, input_limit=80_000)  # usable 72 000: a rebuild every ~45 turns
 TOOLS = ("read", "bash", "grep", "edit", "task_note")
 
 

@@ -384,7 +384,11 @@ class Message(_Model):
         written later (SPEC R1.4, R7.3 as amended; see :func:`written_after`).
         ``None`` for a message no store has written or returned.
         """
-        return self._insert_seq
+        # The private slot read directly: ``self._insert_seq`` goes through
+        # pydantic's ``__getattr__`` (a few µs), and every turn compares write
+        # orders (R1.4) of the messages it takes in.
+        private = self.__pydantic_private__
+        return private.get("_insert_seq") if private is not None else None
 
     @property
     def is_boundary(self) -> bool:
