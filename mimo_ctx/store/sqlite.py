@@ -27,6 +27,12 @@ Design:
   pydantic JSON, parsed with pydantic-core. Each message row also stores the default token estimate
   (SPEC R2.2), which is put back into the loaded message's cache, so a cold load
   never re-serialises a message to count it.
+* **What it just wrote is not parsed again.** The store keeps the last few
+  hundred messages it wrote (bounded in count and payload size), keyed by id and
+  change-feed number; reading one of those versions back (the change feed after a
+  record or a rebuild, a listing) returns the object it was given. Messages are
+  values (as with :class:`~mimo_ctx.store.in_memory.InMemoryStore`): build a new
+  one, or ``model_copy`` it, to change it; never change a stored one in place.
 """
 
 from __future__ import annotations
