@@ -292,17 +292,22 @@ def _forged(lines: Sequence[str], index: int, in_fence: bool) -> bool:
     if _LEVEL1_LOOSE.match(line):
         return True
     # A setext underline: "===" makes the paragraph line above a level-1 heading,
-    # "---" a level-2 one (which matters when its title is ours).
+    # "---" a level-2 one (which matters when its title is ours). Only an underline
+    # looks back at its paragraph: every line doing so made a long paragraph cost
+    # its length squared.
+    level1 = _SETEXT_LEVEL1.match(line) is not None
+    if not level1 and _SETEXT_LEVEL2.match(line) is None:
+        return False
+    if index == 0 or not lines[index - 1].strip():
+        return False  # no paragraph above: not an underline
+    if level1:
+        return True
     start = index
     while start > 0 and lines[start - 1].strip():
         start -= 1
-    if start == index:
-        return False
     # The heading's title is the whole paragraph above, its lines joined.
     title = " ".join(" ".join(lines[start:index]).split())
-    return _SETEXT_LEVEL1.match(line) is not None or (
-        _SETEXT_LEVEL2.match(line) is not None and _OUR_TITLE.match(title) is not None
-    )
+    return _OUR_TITLE.match(title) is not None
 
 
 def neutralise_structure(text: str) -> str:
