@@ -21,9 +21,9 @@ Safety. Nothing here ever touches a path outside the root (SPEC R5.6):
   a symlinked file only when its target is a regular file inside the root, so
   each file is listed once, under one path.
 
-Reads and writes are async: :func:`read_text` reads through ``aiofiles`` in
-bounded chunks; :func:`write_text_atomic` and :func:`list_memory_files` do their
-blocking work in a worker thread (:func:`anyio.to_thread.run_sync`).
+Reads and writes are async: :func:`read_text` (bounded by ``max_chars``),
+:func:`write_text_atomic` and :func:`list_memory_files` each do their blocking
+work in one worker-thread call (:func:`anyio.to_thread.run_sync`).
 """
 
 from __future__ import annotations
@@ -34,15 +34,14 @@ import io
 import os
 import secrets
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 from typing import Final
 
-import aiofiles
 import anyio.to_thread
 
-from mimo_ctx._aio import shielded
 from mimo_ctx.errors import PathEscapeError
 from mimo_ctx.session import check_id
 
@@ -264,57 +263,85 @@ async def read_text(
     """
     if max_chars is not None and max_chars < 0:
         raise ValueError(f"max_chars must be >= 0, got {max_chars!r}")
-    target = os.fspath(path)
+    # One worker-thread call does it all (containment, open, stat, the reads, the
+    # decoding): each await of a thread costs a round trip through the event loop,
+    # and a megabyte read in chunks took a dozen of them. The call is not
+    # cancellable once started (anyio waits for the thread), and the file is closed
+    # in it whatever happens, so no descriptor leaks.
+    return await anyio.to_thread.run_sync(_read_text_sync, os.fspath(path), max_chars, root)
+
+
+def _read_text_sync(
+    target: str, max_chars: int | None, root: str | os.PathLike[str] | None
+) -> str | None:
+    """:func:`read_text`'s work, blocking (run in a worker thread)."""
     if root is not None:
-        target = await anyio.to_thread.run_sync(_contained, target, root, "read")
+        target = _contained(target, root, "read")
     started = time.time_ns()
     try:
-        # Shielded: aiofiles opens in a worker thread, and a caller cancelled while it
-        # runs would drop the file object unclosed (a leaked descriptor until GC).
-        handle = await shielded(aiofiles.open(target, "rb", opener=_open_nonblocking))
-        try:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                return None  # a FIFO or a device: reading could block or never end
-            if root is not None and is_hard_link(info):
-                raise PathEscapeError(
-                    f"refusing to read {target!r}: it is a hard link, and its other name may "
-                    "be outside the memory root"
-                )
-            identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-            cache_key = (target, max_chars)
-            cached = _read_cache.get(cache_key)
-            if cached is not None and cached[0] == identity:
-                return cached[1]
-            chunk: bytes = await handle.read(_SNIFF_BYTES)
-            if b"\x00" in chunk:
-                return None
-            decoder = io.IncrementalNewlineDecoder(
-                codecs.getincrementaldecoder("utf-8-sig")(errors="replace"), translate=True
-            )
-            pieces: list[str] = []
-            have = 0
-            size = _CHUNK_BYTES
-            while True:
-                text = decoder.decode(chunk, final=not chunk)
-                pieces.append(text)
-                have += len(text)
-                if not chunk or (max_chars is not None and have >= max_chars):
-                    break
-                chunk = await handle.read(size)
-                # Growing chunks: a megabyte file takes a few worker-thread reads,
-                # not sixteen; reading past ``max_chars`` stays within what was
-                # already read (each chunk at most doubles it).
-                size = min(2 * size, _MAX_CHUNK_BYTES)
-        finally:
-            await shielded(handle.close())
+        fd = _open_nonblocking(target, os.O_RDONLY | getattr(os, "O_BINARY", 0))
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None  # a directory, a FIFO or a device: reading could block or never end
+        if root is not None and is_hard_link(info):
+            raise PathEscapeError(
+                f"refusing to read {target!r}: it is a hard link, and its other name may "
+                "be outside the memory root"
+            )
+        identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        cache_key = (target, max_chars)
+        with _read_cache_lock:
+            cached = _read_cache.get(cache_key)
+        if cached is not None and cached[0] == identity:
+            return cached[1]
+        chunk = _read_chunk(fd, _SNIFF_BYTES)
+        if b"\x00" in chunk:
+            return None
+        decoder = io.IncrementalNewlineDecoder(
+            codecs.getincrementaldecoder("utf-8-sig")(errors="replace"), translate=True
+        )
+        pieces: list[str] = []
+        have = 0
+        # Without a bound the rest of the file is read at once (its size is known);
+        # with one, in growing chunks: reading past ``max_chars`` stays within what
+        # was already read (each chunk at most doubles it).
+        size = max(info.st_size, 1) if max_chars is None else _CHUNK_BYTES
+        while True:
+            text = decoder.decode(chunk, final=not chunk)
+            pieces.append(text)
+            have += len(text)
+            if not chunk or (max_chars is not None and have >= max_chars):
+                break
+            chunk = _read_chunk(fd, size)
+            if max_chars is not None:
+                size = min(2 * size, _MAX_CHUNK_BYTES)
+    finally:
+        os.close(fd)
     result = "".join(pieces)
     result = result if max_chars is None else result[:max_chars]
     if max(info.st_mtime_ns, info.st_ctime_ns) < started - _STABLE_NS:
         _remember(cache_key, identity, result)
     return result
+
+
+def _read_chunk(fd: int, size: int) -> bytes:
+    """Up to ``size`` bytes from ``fd`` (fewer only at the end of the file)."""
+    data = os.read(fd, size)
+    if len(data) == size or not data:
+        return data
+    # A short read before the end (a signal, a network file system): read on.
+    parts = [data]
+    have = len(data)
+    while have < size:
+        more = os.read(fd, size - have)
+        if not more:
+            break
+        parts.append(more)
+        have += len(more)
+    return b"".join(parts)
 
 
 _STABLE_NS: Final = 2_000_000_000
@@ -328,6 +355,8 @@ ctime than the cached one, so a stale text is never returned (the "racy git" rul
 _READ_CACHE_ENTRIES: Final = 16
 _READ_CACHE_CHARS: Final = 24_000_000
 _read_cache: dict[tuple[str, int | None], tuple[tuple[int, int, int, int, int], str]] = {}
+# Reads run in worker threads, several at a time.
+_read_cache_lock = threading.Lock()
 
 
 def _remember(
@@ -336,14 +365,15 @@ def _remember(
     """Keep ``text`` for ``key`` (least recently stored dropped first, bounded)."""
     # Unchanged memory files (project and global MEMORY.md) are read on every
     # rebuild; megabytes of them cost more than a stat.
-    _read_cache.pop(key, None)
-    _read_cache[key] = (identity, text)
-    held = sum(len(value[1]) for value in _read_cache.values())
-    while len(_read_cache) > 1 and (
-        len(_read_cache) > _READ_CACHE_ENTRIES or held > _READ_CACHE_CHARS
-    ):
-        oldest = next(iter(_read_cache))
-        held -= len(_read_cache.pop(oldest)[1])
+    with _read_cache_lock:
+        _read_cache.pop(key, None)
+        _read_cache[key] = (identity, text)
+        held = sum(len(value[1]) for value in _read_cache.values())
+        while len(_read_cache) > 1 and (
+            len(_read_cache) > _READ_CACHE_ENTRIES or held > _READ_CACHE_CHARS
+        ):
+            oldest = next(iter(_read_cache))
+            held -= len(_read_cache.pop(oldest)[1])
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

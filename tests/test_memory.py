@@ -301,30 +301,14 @@ async def test_read_text_max_chars_reads_a_bounded_amount(
     path = root / "huge.md"
     path.write_bytes(b"0123456789abcdef\n" * 200_000)  # 3.4 MB
     read_bytes: list[int] = []
-    real_open = memory.aiofiles.open
+    real_read = memory._read_chunk  # pyright: ignore[reportPrivateUsage]
 
-    class _Counting:
-        def __init__(self, handle: Any) -> None:
-            self._handle = handle
+    def counting_read(fd: int, size: int) -> bytes:
+        data = real_read(fd, size)
+        read_bytes.append(len(data))
+        return data
 
-        def fileno(self) -> int:
-            fd: int = self._handle.fileno()
-            return fd
-
-        async def read(self, size: int = -1) -> bytes:
-            data: bytes = await self._handle.read(size)
-            read_bytes.append(len(data))
-            return data
-
-        async def close(self) -> None:
-            await self._handle.close()
-
-    async def counting_open(file: str, mode: str, **kwargs: Any) -> _Counting:
-        assert mode == "rb"
-        opener: Callable[[str, int], int] = kwargs["opener"]
-        return _Counting(await real_open(file, "rb", opener=opener))
-
-    monkeypatch.setattr(memory.aiofiles, "open", counting_open)
+    monkeypatch.setattr(memory, "_read_chunk", counting_read)
     text = await read_text(path, max_chars=100)
     assert text == ("0123456789abcdef\n" * 10)[:100]
     assert sum(read_bytes) <= 8192 + 65536
@@ -600,3 +584,32 @@ async def test_read_cancelled_while_opening_leaves_no_open_file(
         gc.collect()
     assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
     assert unraisable == []
+
+
+async def test_read_text_whole_file_in_few_reads(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without a bound the file's size is known: the sniff, the rest, the end, all
+    # in one worker-thread call (a megabyte used to take a dozen round trips).
+    path = root / "large.md"
+    path.write_bytes(("é🎉 line\r\n" * 100_000).encode())
+    sizes: list[int] = []
+    real_read = memory._read_chunk  # pyright: ignore[reportPrivateUsage]
+
+    def counting_read(fd: int, size: int) -> bytes:
+        sizes.append(size)
+        return real_read(fd, size)
+
+    hops: list[object] = []
+    real_run_sync = memory.anyio.to_thread.run_sync
+
+    async def counting_run_sync(func: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(func)
+        return await real_run_sync(func, *args, **kwargs)
+
+    monkeypatch.setattr(memory, "_read_chunk", counting_read)
+    monkeypatch.setattr(memory.anyio.to_thread, "run_sync", counting_run_sync)
+    text = await read_text(path, root=root)
+    assert text == "é🎉 line\n" * 100_000
+    assert len(sizes) == 3
+    assert len(hops) == 1
