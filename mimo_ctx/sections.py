@@ -558,6 +558,21 @@ def _elide(text: str, message_id: str, cap: int, count: Callable[[str], int]) ->
     return "\n".join(p for p in (head, line, tail) if p)
 
 
+def _user_entry(
+    message_id: str,
+    text: str,
+    cap: int,
+    count: Callable[[str], int],
+    notes: Mapping[str, str] | None,
+) -> str:
+    """One entry of section 4: the header line and the (elided) text, neutralised."""
+    if count(text) > cap:
+        text = _elide(text, message_id, cap, count)
+    note = (notes or {}).get(message_id)
+    header = f"{one_line(message_id)} — {one_line(note)}" if note else one_line(message_id)
+    return neutralise_structure(f"[user message {header}]\n{text}")
+
+
 @dataclass(frozen=True, slots=True)
 class RecentUserInput:
     """Section 4 as rendered and the messages it quotes.
@@ -637,22 +652,17 @@ def recent_user_input(
     if budget == 0:
         return RecentUserInput("", frozenset())
     count = _counter_fn(counter)
-    entries: list[tuple[int, str]] = []  # (position, entry), oldest first
-    for position, message in enumerate(messages):
-        text = user_input_text(message)
-        if text is None:
-            continue
-        if count(text) > per_message_cap:
-            text = _elide(text, message.id, per_message_cap, count)
-        note = (notes or {}).get(message.id)
-        header = f"{one_line(message.id)} — {one_line(note)}" if note else one_line(message.id)
-        entries.append((position, neutralise_structure(f"[user message {header}]\n{text}")))
+    texts = [(p, t) for p, t in enumerate(map(user_input_text, messages)) if t is not None]
     wanted = set(pinned)
-    order = [e for e in entries if messages[e[0]].id in wanted]
-    order += [e for e in reversed(entries) if messages[e[0]].id not in wanted]
+    order = [e for e in texts if messages[e[0]].id in wanted]
+    order += [e for e in reversed(texts) if messages[e[0]].id not in wanted]
     chosen: list[tuple[int, str]] = []
     used = 0
-    for position, entry in order:
+    for position, text in order:
+        # Entries are formatted in walk order, only as far as the walk goes: the
+        # candidates reach back further than the budget (the oldest are rarely
+        # taken), and elision and neutralising are the costly part.
+        entry = _user_entry(messages[position].id, text, per_message_cap, count, notes)
         # A running sum keeps the walk linear; the joined text is checked below.
         cost = count(entry) + (1 if chosen else 0)
         if used + cost > budget:

@@ -1,0 +1,187 @@
+"""The rebuild's fast paths against the straightforward computations they replace.
+
+Each fast path (issue 18: a rebuild within a few times its floor) must render
+byte for byte what the plain version renders; the plain versions live here, as
+the reference, and Hypothesis draws the inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mimo_ctx import sections
+from mimo_ctx._util import one_line
+from mimo_ctx.messages import Message, TextPart, ToolPart, ToolStateCompleted, user_input_text
+from mimo_ctx.sections import (
+    HEADING_RECENT_USER,
+    RecentUserInput,
+    _elide,  # pyright: ignore[reportPrivateUsage]
+    neutralise_structure,
+    recent_user_input,
+    render_section,
+)
+from mimo_ctx.tokens import estimate_text_tokens
+
+
+class _WordCounter:
+    """A counter that is not the estimator (the non-additive paths)."""
+
+    def count(self, text: str) -> int:
+        return len(text.split()) + text.count("\n")
+
+
+def _reference_recent_user_input(
+    messages: Sequence[Message],
+    *,
+    budget: int,
+    per_message_cap: int,
+    count: Callable[[str], int],
+    pinned: Collection[str],
+    notes: Mapping[str, str] | None,
+) -> RecentUserInput:
+    """Section 4 as first written: every candidate formatted, then the walk."""
+    if budget == 0:
+        return RecentUserInput("", frozenset())
+    entries: list[tuple[int, str]] = []
+    for position, message in enumerate(messages):
+        text = user_input_text(message)
+        if text is None:
+            continue
+        if count(text) > per_message_cap:
+            text = _elide(text, message.id, per_message_cap, count)
+        note = (notes or {}).get(message.id)
+        header = f"{one_line(message.id)} — {one_line(note)}" if note else one_line(message.id)
+        entries.append((position, neutralise_structure(f"[user message {header}]\n{text}")))
+    wanted = set(pinned)
+    order = [e for e in entries if messages[e[0]].id in wanted]
+    order += [e for e in reversed(entries) if messages[e[0]].id not in wanted]
+    chosen: list[tuple[int, str]] = []
+    used = 0
+    for position, entry in order:
+        cost = count(entry) + (1 if chosen else 0)
+        if used + cost > budget:
+            break
+        chosen.append((position, entry))
+        used += cost
+    chosen.sort()
+    while chosen and count("\n\n".join(e for _, e in chosen)) > budget:
+        chosen.pop(0)
+    if not chosen:
+        return RecentUserInput("", frozenset())
+    text = render_section(HEADING_RECENT_USER, "\n\n".join(e for _, e in chosen))
+    return RecentUserInput(text, frozenset(messages[p].id for p, _ in chosen))
+
+
+_LINES = st.sampled_from(
+    [
+        "plain words here",
+        "# Recent activity",
+        "## Heading two",
+        "```python",
+        "~~~",
+        "===",
+        "---",
+        "<h1>title</h1>",
+        "File: somewhere.md",
+        "",
+        "   ",
+        "😀 wide ✓ text",
+        "x" * 300,
+    ]
+)
+_TEXT = st.lists(_LINES, max_size=8).map("\n".join)
+
+
+@st.composite
+def _messages(draw: st.DrawFn) -> list[Message]:
+    out: list[Message] = []
+    for index in range(draw(st.integers(0, 12))):
+        kind = draw(st.sampled_from(["user", "user", "user", "synthetic", "tool", "assistant"]))
+        text = draw(_TEXT)
+        parts: list[TextPart | ToolPart] = [TextPart(text=text, synthetic=kind == "synthetic")]
+        if kind == "tool":
+            parts.append(
+                ToolPart(call_id=f"c{index}", tool="bash", state=ToolStateCompleted(output="o"))
+            )
+        out.append(
+            Message(
+                id=f"msg_{index:03d}",
+                session_id="ses_a",
+                role="assistant" if kind == "assistant" else "user",
+                time_created=index,
+                parts=parts,
+            )
+        )
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    messages=_messages(),
+    budget=st.integers(0, 600),
+    per_message_cap=st.integers(0, 200),
+    pin=st.lists(st.integers(0, 11), max_size=3),
+    note_on=st.lists(st.integers(0, 11), max_size=3),
+    word_counter=st.booleans(),
+)
+def test_recent_user_input_formats_lazily_as_the_reference(
+    messages: list[Message],
+    budget: int,
+    per_message_cap: int,
+    pin: list[int],
+    note_on: list[int],
+    word_counter: bool,
+) -> None:
+    counter = _WordCounter() if word_counter else None
+    count = counter.count if counter is not None else estimate_text_tokens
+    pinned = {f"msg_{i:03d}" for i in pin}
+    notes = {f"msg_{i:03d}": "the latest request; answered" for i in note_on} or None
+    fast = recent_user_input(
+        messages,
+        budget=budget,
+        per_message_cap=per_message_cap,
+        counter=counter,
+        pinned=pinned,
+        notes=notes,
+    )
+    assert fast == _reference_recent_user_input(
+        messages,
+        budget=budget,
+        per_message_cap=per_message_cap,
+        count=count,
+        pinned=pinned,
+        notes=notes,
+    )
+
+
+def test_recent_user_input_formats_only_what_the_walk_reaches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Fifty candidates of ~250 tokens, a budget for two: the older ones are never
+    # elided or neutralised (each was, before: most of the section's cost).
+    messages = [
+        Message(
+            id=f"msg_{i:03d}",
+            session_id="ses_a",
+            role="user",
+            time_created=i,
+            parts=[TextPart(text=f"request {i} " + "word " * 200)],
+        )
+        for i in range(50)
+    ]
+    calls: list[str] = []
+    real = sections.neutralise_structure
+
+    def counting(text: str) -> str:
+        calls.append(text)
+        return real(text)
+
+    monkeypatch.setattr(sections, "neutralise_structure", counting)
+    rendered = recent_user_input(messages, budget=600, per_message_cap=2_000)
+    assert rendered.quoted == {"msg_048", "msg_049"}
+    # Three entries walked (the third does not fit), then the section itself.
+    assert len(calls) == 4
