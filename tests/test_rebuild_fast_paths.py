@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from mimo_ctx import sections
 from mimo_ctx._util import one_line
+from mimo_ctx.checkpoint import evidence
 from mimo_ctx.messages import Message, TextPart, ToolPart, ToolStateCompleted, user_input_text
 from mimo_ctx.sections import (
     HEADING_RECENT_USER,
@@ -185,3 +186,28 @@ def test_recent_user_input_formats_only_what_the_walk_reaches(
     assert rendered.quoted == {"msg_048", "msg_049"}
     # Three entries walked (the third does not fit), then the section itself.
     assert len(calls) == 4
+
+
+_WORDY = st.lists(
+    st.sampled_from(["ok", "please", "continue", "and", "go", "on", "fix", "the", "bug", "—", "'"]),
+    max_size=12,
+).map(" ".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.one_of(_WORDY, st.text(max_size=60)))
+def test_is_continuation_reads_only_the_first_words(text: str) -> None:
+    # The reference: every word of the text, as first written.
+    words = [w.lower().strip("'’-") for w in evidence._WORD.findall(text)]  # pyright: ignore[reportPrivateUsage]
+    if not words:
+        expected = True
+    elif len(words) > 6:
+        expected = False
+    elif all(w in evidence._ACK_WORDS for w in words):  # pyright: ignore[reportPrivateUsage]
+        expected = True
+    else:
+        lead = 0
+        while lead < len(words) - 1 and words[lead] in evidence._CONTINUE_LEADS:  # pyright: ignore[reportPrivateUsage]
+            lead += 1
+        expected = words[lead] in evidence._CONTINUE_HEADS  # pyright: ignore[reportPrivateUsage]
+    assert evidence.is_continuation(text) is expected

@@ -65,6 +65,7 @@ the action and path; otherwise the tool name.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -169,8 +170,11 @@ def _cut(text: str, limit: int) -> str:
     return head.rstrip(" ,;:") + "…"
 
 
-def _words(text: str) -> list[str]:
-    return [w.lower().strip("'’-") for w in _WORD.findall(text)]
+def _words(text: str, limit: int | None = None) -> list[str]:
+    """The words of ``text``, lower-cased; only the first ``limit`` when given."""
+    if limit is None:
+        return [w.lower().strip("'’-") for w in _WORD.findall(text)]
+    return [m.group().lower().strip("'’-") for m in itertools.islice(_WORD.finditer(text), limit)]
 
 
 # -- the user's words ----------------------------------------------------------------------
@@ -191,7 +195,9 @@ _CONTINUATION_MAX_WORDS: Final = 6
 
 def is_continuation(text: str) -> bool:
     """True when a typed message only acknowledges or says "go on" (see the module rules)."""
-    words = _words(text)
+    # One word past the limit decides a long message: the rest is never looked at
+    # (the task-defining request is often thousands of words).
+    words = _words(text, _CONTINUATION_MAX_WORDS + 1)
     if not words:
         return True
     if len(words) > _CONTINUATION_MAX_WORDS:
