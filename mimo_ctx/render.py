@@ -397,10 +397,19 @@ async def _user_messages(
     newest.reverse()
     first = next(iter(newest), None)
     pinned: Message | None = None
-    for message in await store.list_user_messages(session_id, first=PIN_LOOKAHEAD):
-        text = user_input_text(message)
-        if text is not None and not is_continuation(text):
-            pinned = message
+    # The oldest user message is usually the task-defining one: read it alone
+    # first, and the whole lookahead only when it is not.
+    for first_count in (1, PIN_LOOKAHEAD):
+        oldest = await store.list_user_messages(session_id, first=first_count)
+        pinned = next(
+            (
+                m
+                for m in oldest
+                if (text := user_input_text(m)) is not None and not is_continuation(text)
+            ),
+            None,
+        )
+        if pinned is not None or len(oldest) < first_count:
             break
     if pinned is None:
         return newest, frozenset()

@@ -8,14 +8,17 @@ the reference, and Hypothesis draws the inputs.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mimo_ctx import sections
+from mimo_ctx import render, sections
 from mimo_ctx._util import one_line
 from mimo_ctx.checkpoint import evidence
+from mimo_ctx.checkpoint.evidence import is_continuation
+from mimo_ctx.config import RebuildConfig
 from mimo_ctx.messages import Message, TextPart, ToolPart, ToolStateCompleted, user_input_text
 from mimo_ctx.sections import (
     HEADING_RECENT_USER,
@@ -25,7 +28,14 @@ from mimo_ctx.sections import (
     recent_user_input,
     render_section,
 )
+from mimo_ctx.store import InMemoryStore, Session
 from mimo_ctx.tokens import estimate_text_tokens
+
+
+def user_text(message: Message) -> str:
+    text = user_input_text(message)
+    assert text is not None
+    return text
 
 
 class _WordCounter:
@@ -211,3 +221,50 @@ def test_is_continuation_reads_only_the_first_words(text: str) -> None:
             lead += 1
         expected = words[lead] in evidence._CONTINUE_HEADS  # pyright: ignore[reportPrivateUsage]
     assert evidence.is_continuation(text) is expected
+
+
+@pytest.mark.parametrize(
+    ("openers", "expected"),
+    [
+        ([], 0),  # the oldest of the later requests
+        (["build the parser"], 0),  # the oldest is the request: one message read
+        (["ok", "continue", "build the parser", "thanks"], 2),
+        (["ok"] * 25 + ["build the parser"], None),  # past the lookahead
+    ],
+)
+async def test_the_pinned_request_is_found_as_among_the_whole_lookahead(
+    openers: list[str], expected: int | None
+) -> None:
+    store = InMemoryStore()
+    session = Session(id="ses_pin", project_id="p", time_created=0)
+    await store.create_session(session)
+    texts = [*openers, *(f"later request {i} with words" for i in range(60))]
+    users = [
+        Message(
+            id=f"msg_{i:04d}",
+            session_id=session.id,
+            role="user",
+            time_created=i + 1,
+            parts=[TextPart(text=text)],
+        )
+        for i, text in enumerate(texts)
+    ]
+    await store.append_messages(users)
+    firsts: list[int | None] = []
+    real = store.list_user_messages
+
+    async def counting(session_id: str, **kwargs: Any) -> list[Message]:
+        firsts.append(kwargs.get("first"))
+        return await real(session_id, **kwargs)
+
+    store.list_user_messages = counting  # type: ignore[method-assign]
+    _, pinned = await render._user_messages(store, session.id, RebuildConfig(), None)  # pyright: ignore[reportPrivateUsage]
+    # The reference: the first typed, substantive one among the oldest twenty.
+    reference = next(
+        (m.id for m in users[: render.PIN_LOOKAHEAD] if not is_continuation(user_text(m))),
+        None,
+    )
+    assert pinned == (frozenset({reference}) if reference is not None else frozenset())
+    assert reference == (users[expected].id if expected is not None else None)
+    if expected == 0:
+        assert [f for f in firsts if f is not None] == [1]
