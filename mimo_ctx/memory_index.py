@@ -323,6 +323,7 @@ def _scan(scope: _Scope, root_real: str, root: Path) -> tuple[list[_Seen], int]:
         return [], 0
     seen: list[_Seen] = []
     skipped = 0
+    root_prefix = os.path.join(str(root), "")
     # followlinks=False: a directory symlink is listed but never entered, so a
     # link to "/" cannot pull the whole disk in.
     for dirpath, _dirnames, filenames in os.walk(directory, followlinks=False):
@@ -332,13 +333,15 @@ def _scan(scope: _Scope, root_real: str, root: Path) -> tuple[list[_Seen], int]:
                 continue
             full = os.path.join(dirpath, name)
             real = full
-            if os.path.islink(full):
-                real = os.path.realpath(full)
-                if not _inside(real, root_real):
-                    skipped += 1
-                    continue
             try:
-                st = os.stat(real)
+                # One lstat: for anything but a symlink it is the stat itself.
+                st = os.lstat(full)
+                if stat.S_ISLNK(st.st_mode):
+                    real = os.path.realpath(full)
+                    if not _inside(real, root_real):
+                        skipped += 1
+                        continue
+                    st = os.stat(real)
             except OSError:
                 continue  # vanished or unreadable between listing and stat
             if not stat.S_ISREG(st.st_mode):
@@ -346,9 +349,21 @@ def _scan(scope: _Scope, root_real: str, root: Path) -> tuple[list[_Seen], int]:
             if is_hard_link(st):
                 skipped += 1  # its other name may be anywhere: never indexed
                 continue
-            rel = Path(os.path.relpath(full, root)).as_posix()
-            seen.append(_Seen(rel, real, st.st_size, st.st_mtime_ns))
+            seen.append(_Seen(_relative(full, root, root_prefix), real, st.st_size, st.st_mtime_ns))
     return seen, skipped
+
+
+def _relative(full: str, root: Path, root_prefix: str) -> str:
+    """``full`` relative to ``root``, with ``/`` separators.
+
+    The scope directories are under the root (absolute, normalised), so the walk's
+    paths start with it and the prefix is cut off; ``relpath`` (two ``abspath``
+    calls and a split per file) only for anything else.
+    """
+    if full.startswith(root_prefix):
+        rel = full[len(root_prefix) :]
+        return rel if os.sep == "/" else Path(rel).as_posix()
+    return Path(os.path.relpath(full, root)).as_posix()
 
 
 def _read_text(real: str) -> str | None:

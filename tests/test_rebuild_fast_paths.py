@@ -7,14 +7,16 @@ the reference, and Hypothesis draws the inputs.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mimo_ctx import render, sections
+from mimo_ctx import memory_index, render, sections
 from mimo_ctx._util import one_line
 from mimo_ctx.checkpoint import evidence
 from mimo_ctx.checkpoint.evidence import is_continuation
@@ -268,3 +270,20 @@ async def test_the_pinned_request_is_found_as_among_the_whole_lookahead(
     assert reference == (users[expected].id if expected is not None else None)
     if expected == 0:
         assert [f for f in firsts if f is not None] == [1]
+
+
+_SEGMENT = st.text(
+    alphabet=st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=8,
+).filter(lambda s: s not in (".", ".."))
+
+
+@settings(max_examples=300, deadline=None)
+@given(root=st.lists(_SEGMENT, min_size=1, max_size=3), rest=st.lists(_SEGMENT, max_size=4))
+def test_memory_index_relative_paths_as_relpath(root: list[str], rest: list[str]) -> None:
+    base = Path("/", *root)
+    full = os.path.join(str(base), *rest) if rest else str(base) + "x"
+    expected = Path(os.path.relpath(full, base)).as_posix()
+    prefix = os.path.join(str(base), "")
+    assert memory_index._relative(full, base, prefix) == expected  # pyright: ignore[reportPrivateUsage]
