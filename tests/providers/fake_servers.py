@@ -17,6 +17,7 @@ is set); Responses streams are ``event:``-named ``response.*`` events ending in
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
@@ -42,6 +43,7 @@ from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER
 __all__ = [
     "LIMITS",
     "OVER_THE_LINE",
+    "CutStream",
     "ErrorReply",
     "FakeProvider",
     "LoopbackServer",
@@ -105,7 +107,18 @@ class StreamError:
     after: str | None = None
 
 
-ReplySpec = Reply | ErrorReply | StreamError
+@dataclass
+class CutStream:
+    """A 200 stream of ``reply`` cut after its first ``keep`` events: no finish reason,
+    no closing event. ``drop`` also drops the connection mid-body (over the loopback
+    server the SDK then sees a broken transfer, as on a real network cut)."""
+
+    reply: Reply
+    keep: int
+    drop: bool = False
+
+
+ReplySpec = Reply | ErrorReply | StreamError | CutStream
 
 
 def overflow(api: str) -> ErrorReply:
@@ -154,6 +167,10 @@ def _sse(data: dict[str, Any] | str, event: str | None = None) -> bytes:
     payload = data if isinstance(data, str) else json.dumps(data)
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {payload}\n\n".encode()
+
+
+def _cut(cut: CutStream) -> dict[str, str]:
+    return {"x-fake-drop": "1"} if cut.drop else {}
 
 
 def _compact(value: Any) -> str:
@@ -223,6 +240,12 @@ class FakeProvider:
                 [json.dumps(reply.body).encode()],
             )
         stream = body.get("stream") is True
+        if isinstance(reply, CutStream):
+            return (
+                200,
+                {"content-type": "text/event-stream", **_cut(reply)},
+                self._cut(path, reply, number),
+            )
         if path == CHAT:
             chunks = (
                 list(self._chat_stream(reply, number, body))
@@ -245,6 +268,16 @@ class FakeProvider:
             return 404, {"content-type": "application/json"}, [b'{"error":{"message":"no route"}}']
         kind = "text/event-stream" if stream else "application/json"
         return 200, {"content-type": kind}, chunks
+
+    def _cut(self, path: str, cut: CutStream, number: int) -> list[bytes]:
+        if path == CHAT:
+            events = self.chat_chunks(cut.reply, number, usage=False)
+            return [_sse(e) for e in events[: cut.keep]]
+        if path == RESPONSES:
+            events = self.response_events(cut.reply, number)
+            return [_sse(e, e["type"]) for e in events[: cut.keep]]
+        events = self.anthropic_events(cut.reply, number)
+        return [_sse(e, e["type"]) for e in events[: cut.keep]]
 
     def _validate(self, path: str, body: dict[str, Any]) -> None:
         if not self.check:
@@ -723,13 +756,20 @@ class LoopbackServer:
                 )
                 self.send_response(status)
                 for key, value in headers.items():
-                    self.send_header(key, value)
+                    if key != "x-fake-drop":
+                        self.send_header(key, value)
                 if headers["content-type"] == "text/event-stream":
                     self.send_header("transfer-encoding", "chunked")
                     self.end_headers()
                     for chunk in chunks:
                         self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                         self.wfile.flush()
+                    if "x-fake-drop" in headers:
+                        # A network cut: the body stops without its last chunk.
+                        self.close_connection = True
+                        self.wfile.flush()
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
                     self.wfile.write(b"0\r\n\r\n")
                 else:
                     data = b"".join(chunks)
