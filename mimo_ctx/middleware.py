@@ -128,7 +128,8 @@ class ContextMiddleware:
     Args:
         store: Where sessions live (e.g. :class:`~mimo_ctx.store.sqlite.SQLiteStore`).
         memory_root: Root of the memory files (SPEC A13).
-        model: The model's limits, or just its context window in tokens.
+        model: The model's limits, its context window in tokens, or the name of a
+            common model (:meth:`~mimo_ctx.triggers.ModelLimits.for_model`).
         config: Tuning; defaults follow the SPEC.
         writer: The checkpoint writer; defaults to the offline writer.
         fallback_writer: Used when ``writer`` fails; defaults to the offline writer
@@ -155,7 +156,7 @@ class ContextMiddleware:
         store: Store,
         memory_root: str | os.PathLike[str],
         *,
-        model: ModelLimits | int,
+        model: ModelLimits | int | str,
         config: RebuildConfig | None = None,
         writer: CheckpointWriter | None = None,
         fallback_writer: CheckpointWriter | Literal[False] | None = None,
@@ -168,9 +169,7 @@ class ContextMiddleware:
     ) -> None:
         self._store = store
         self._config = config = config or RebuildConfig()
-        self._limits = (
-            model if isinstance(model, ModelLimits) else ModelLimits(context_window=model)
-        )
+        self._limits = _limits(model)
         self._layout = layout = MemoryLayout(Path(memory_root))
         self._own_index = memory_index is None
         self._memory_index = memory_index or MemoryIndex(
@@ -635,6 +634,14 @@ async def _with_estimated_usage(
         )
     )
     return message.model_copy(update={"usage": usage})
+
+
+def _limits(model: ModelLimits | int | str) -> ModelLimits:
+    if isinstance(model, ModelLimits):
+        return model
+    if isinstance(model, str):
+        return ModelLimits.for_model(model)
+    return ModelLimits(context_window=model)
 
 
 def _fallback_writer(

@@ -239,8 +239,8 @@ class HostHistory:
         host: list[object] = list(items)
         async with self.lock:
             same = self._unchanged(host)
-            known = self._seen.fingerprints[:same] if self._seen is not None else []
-            fingerprints = [*known, *(fingerprint(item) for item in items[same:])]
+            fingerprints = _prefix(self._seen.fingerprints if self._seen is not None else [], same)
+            fingerprints.extend(fingerprint(item) for item in items[same:])
             typed_convert: Callable[[Sequence[object]], Sequence[MessageDraft]] = convert  # type: ignore[assignment]
             for _attempt in range(_RETRIES):
                 await self._refresh()
@@ -274,7 +274,7 @@ class HostHistory:
         seed = ROOT
         previous: str | None = None
         if seen is not None and same:
-            chains = seen.chains[:same]
+            chains = _prefix(seen.chains, same)
             previous = next((c for c in reversed(chains) if c is not None), None)
             if previous is not None:
                 seed = seen.seed  # the first history item is in the reused prefix
@@ -601,3 +601,11 @@ class HostHistory:
         if move is not None:
             self._set_head(move.head)
         return stored
+
+
+def _prefix(values: list[_T], count: int) -> list[_T]:
+    """The first ``count`` values: the list itself when that is all of it (the list of a
+    host that only grew is extended in place, not copied: O(new) per call)."""
+    if count == len(values):
+        return values
+    return values[:count]

@@ -17,6 +17,7 @@ from mimo_ctx.messages import Message, TokenUsage, written_after
 from mimo_ctx.tokens import estimate_message_tokens
 
 __all__ = [
+    "KNOWN_MODELS",
     "OUTPUT_TOKEN_MAX",
     "ModelLimits",
     "due_thresholds",
@@ -36,6 +37,33 @@ OUTPUT_TOKEN_MAX: Final = 20000
 _NO_WRITER_BELOW: Final = 25000
 
 
+KNOWN_MODELS: Final[dict[str, tuple[int, int | None, int]]] = {
+    # name: (context window, separate input limit or None, max output tokens), as
+    # the providers publish them. A dated or versioned name (gpt-4o-2024-08-06,
+    # claude-sonnet-4-5-20250929) takes the entry of its base name.
+    "gpt-4o": (128_000, None, 16_384),
+    "gpt-4o-mini": (128_000, None, 16_384),
+    "gpt-4.1": (1_047_576, None, 32_768),
+    "gpt-4.1-mini": (1_047_576, None, 32_768),
+    "gpt-4.1-nano": (1_047_576, None, 32_768),
+    "gpt-5": (400_000, 272_000, 128_000),
+    "gpt-5-mini": (400_000, 272_000, 128_000),
+    "gpt-5-nano": (400_000, 272_000, 128_000),
+    "o3": (200_000, None, 100_000),
+    "o4-mini": (200_000, None, 100_000),
+    "claude-opus-4-1": (200_000, None, 32_000),
+    "claude-opus-4": (200_000, None, 32_000),
+    "claude-sonnet-4-5": (200_000, None, 64_000),
+    "claude-sonnet-4": (200_000, None, 64_000),
+    "claude-haiku-4-5": (200_000, None, 64_000),
+    "claude-3-7-sonnet": (200_000, None, 64_000),
+    "claude-3-5-haiku": (200_000, None, 8_192),
+    "gemini-2.5-pro": (1_048_576, None, 65_536),
+    "gemini-2.5-flash": (1_048_576, None, 65_536),
+}
+"""The limits :meth:`ModelLimits.for_model` knows (a small table of common models)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ModelLimits:
     """What the model can take.
@@ -49,6 +77,48 @@ class ModelLimits:
     context_window: int
     input_limit: int | None = None
     max_output_tokens: int | None = None
+
+    @classmethod
+    def for_model(
+        cls,
+        name: str,
+        *,
+        context_window: int | None = None,
+        input_limit: int | None = None,
+        max_output_tokens: int | None = None,
+    ) -> ModelLimits:
+        """The limits of a common model by name (:data:`KNOWN_MODELS`); explicit values win.
+
+        ``openai:gpt-4o`` and ``openai/gpt-4o`` (a provider prefix) and dated or
+        versioned names (``claude-sonnet-4-5-20250929``) read as their base name.
+
+        Raises:
+            ConfigError: The name is not in the table and no ``context_window`` is
+                given; the message lists the names it knows.
+        """
+        base = name.strip().lower().rsplit(":", 1)[-1].rsplit("/", 1)[-1]
+        known = next(
+            (
+                KNOWN_MODELS[key]
+                for key in sorted(KNOWN_MODELS, key=len, reverse=True)
+                if base == key or base.startswith(f"{key}-")
+            ),
+            None,
+        )
+        if known is None:
+            if context_window is None:
+                raise ConfigError(
+                    f"model {name!r}: its limits are not known; pass "
+                    "ModelLimits(context_window=..., max_output_tokens=...) or one of: "
+                    f"{', '.join(sorted(KNOWN_MODELS))}"
+                )
+            known = (context_window, None, OUTPUT_TOKEN_MAX)
+        window, limit, output = known
+        return cls(
+            context_window=context_window if context_window is not None else window,
+            input_limit=input_limit if input_limit is not None else limit,
+            max_output_tokens=max_output_tokens if max_output_tokens is not None else output,
+        )
 
     def __post_init__(self) -> None:
         for name in ("context_window", "input_limit", "max_output_tokens"):

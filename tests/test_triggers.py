@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -152,3 +154,29 @@ def test_r1_4_recovered_by_write_order_not_ids_or_time() -> None:
     assert is_recovered(_stored("msg_0002", "assistant", None), _stored("msg_0003", "user", None))
     assert not is_recovered(None, _stored("msg_0003", "user", 6))
     assert not is_recovered(_stored("msg_0003", "assistant", 6), None)
+
+
+def test_model_limits_come_from_a_small_table_of_common_models() -> None:
+    """Issue 16: the window need not be given by hand for common models."""
+    assert ModelLimits.for_model("gpt-4o") == ModelLimits(128_000, max_output_tokens=16_384)
+    five = ModelLimits.for_model("openai:gpt-5-2025-08-07")
+    assert (five.context_window, five.input_limit) == (400_000, 272_000)
+    sonnet = ModelLimits.for_model("anthropic/claude-sonnet-4-5-20250929")
+    assert sonnet == ModelLimits(200_000, max_output_tokens=64_000)
+    # gpt-4o-mini is its own entry, not gpt-4o's with a suffix.
+    assert ModelLimits.for_model("gpt-4o-mini").context_window == 128_000
+    # Explicit values win; an unknown name is a clear error naming what is known.
+    assert ModelLimits.for_model("gpt-4o", context_window=64_000).context_window == 64_000
+    assert ModelLimits.for_model("my-local-llm", context_window=32_000).context_window == 32_000
+    with pytest.raises(ConfigError, match=r"my-local-llm.*not known.*gpt-4o"):
+        ModelLimits.for_model("my-local-llm")
+
+
+async def test_a_middleware_takes_a_model_name(tmp_path: Path) -> None:
+    from mimo_ctx.middleware import ContextMiddleware
+    from mimo_ctx.store import InMemoryStore
+
+    mw = ContextMiddleware(InMemoryStore(), tmp_path / "m", model="claude-haiku-4-5")
+    assert mw.limits.context_window == 200_000
+    with pytest.raises(ConfigError, match="not known"):
+        ContextMiddleware(InMemoryStore(), tmp_path / "m", model="nobody-knows-1")

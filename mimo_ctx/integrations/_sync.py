@@ -44,9 +44,19 @@ import anyio
 
 from mimo_ctx.convert import MessageDraft, build_messages
 from mimo_ctx.errors import MimoCtxError
-from mimo_ctx.messages import MAIN_AGENT, CompactionPart, Message, OpaquePart, Part, Role
+from mimo_ctx.messages import (
+    MAIN_AGENT,
+    CompactionPart,
+    Message,
+    OpaquePart,
+    Part,
+    Role,
+    ToolResultPart,
+)
 from mimo_ctx.middleware import ContextMiddleware, RequestView
+from mimo_ctx.providers._payload import PayloadBuilder
 from mimo_ctx.reconcile import HostHistory
+from mimo_ctx.view import tool_results_by_call
 
 __all__ = [
     "META_KEY",
@@ -280,39 +290,85 @@ class IntegrationSync:
         return stored
 
     # -- view -> framework ---------------------------------------------------------------
-    async def plan(self, view: RequestView) -> list[OutgoingItem]:
-        """Line up the view with the framework messages it came from.
+    async def outgoing(
+        self,
+        view: RequestView,
+        convert: Callable[[Sequence[OutgoingItem], Mapping[str, ToolResultPart]], list[Any]],
+        *,
+        merges: Callable[[Any, Any], bool] | None = None,
+    ) -> list[Any]:
+        """The framework messages of the view, converted in O(new messages).
 
-        Returns:
-            The messages to send in order: the view's messages plus, where they
-            belong, live stored messages that hold only carried parts.
+        The view is planned (:meth:`plan`) and converted run by run with the
+        session's builder (:class:`~mimo_ctx.providers._payload.PayloadBuilder`):
+        the messages of the last view's unchanged prefix are reused, only the rest
+        is planned and converted. A change in the carried messages converts all.
+
+        Args:
+            view: What :meth:`~mimo_ctx.middleware.ContextMiddleware.prepare` returned.
+            convert: Planned items of a run, and the separately stored tool results
+                the run holds -> the framework's messages.
+            merges: True for two adjacent converted messages the converter merges.
         """
-        known = self._known
-        items: list[OutgoingItem] = []
-        for message in view.messages:
-            stored = known.stored.get(message.id)
-            items.append(
-                OutgoingItem(
-                    message=message,
-                    role=message.role,
-                    origin=known.origins.get(message.id),
-                    slots=stored.slots if stored is not None else (),
-                    is_boundary=message.id == view.boundary_id,
-                )
-            )
         carried = await self._carried(view)
-        if not carried:
-            return items
+        builder = self.history.cached(
+            f"outgoing:{self.source}",
+            PayloadBuilder,
+            lambda: PayloadBuilder(None, _unset, merges=merges, mark=False),
+        )
+
+        def run(messages: Sequence[Message], previous: Message | None) -> list[Any]:
+            items = self._plan(messages, view.boundary_id, carried, previous)
+            return convert(items, tool_results_by_call(messages))
+
+        return builder.build(
+            view.messages, view.boundary_id, key=tuple(c for _, c in carried), convert=run
+        )
+
+    def _plan(
+        self,
+        messages: Sequence[Message],
+        boundary_id: str | None,
+        carried: Sequence[tuple[tuple[int, str], str]],
+        previous: Message | None,
+    ) -> list[OutgoingItem]:
+        """The planned items of a run of view messages (see :meth:`plan`): the carried
+        messages listed after ``previous`` (and not before an earlier view message)
+        go into this run."""
+        known = self._known
+        floor = (
+            None
+            if previous is None or previous.id == boundary_id
+            else (previous.time_created, previous.id)
+        )
+        pending = [c for c in carried if floor is None or c[0] > floor]
         out: list[OutgoingItem] = []
-        pending = list(carried)
-        for item in items:
-            if item.message is not None and not item.is_boundary:
-                position = (item.message.time_created, item.message.id)
+        for message in messages:
+            stored = known.stored.get(message.id)
+            item = OutgoingItem(
+                message=message,
+                role=message.role,
+                origin=known.origins.get(message.id),
+                slots=stored.slots if stored is not None else (),
+                is_boundary=message.id == boundary_id,
+            )
+            if not item.is_boundary:
+                position = (message.time_created, message.id)
                 while pending and pending[0][0] < position:
                     out.append(self._carried_item(pending.pop(0)[1]))
             out.append(item)
         out.extend(self._carried_item(stored_id) for _, stored_id in pending)
         return out
+
+    async def plan(self, view: RequestView) -> list[OutgoingItem]:
+        """Line up the whole view with the framework messages it came from.
+
+        Returns:
+            The messages to send in order: the view's messages plus, where they
+            belong, live stored messages that hold only carried parts.
+        """
+        carried = await self._carried(view)
+        return self._plan(view.messages, view.boundary_id, carried, None)
 
     def _carried_item(self, stored_id: str) -> OutgoingItem:
         stored = self._known.stored[stored_id]
@@ -362,3 +418,7 @@ def _boundary_range(boundary: Message | None) -> tuple[str | None, str | None]:
         if isinstance(part, CompactionPart):
             return (part.covered_up_to, None)
     return (None, None)
+
+
+def _unset(messages: Sequence[Message], previous: Message | None) -> list[Any]:
+    raise MimoCtxError("integration bug: an outgoing builder without its converter")

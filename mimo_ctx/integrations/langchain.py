@@ -446,8 +446,15 @@ def _outgoing(
     view_messages: Sequence[Message],
     leading: Sequence[BaseMessage],
 ) -> list[BaseMessage]:
-    results = tool_results_by_call(view_messages)
-    out: list[BaseMessage] = list(leading)
+    return [*leading, *_convert_items(items, tool_results_by_call(view_messages))]
+
+
+def _convert_items(
+    items: Sequence[OutgoingItem], results: Mapping[str, ToolResultPart]
+) -> list[BaseMessage]:
+    """The LangChain messages of a run of planned items (``results``: the separately
+    stored results the run holds)."""
+    out: list[BaseMessage] = []
     for item in items:
         origin = item.origin if isinstance(item.origin, BaseMessage) else None
         converted: list[BaseMessage]
@@ -600,8 +607,8 @@ class MimoCtxMiddleware(AgentMiddleware):
 
             await sync.sync(history, key=key, convert=convert)
             view = await self.middleware.prepare(sync.session_id, agent=self.agent)
-            items = await sync.plan(view)
-        messages = cast("list[AnyMessage]", _outgoing(items, view.messages, leading))
+            sent = await sync.outgoing(view, _convert_items)
+        messages = cast("list[AnyMessage]", [*leading, *sent])
         return request.override(messages=messages)
 
     async def _record(self, sync: IntegrationSync, response: object) -> None:

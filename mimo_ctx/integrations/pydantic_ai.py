@@ -60,7 +60,7 @@ import dataclasses
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -600,7 +600,18 @@ def _outgoing(
     Every tool call is answered: a call whose result the view does not hold gets
     one (interrupted calls read as errors).
     """
-    results = tool_results_by_call(view_messages)
+    return _finish(_convert_items(items, tool_results_by_call(view_messages)), history)
+
+
+def _both_requests(a: object, b: object) -> bool:
+    return isinstance(a, ModelRequest) and isinstance(b, ModelRequest)
+
+
+def _convert_items(
+    items: Sequence[OutgoingItem], results: Mapping[str, ToolResultPart]
+) -> list[ModelMessage]:
+    """The messages of a run of planned items (``results``: the separately stored results
+    the run holds); :func:`_finish` adds what depends on the whole history."""
     groups: list[_Group] = []
 
     def add(response: bool, parts: list[Any], origin: object | None) -> None:
@@ -631,22 +642,6 @@ def _outgoing(
                         )
                     )
             add(False, answers, None)
-
-    first = history[0] if history else None
-    if isinstance(first, ModelRequest):
-        leading: list[Any] = []
-        for part in first.parts:
-            if not isinstance(part, SystemPromptPart):
-                break
-            leading.append(part)
-        if leading:
-            if groups and not groups[0].response:
-                groups[0].parts[:0] = leading
-                groups[0].origins.insert(0, first)
-            else:
-                groups.insert(0, _Group(False, leading, [first]))
-
-    last_request = next((m for m in reversed(history) if isinstance(m, ModelRequest)), None)
     out: list[ModelMessage] = []
     for group in groups:
         same = next((o for o in group.origins if _same(group.parts, o)), None)
@@ -670,6 +665,30 @@ def _outgoing(
             out.append(dataclasses.replace(template, parts=group.parts))
         else:
             out.append(ModelRequest(parts=group.parts))
+    return out
+
+
+def _finish(
+    messages: Sequence[ModelMessage], history: Sequence[ModelMessage]
+) -> list[ModelMessage]:
+    """The converted messages with the history's head and tail put back (O(1)): the system
+    prompt parts that open ``history`` first, and the instructions of its last request."""
+    out = list(messages)
+    first = history[0] if history else None
+    if isinstance(first, ModelRequest):
+        leading: list[Any] = []
+        for part in first.parts:
+            if not isinstance(part, SystemPromptPart):
+                break
+            leading.append(part)
+        if leading:
+            head = out[0] if out else None
+            if isinstance(head, ModelRequest):
+                parts = [*leading, *head.parts]
+                out[0] = first if _same(parts, first) else dataclasses.replace(head, parts=parts)
+            else:
+                out.insert(0, first if _same(leading, first) else ModelRequest(parts=leading))
+    last_request = next((m for m in reversed(history) if isinstance(m, ModelRequest)), None)
     if out and isinstance(out[-1], ModelRequest) and last_request is not None:
         tail = out[-1]
         if tail is not last_request and tail.instructions is None:
@@ -771,8 +790,8 @@ class MimoCtxCapability(AbstractCapability[Any]):
             await sync.open(project_id=self.project_id, system=system, tools=tools)
             await sync.sync(history, key=message_key, convert=_drafts)
             view = await self.middleware.prepare(sync.session_id, agent=self.agent)
-            items = await sync.plan(view)
-        request_context.messages = _outgoing(items, view.messages, history)
+            sent = await sync.outgoing(view, _convert_items, merges=_both_requests)
+        request_context.messages = _finish(sent, history)
         return request_context
 
     async def wrap_model_request(

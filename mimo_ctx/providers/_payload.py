@@ -33,8 +33,12 @@ from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER, COMPACTION_SUMMARY_HEADER
 
 __all__ = ["Convert", "PayloadBuilder", "mark_boundary"]
 
-Convert = Callable[[Sequence[Message], bool], list[dict[str, Any]]]
-"""Converts a run of view messages; the flag is True when the run starts the payload."""
+Convert = Callable[[Sequence[Message], Message | None], list[Any]]
+"""Converts a run of view messages; the second argument is the view message before the
+run (None when the run starts the payload)."""
+
+_NO_MARK: Final = ValidatorMark(0, 0, (), None, -1, None)
+"""The mark of a builder that checks nothing."""
 
 _KEEP_MARKS: Final = 16
 """Batches whose validator state is kept (a rebuild reaching further back starts over)."""
@@ -72,33 +76,62 @@ class _Batch:
 class PayloadBuilder:
     """Builds and checks the payload of successive views of one session.
 
+    Also what the framework integrations build their outgoing messages with (no
+    format to check, entries are the framework's objects, no boundary marking).
+
     Args:
-        format: The request format (what :class:`RequestValidator` checks).
-        convert: Converts a run of view messages to payload entries.
-        role_key: The entry key holding the role, when adjacent entries of one role
-            are merged by the converter (Anthropic turns); None otherwise.
+        format: The request format (what :class:`RequestValidator` checks), or None
+            for entries that are not a provider payload.
+        convert: Converts a run of view messages to entries.
+        merges: True when two adjacent entries are merged by the converter
+            (Anthropic turns of one role, pydantic-ai requests); None: never.
+        mark: Put the boundary's marker part back before converting (:func:`mark_boundary`).
     """
 
-    def __init__(self, format: RequestFormat, convert: Convert, *, role_key: str | None = None):
-        self._format: RequestFormat = format
+    def __init__(
+        self,
+        format: RequestFormat | None,
+        convert: Convert,
+        *,
+        merges: Callable[[Any, Any], bool] | None = None,
+        mark: bool = True,
+    ):
         self._convert = convert
-        self._role_key = role_key
+        self._merges_fn = merges
+        self._mark = mark
         self._messages: list[Message] = []
         self._boundary: str | None = None
-        self._entries: list[dict[str, Any]] = []
+        self._key: object = None
+        self._entries: list[Any] = []
         self._batches: list[_Batch] = []
-        self._validator = RequestValidator(format)
-        self._start = self._validator.mark()
+        self._validator = RequestValidator(format) if format is not None else None
+        self._start = self._validator.mark() if self._validator is not None else _NO_MARK
         self.converted = 0
         """View messages converted by the last :meth:`build` (for tests and benchmarks)."""
 
-    def build(self, messages: Sequence[Message], boundary_id: str | None) -> list[dict[str, Any]]:
-        """The payload entries of a view (its messages and boundary id).
+    def build(
+        self,
+        messages: Sequence[Message],
+        boundary_id: str | None,
+        *,
+        key: object = None,
+        convert: Convert | None = None,
+    ) -> list[Any]:
+        """The entries of a view (its messages and boundary id); the builder's own list,
+        valid until the next call (copy it, as the wrappers do, to keep it).
+
+        ``key``: anything else the entries depend on; when it differs from the last
+        call's, everything is converted again. ``convert``: this call's converter
+        (a closure over what the call knows), instead of the builder's own.
 
         Raises:
             InvalidRequestError: The payload breaks the provider's rules.
         """
-        same = 0 if boundary_id != self._boundary else _common_prefix(messages, self._messages)
+        same = (
+            0
+            if boundary_id != self._boundary or key != self._key
+            else _common_prefix(messages, self._messages)
+        )
         batches = self._batches
         while batches and batches[-1].end > same:
             batches.pop()
@@ -107,44 +140,54 @@ class PayloadBuilder:
         start = batches[-1].end if batches else 0
         while True:
             kept_entries = batches[-1].entries_end if batches else 0
-            run = [mark_boundary(m) if m.id == boundary_id else m for m in messages[start:]]
-            fresh = self._convert(run, start == 0) if run else []
+            run = [
+                mark_boundary(m) if self._mark and m.id == boundary_id else m
+                for m in messages[start:]
+            ]
+            converter = convert if convert is not None else self._convert
+            fresh = converter(run, messages[start - 1] if start else None) if run else []
             if not self._merges(kept_entries, fresh) or not batches:
                 break
             start = batches.pop().start
         del self._entries[kept_entries:]
         mark = batches[-1].mark if batches else self._start
         assert mark is not None
-        self._validator.reset(mark)
-        try:
-            self._validator.feed(fresh)
-            self._validator.finish()
-        except BaseException:
-            self._forget()
-            raise
+        validator = self._validator
+        if validator is not None:
+            validator.reset(mark)
+            try:
+                validator.feed(fresh)
+                validator.finish()
+            except BaseException:
+                self._forget()
+                raise
         self._entries.extend(fresh)
         if run:
-            batches.append(_Batch(start, len(messages), len(self._entries), self._validator.mark()))
+            after = validator.mark() if validator is not None else _NO_MARK
+            batches.append(_Batch(start, len(messages), len(self._entries), after))
             if len(batches) > _KEEP_MARKS:
                 batches[-_KEEP_MARKS - 1].mark = None
-        self._messages = list(messages)
+        # Kept, not copied: the view's list is built for this call and not changed after.
+        self._messages = messages if isinstance(messages, list) else list(messages)
         self._boundary = boundary_id
+        self._key = key
         self.converted = len(run)
-        return list(self._entries)
+        return self._entries
 
-    def _merges(self, kept: int, fresh: list[dict[str, Any]]) -> bool:
-        key = self._role_key
+    def _merges(self, kept: int, fresh: list[Any]) -> bool:
+        merges = self._merges_fn
         return (
-            key is not None
+            merges is not None
             and kept > 0
             and bool(fresh)
-            and self._entries[kept - 1].get(key) == fresh[0].get(key)
+            and merges(self._entries[kept - 1], fresh[0])
         )
 
     def _forget(self) -> None:
         self._messages, self._entries, self._batches = [], [], []
         self._boundary = None
-        self._validator.reset(self._start)
+        if self._validator is not None:
+            self._validator.reset(self._start)
 
 
 def _common_prefix(new: Sequence[Message], old: Sequence[Message]) -> int:

@@ -341,13 +341,17 @@ class Turn:
     call: RecoveringCall[Any, Any] | None = field(default=None)
 
     def builder(
-        self, format: RequestFormat, convert: Convert, *, role_key: str | None = None
+        self,
+        format: RequestFormat,
+        convert: Convert,
+        *,
+        merges: Callable[[Any, Any], bool] | None = None,
     ) -> PayloadBuilder:
         """The session's payload builder for ``format`` (kept with the session)."""
         return self.history.cached(
             f"payload:{format}",
             PayloadBuilder,
-            lambda: PayloadBuilder(format, convert, role_key=role_key),
+            lambda: PayloadBuilder(format, convert, merges=merges),
         )
 
 

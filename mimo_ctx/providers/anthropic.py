@@ -224,6 +224,19 @@ def _merge(turns: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]
     return merged
 
 
+def _shorthand(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Turns of one text block with the text as their content (the API's shorthand)."""
+    for turn in turns:
+        blocks = turn["content"]
+        if (
+            len(blocks) == 1
+            and blocks[0].keys() == {"type", "text"}
+            and blocks[0]["type"] == "text"
+        ):
+            turn["content"] = blocks[0]["text"]
+    return turns
+
+
 def _lead(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The turns with a user turn first (the API requires it; see the module docs)."""
     if turns and turns[0]["role"] != "user":
@@ -248,7 +261,9 @@ def to_anthropic(
     return system, anthropic_turns(messages)
 
 
-def anthropic_turns(messages: Sequence[Message], *, first: bool = True) -> list[dict[str, Any]]:
+def anthropic_turns(
+    messages: Sequence[Message], *, first: bool = True, shorthand: bool = False
+) -> list[dict[str, Any]]:
     """The turns of :func:`to_anthropic` for a run of messages.
 
     Args:
@@ -256,7 +271,12 @@ def anthropic_turns(messages: Sequence[Message], *, first: bool = True) -> list[
         first: The run starts the request: a user turn is put first when it would
             start with an assistant turn. False for a run that continues a request
             (the wrappers build a request run by run).
+        shorthand: A turn of one text block gets the text itself as its content
+            (the API's shorthand; what hosts send): the same request, a third of
+            the objects for the SDK to copy on every call (the wrappers).
     """
+    if shorthand:
+        return _shorthand(anthropic_turns(messages, first=first))
     if first:
         return _lead(anthropic_turns(messages, first=False))
     boundaries = {m.id for m in messages if m.is_boundary}

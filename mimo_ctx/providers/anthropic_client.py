@@ -312,8 +312,12 @@ def _drafts(run: Sequence[object]) -> list[MessageDraft]:
     return drafts_from_anthropic(None, [_dict(i) for i in run])[1]
 
 
-def _turns(run: Sequence[Message], first: bool) -> list[dict[str, Any]]:
-    return anthropic_turns(run, first=first)
+def _turns(run: Sequence[Message], previous: Message | None) -> list[dict[str, Any]]:
+    return anthropic_turns(run, first=previous is None, shorthand=True)
+
+
+def _same_role(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.get("role") == b.get("role")
 
 
 class _Messages:
@@ -337,7 +341,7 @@ class _Messages:
             convert=_drafts,
             prefix=lambda heads: (_system_text(kwargs.get("system")), _tools(kwargs.get("tools"))),
         )
-        builder = turn.builder("anthropic", _turns, role_key="role")
+        builder = turn.builder("anthropic", _turns, merges=_same_role)
 
         def build(view: RequestView) -> dict[str, Any]:
             converted = builder.build(view.messages, view.boundary_id)

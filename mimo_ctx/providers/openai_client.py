@@ -625,7 +625,7 @@ class _ChatCompletions:
             prefix=lambda heads: _chat_prefix(heads, kwargs.get("tools")),
         )
         streaming = kwargs.get("stream") is True
-        builder = turn.builder("openai-chat", lambda run, first: to_openai_chat(run))
+        builder = turn.builder("openai-chat", lambda run, previous: to_openai_chat(run))
 
         def build(view: RequestView) -> dict[str, Any]:
             converted = builder.build(view.messages, view.boundary_id)
@@ -692,7 +692,7 @@ class _Responses:
             items, fingerprint=_responses_item_fingerprint, convert=_responses_drafts, prefix=prefix
         )
         streaming = kwargs.get("stream") is True
-        builder = turn.builder("openai-responses", lambda run, first: to_openai_responses(run))
+        builder = turn.builder("openai-responses", lambda run, previous: to_openai_responses(run))
 
         def build(view: RequestView) -> dict[str, Any]:
             converted = builder.build(view.messages, view.boundary_id)

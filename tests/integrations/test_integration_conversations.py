@@ -31,6 +31,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import FunctionModel
 
 from mimo_ctx.errors import ConversationMismatchError
+from mimo_ctx.integrations import langchain as langchain_integration
+from mimo_ctx.integrations import pydantic_ai as pydantic_ai_integration
 from mimo_ctx.integrations.langchain import MimoCtxMiddleware
 from mimo_ctx.integrations.pydantic_ai import MimoCtxCapability
 from mimo_ctx.messages import ToolPart
@@ -229,3 +231,70 @@ async def test_langchain_two_middlewares_serve_alternate_turns_for_50_turns(tmp_
         assert len(calls) == len(set(calls))
     await one.store.aclose()
     await two.store.aclose()
+
+
+# --------------------------------------------------------------------------- incremental
+
+
+async def test_pydantic_ai_incremental_outgoing_equals_the_whole_conversion(
+    tmp_path: Path,
+) -> None:
+    """Build 4: the messages sent are built run by run; they equal converting the view."""
+    checked: list[int] = []
+
+    class Checking(MimoCtxCapability):
+        async def prepare_model_request(self, ctx: Any, request_context: Any) -> Any:
+            history = list(request_context.messages)
+            out = await super().prepare_model_request(ctx, request_context)
+            sync = self._sync(ctx)
+            view = await self.middleware.prepare(sync.session_id)
+            whole = pydantic_ai_integration._outgoing(await sync.plan(view), view.messages, history)  # pyright: ignore[reportPrivateUsage]
+            assert out.messages == whole
+            checked.append(len(whole))
+            return out
+
+    async with running(tmp_path) as engine:
+        model = ScriptedFunction(rounds=2)
+        agent = Agent(
+            FunctionModel(model),
+            system_prompt="Careful.",
+            capabilities=[Checking(engine.middleware, session_id=SID)],
+        )
+
+        @agent.tool_plain
+        def read(file_path: str) -> str:
+            """Read a file."""
+            return f"contents of {file_path}"
+
+        history: list[ModelMessage] = []
+        for turn in range(6):
+            model.answered = 0 if turn % 2 == 0 else 2
+            history = (await agent.run(f"Turn {turn}.", message_history=history)).all_messages()
+    assert len(checked) > 6
+
+
+async def test_langchain_incremental_outgoing_equals_the_whole_conversion(tmp_path: Path) -> None:
+    checked: list[int] = []
+
+    class Checking(MimoCtxMiddleware):
+        async def _prepared(self, sync: Any, request: Any) -> Any:
+            out = await super()._prepared(sync, request)
+            view = await self.middleware.prepare(sync.session_id)
+            whole = langchain_integration._outgoing(await sync.plan(view), view.messages, ())  # pyright: ignore[reportPrivateUsage]
+            assert list(out.messages) == whole
+            checked.append(len(whole))
+            return out
+
+    async with running(tmp_path) as engine:
+        model = ScriptedChatModel(messages=iter([]), rounds=2)
+        agent = create_agent(
+            model, [read], middleware=[Checking(engine.middleware, session_id=SID)]
+        )
+        history: list[BaseMessage] = []
+        for turn in range(6):
+            model.answered = 0 if turn % 2 == 0 else 2
+            state = await agent.ainvoke(
+                {"messages": [*history, HumanMessage(f"Turn {turn}.")]}, CONFIG
+            )
+            history = state["messages"]
+    assert len(checked) > 6

@@ -91,11 +91,6 @@ def _a(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": text}
 
 
-def _blocks(message: dict[str, Any]) -> dict[str, Any]:
-    """A message with string content as the Messages API block form the wrapper sends."""
-    return {"role": message["role"], "content": [{"type": "text", "text": message["content"]}]}
-
-
 # --------------------------------------------------------------------------- privacy
 
 
@@ -195,12 +190,12 @@ async def test_anthropic_regenerate_and_edit_send_exactly_the_host_list(
         fake.add(Reply(text="Three files."))
         async with ant.messages.stream(model=MODEL, max_tokens=64, messages=host) as stream:
             await stream.get_final_message()
-        assert fake.bodies(MESSAGES)[-1]["messages"] == [_blocks(m) for m in host]
+        assert fake.bodies(MESSAGES)[-1]["messages"] == host
         host += [_a("Three files."), _u("Which is largest?")]
         await ant.messages.create(model=MODEL, max_tokens=64, messages=host)
         host = [*host[:2], _u("Which is smallest?")]
         await ant.messages.create(model=MODEL, max_tokens=64, messages=host)
-        assert fake.bodies(MESSAGES)[-1]["messages"] == [_blocks(m) for m in host]
+        assert fake.bodies(MESSAGES)[-1]["messages"] == host
     assert fake.invalid == []
 
 
