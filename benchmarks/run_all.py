@@ -62,6 +62,7 @@ BENCHMARKS: Final[tuple[str, ...]] = (
     "replay",
     "quality",
     "soak",
+    "wrappers",
 )
 """The benchmarks, in the order a full run takes them."""
 

@@ -263,3 +263,15 @@ def test_run_all_as_a_module_lists_every_benchmark() -> None:
     assert done.returncode == 0, done.stderr
     for name in bench.BENCHMARKS:
         assert name in done.stdout
+
+
+def test_wrappers_quick_issue_16(quick: Callable[[str], dict[str, Any]]) -> None:
+    """Every way in is measured against its bare call at every size, with both targets."""
+    result = quick("wrappers")
+    _check_shape(result, "wrappers")
+    ways = result["data"]["ways"]
+    assert set(ways) == {"openai", "anthropic", "pydantic-ai", "langchain"}
+    for figures in ways.values():
+        assert len(figures) == 2  # the quick sizes
+        assert all(f["samples"] >= 3 and f["bare_ms"] > 0 for f in figures.values())
+    assert len(result["targets"]) == 10  # two per way, and "alone" for the two SDKs

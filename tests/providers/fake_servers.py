@@ -62,6 +62,8 @@ __all__ = [
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
 MESSAGES = "/v1/messages"
+COUNT_ANTHROPIC = "/v1/messages/count_tokens"
+COUNT_OPENAI = "/v1/responses/input_tokens"
 
 
 @dataclass
@@ -228,6 +230,14 @@ class FakeProvider:
         self, path: str, body: dict[str, Any], headers: dict[str, str]
     ) -> tuple[int, dict[str, str], list[bytes]]:
         """Answer one request: status, headers and body chunks."""
+        if path in (COUNT_ANTHROPIC, COUNT_OPENAI):
+            # Token-count endpoints: a deterministic count (JSON size / 3).
+            with self._lock:
+                self.requests.append(Recorded(path, body, headers))
+            count = {"input_tokens": len(json.dumps(body)) // 3}
+            if path == COUNT_OPENAI:
+                count["object"] = "response.input_tokens"
+            return 200, {"content-type": "application/json"}, [json.dumps(count).encode()]
         with self._lock:
             self.requests.append(Recorded(path, body, headers))
             self._validate(path, body)
