@@ -5,10 +5,14 @@ The parts add up to the view's token figure exactly; it is read-only.
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from conftest import main_transcripts
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,13 +29,17 @@ from mimo_ctx import (
     ToolStateCompleted,
     ToolTime,
 )
+from mimo_ctx.cli._output import fmt_tokens
 from mimo_ctx.context_usage import body_sections, break_down
+from mimo_ctx.importers import load_transcript
 from mimo_ctx.messages import ReasoningPart, ToolStateError
 from mimo_ctx.reminders import per_turn_reminder
+from mimo_ctx.replay import stable_ids
 from mimo_ctx.session import RequestPrefix
+from mimo_ctx.store import SQLiteStore
 from mimo_ctx.testing import filler_text
 from mimo_ctx.tokens import estimate_message_tokens, estimate_text_tokens, js_json
-from tests.cli.conftest import run_cli
+from tests.cli.conftest import REPO_ROOT, run_cli, write_chat_transcript
 
 T0 = 1_700_000_000_000
 LIMITS = ModelLimits(100_000, input_limit=100_000)  # trigger line 90,000
@@ -285,3 +293,89 @@ def test_context_command_errors_are_one_line(tmp_path: Path, argv: list[str], me
     assert run.code == 2
     assert message in run.err
     assert len(run.err.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- imported sessions
+
+
+def _synthetic(tmp_path: Path) -> Path:
+    return write_chat_transcript(tmp_path / "chat.jsonl", rounds=40, output_tokens=1500)
+
+
+_IMPORTED = [
+    pytest.param(None, id="synthetic-chat"),
+    *[pytest.param(p, id=p.name, marks=pytest.mark.transcripts) for p in main_transcripts()],
+]
+
+
+async def _stored(path: Path, store_file: Path, memory: Path) -> tuple[str, int, int]:
+    """Import ``path`` into an SQLite store, rebuild it once (``/rebuild``); the views'
+    token figures of ``prepare`` before and after, with the session id."""
+    transcript = stable_ids(load_transcript(path))
+    async with SQLiteStore(store_file) as store:
+        await store.create_session(transcript.session)
+        await store.append_messages(transcript.messages)
+        # A window the transcript's own usage never reaches: prepare() never rebuilds.
+        async with ContextMiddleware(store, memory, model=10_000_000) as mw:
+            sid = transcript.session.id
+            before = await mw.prepare(sid)
+            assert before.rebuild is None
+            assert (await mw.context_usage(sid)).total_tokens == before.tokens
+            report = await mw.rebuild(sid)
+            assert report.boundary_id is not None, report
+            after = await mw.prepare(sid)
+            assert after.rebuild is None
+            assert after.boundary_id == report.boundary_id
+    return sid, before.tokens, after.tokens
+
+
+@pytest.mark.parametrize("path", _IMPORTED)
+def test_context_command_total_is_the_views_figure_on_an_imported_session(
+    path: Path | None, tmp_path: Path
+) -> None:
+    """Done-when: ``mimo-ctx context`` on a stored session prints the breakdown whose
+    total is the view's token figure (the request ``prepare`` returns)."""
+    source = path if path is not None else _synthetic(tmp_path)
+    store_file, memory = tmp_path / "s.db", tmp_path / "memory"
+    sid, _, tokens = anyio.run(_stored, source, store_file, memory)
+    common = ["--store", str(store_file), "--session", sid, "--memory-root", str(memory)]
+    run = run_cli("context", *common, "--window", "10M", "--json")
+    assert run.code == 0, run.err
+    doc = run.json()
+    assert doc["total_tokens"] == tokens
+    assert sum(p["tokens"] for p in doc["parts"]) == tokens
+    assert doc["boundary_id"] is not None
+    assert run_cli("render", *common, "--json").json()["tokens"] == tokens
+    human = run_cli("context", *common, "--window", "10M", "--plain")
+    assert human.code == 0, human.err
+    assert f"Total: {fmt_tokens(tokens)} tokens" in " ".join(human.out.split())
+
+
+def _documented_context_json() -> Any:
+    """The ``context --json`` example of docs/cli.md, comments and ``...`` lines removed."""
+    text = (REPO_ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = text.split("## `mimo-ctx context`", 1)[1]
+    block = section.split("```jsonc\n", 1)[1].split("```", 1)[0]
+    lines = [re.sub(r"\s*//.*$", "", line) for line in block.splitlines()]
+    return json.loads("\n".join(line for line in lines if line.strip()))
+
+
+def test_the_documented_json_is_what_the_command_prints(tmp_path: Path) -> None:
+    """docs/cli.md's example: the same keys, in the same order, with the same types."""
+    store = tmp_path / "demo.db"
+    assert run_cli("demo", "--store", str(store), "--json").code == 0
+    doc = run_cli("context", "--store", str(store), "--window", "50K", "--json").json()
+    documented = _documented_context_json()
+
+    def kinds(value: dict[str, Any]) -> list[tuple[str, str]]:
+        # null stands for "an id or nothing": the documented example names the id's type.
+        return [(k, "str" if v is None else type(v).__name__) for k, v in value.items()]
+
+    assert kinds(documented) == kinds(doc)
+    for part in documented["parts"]:
+        assert kinds(part) == kinds(doc["parts"][0])
+    names = [p["name"] for p in doc["parts"]]
+    assert [p["name"] for p in documented["parts"] if p["name"] in names] == [
+        p["name"] for p in documented["parts"]
+    ]
+    assert sum(p["tokens"] for p in doc["parts"]) == doc["total_tokens"]
