@@ -72,6 +72,7 @@ from mimo_ctx.session import RequestPrefix, Session
 from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import TokenCounter
 from mimo_ctx.tools import SessionTools
+from mimo_ctx.tracing import NO_TRACER, SPAN_PREPARE, Attributes, Tracer
 from mimo_ctx.triggers import (
     ModelLimits,
     effective_window,
@@ -145,6 +146,9 @@ class ContextMiddleware:
         before_rebuild: An async hook before a rebuild: may add a section of the
             host's own or cancel an automatic rebuild (:mod:`mimo_ctx.hooks`).
         after_rebuild: An async hook after every rebuild, with its report.
+        tracer: Opens a span around every ``prepare``, rebuild and checkpoint writer
+            run (:mod:`mimo_ctx.tracing`; OpenTelemetry:
+            :class:`~mimo_ctx.integrations.otel.OpenTelemetryTracer`). Default: none.
 
     Example:
         >>> async with ContextMiddleware(store, "memory", model=200_000) as mw:  # doctest: +SKIP
@@ -166,8 +170,10 @@ class ContextMiddleware:
         writer_lease: WriterLease | None = None,
         before_rebuild: BeforeRebuild | None = None,
         after_rebuild: AfterRebuild | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self._store = store
+        self._tracer = tracer = tracer or NO_TRACER
         self._config = config = config or RebuildConfig()
         self._limits = _limits(model)
         self._layout = layout = MemoryLayout(Path(memory_root))
@@ -193,6 +199,7 @@ class ContextMiddleware:
             fallback=_fallback_writer(writer, fallback_writer),
             lease=writer_lease,
             thresholds=self._thresholds,
+            tracer=tracer,
         )
         self._windows = Windows(store, layout, self._session)
         self._rebuilder = Rebuilder(
@@ -208,6 +215,7 @@ class ContextMiddleware:
             session=self._session,
             before_rebuild=before_rebuild,
             after_rebuild=after_rebuild,
+            tracer=tracer,
         )
         self._sessions = SessionRegistry()
         self._task_group: TaskGroup | None = None
@@ -419,19 +427,22 @@ class ContextMiddleware:
         """
         state = self._state(session_id)
         report: RebuildReport | None = None
-        async with state.lock:
-            window = await self._windows.refresh(session_id, state, agent)
-            usage = usage_tokens(window.last_finished)
-            if usage is not None and usage >= self._usable and not window.recovered:
-                session = await self._session(session_id)
-                if not session.state.auto_rebuild_disabled:
-                    report = await self._rebuilder.recover(
-                        session_id, state, agent, trigger="usage"
-                    )
+        first = {"mimo_ctx.session_id": session_id, "mimo_ctx.agent": agent}
+        with self._tracer.span(SPAN_PREPARE, first) as span:
+            async with state.lock:
                 window = await self._windows.refresh(session_id, state, agent)
-            elif agent == MAIN_AGENT and usage is not None:
-                await self._maybe_start_writer(session_id, window)
-            view = await _request_view(self._windows, session_id, state, window)
+                usage = usage_tokens(window.last_finished)
+                if usage is not None and usage >= self._usable and not window.recovered:
+                    session = await self._session(session_id)
+                    if not session.state.auto_rebuild_disabled:
+                        report = await self._rebuilder.recover(
+                            session_id, state, agent, trigger="usage"
+                        )
+                    window = await self._windows.refresh(session_id, state, agent)
+                elif agent == MAIN_AGENT and usage is not None:
+                    await self._maybe_start_writer(session_id, window)
+                view = await _request_view(self._windows, session_id, state, window)
+            span.set_attributes(_view_attributes(view, usage, self._usable, report))
         return view if report is None else dataclasses.replace(view, rebuild=report)
 
     async def context_usage(self, session_id: str, *, agent: str = MAIN_AGENT) -> ContextUsage:
@@ -593,6 +604,21 @@ class ContextMiddleware:
         usage = usage_tokens(window.last_finished)
         if usage is not None and self._config.checkpoint_enabled and not window.recovered:
             await self._coordinator.at_usage(session_id, usage)
+
+
+def _view_attributes(
+    view: RequestView, usage: int | None, trigger: int, report: RebuildReport | None
+) -> Attributes:
+    """The ``mimo_ctx.prepare`` span's figures (no text)."""
+    figures: dict[str, int | bool] = {
+        "mimo_ctx.trigger_tokens": trigger,
+        "mimo_ctx.request_tokens": view.tokens,
+        "mimo_ctx.messages": len(view.messages),
+        "mimo_ctx.rebuilt": report is not None,
+    }
+    if usage is not None:
+        figures["mimo_ctx.usage"] = usage
+    return figures
 
 
 async def _request_view(

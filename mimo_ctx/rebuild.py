@@ -86,6 +86,7 @@ from mimo_ctx.tokens import (
     estimate_part_tokens,
     estimate_text_tokens,
 )
+from mimo_ctx.tracing import NO_TRACER, SPAN_REBUILD, Attributes, Tracer
 from mimo_ctx.triggers import usage_tokens
 from mimo_ctx.view import apply_send_rules
 
@@ -275,6 +276,7 @@ class Rebuilder:
         before_rebuild: The host's hook before a main-agent rebuild (a section of its
             own, or the cancellation of an automatic rebuild; :mod:`mimo_ctx.hooks`).
         after_rebuild: The host's hook after it, with the report.
+        tracer: Opens the ``mimo_ctx.rebuild`` span of every rebuild and compaction.
     """
 
     def __init__(
@@ -292,7 +294,9 @@ class Rebuilder:
         session: Callable[[str], Awaitable[Session]],
         before_rebuild: BeforeRebuild | None = None,
         after_rebuild: AfterRebuild | None = None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
+        self._tracer = tracer
         self._before = before_rebuild
         self._after = after_rebuild
         self._windows = windows
@@ -314,6 +318,15 @@ class Rebuilder:
         The host's hooks run around it (:mod:`mimo_ctx.hooks`); ``focus`` (a manual
         rebuild's) is kept verbatim in the body and handed to the checkpoint writer.
         """
+        first = _span_start(session_id, MAIN_AGENT, trigger)
+        with self._tracer.span(SPAN_REBUILD, {**first, "mimo_ctx.focus": bool(focus)}) as span:
+            report = await self._with_hooks(session_id, state, trigger=trigger, focus=focus)
+            span.set_attributes(_report_attributes(report))
+        return report
+
+    async def _with_hooks(
+        self, session_id: str, state: LiveSession, *, trigger: Trigger, focus: str | None
+    ) -> RebuildReport:
         window = state.windows[MAIN_AGENT]
         limit = self._config.hook_timeout
         context = RebuildContext(
@@ -405,18 +418,21 @@ class Rebuilder:
 
     async def compact_agent(self, session_id: str, state: LiveSession, agent: str) -> RebuildReport:
         """Insert a plain compaction into a sub-agent's history (only the main agent is rebuilt)."""
-        window = state.windows[agent]
-        before = (await self._windows.view(session_id, state, window)).tokens
-        result = await self._compact(
-            session_id,
-            agent=agent,
-            usage_key=window.usage_key,
-            outcome="compacted",
-            trigger="usage",
-            before=before,
-            prefix_tokens=state.prefix_tokens or 0,
-        )
-        return await self._adopt(session_id, state, result)
+        with self._tracer.span(SPAN_REBUILD, _span_start(session_id, agent, "usage")) as span:
+            window = state.windows[agent]
+            before = (await self._windows.view(session_id, state, window)).tokens
+            result = await self._compact(
+                session_id,
+                agent=agent,
+                usage_key=window.usage_key,
+                outcome="compacted",
+                trigger="usage",
+                before=before,
+                prefix_tokens=state.prefix_tokens or 0,
+            )
+            report = await self._adopt(session_id, state, result)
+            span.set_attributes(_report_attributes(report))
+        return report
 
     async def _adopt(self, session_id: str, state: LiveSession, result: _Result) -> RebuildReport:
         """Bring the live window past a committed boundary without re-reading the tail."""
@@ -951,6 +967,28 @@ _FIT_ATTEMPTS: Final = 3
 
 _SUMMARY_MARGIN: Final = 64
 """Tokens kept free under the line for the summary message's own framing."""
+
+
+def _span_start(session_id: str, agent: str, trigger: Trigger) -> dict[str, str | bool]:
+    return {"mimo_ctx.session_id": session_id, "mimo_ctx.agent": agent, "mimo_ctx.trigger": trigger}
+
+
+def _report_attributes(report: RebuildReport) -> Attributes:
+    """The ``mimo_ctx.rebuild`` span's outcome and figures (ids and numbers, no text)."""
+    figures: dict[str, str | int | bool] = {
+        "mimo_ctx.outcome": report.outcome,
+        "mimo_ctx.compacted_results": report.compacted_results,
+        "mimo_ctx.over_line": report.over_line,
+        "mimo_ctx.cancelled": report.cancel_reason is not None,
+    }
+    optional = {
+        "mimo_ctx.boundary_id": report.boundary_id,
+        "mimo_ctx.tokens_before": report.tokens_before,
+        "mimo_ctx.tokens_after": report.tokens_after,
+        "mimo_ctx.fallback": report.fallback,
+    }
+    figures.update({key: value for key, value in optional.items() if value is not None})
+    return figures
 
 
 def _fitted_budgets(budgets: dict[int, int], room: int) -> dict[int, int]:

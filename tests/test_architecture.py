@@ -127,6 +127,7 @@ IO_LIBRARIES = frozenset(
         "langchain",
         "langchain_core",
         "openai",
+        "opentelemetry",
         "pydantic_ai",
         "shutil",
         "socket",
@@ -136,7 +137,9 @@ IO_LIBRARIES = frozenset(
     }
 )
 
-SDKS = frozenset({"anthropic", "langchain", "langchain_core", "openai", "pydantic_ai"})
+SDKS = frozenset(
+    {"anthropic", "langchain", "langchain_core", "openai", "opentelemetry", "pydantic_ai"}
+)
 
 
 def _module_name(path: Path) -> str:

@@ -69,6 +69,7 @@ from mimo_ctx.memory import MemoryLayout, read_text, write_text_atomic
 from mimo_ctx.messages import MAIN_AGENT, Message, ToolPart, ToolResultPart, message_key
 from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import estimate_text_tokens
+from mimo_ctx.tracing import NO_TRACER, SPAN_WRITER, Tracer
 from mimo_ctx.triggers import due_thresholds
 
 __all__ = [
@@ -140,6 +141,7 @@ class WriterCoordinator:
         lease: Keeps "one writer per session" across workers sharing the store
             (see the module docstring); ``None`` keeps it in this process only.
         thresholds: The usage thresholds of :meth:`at_usage` (SPEC A3), ascending.
+        tracer: Opens a ``mimo_ctx.writer`` span around every writer run.
     """
 
     def __init__(
@@ -153,7 +155,9 @@ class WriterCoordinator:
         fallback: CheckpointWriter | None = None,
         lease: WriterLease | None = None,
         thresholds: Sequence[int] = (),
+        tracer: Tracer = NO_TRACER,
     ) -> None:
+        self._tracer = tracer
         self._store = store
         self._thresholds = tuple(thresholds)
         self._layout = layout
@@ -568,50 +572,70 @@ class WriterCoordinator:
         )
         writers = [self._writer] + ([self._fallback] if self._fallback is not None else [])
         for writer in writers:
-            await self._events.emit(
-                WriterStarted(
-                    session_id=session_id,
-                    time=now_ms(),
-                    watermark=watermark,
-                    reason=job.reason,
-                    writer=writer.name,
-                )
-            )
-            try:
-                draft = await self._run_writer(writer, request)
-                # A draft that is not a checkpoint is never written: the previous
-                # checkpoint and the watermark stay; the fallback, if any, writes.
-                _check_draft(draft)
-                await self._persist(session_id, request, draft, owner)
-            except _LeaseLost:
-                raise
-            except (_RejectedDraft, _RunTimedOut) as exc:
-                _log.warning("mimo_ctx %s checkpoint writer failed: %s", writer.name, exc)
+            first = {
+                "mimo_ctx.session_id": session_id,
+                "mimo_ctx.writer": writer.name,
+                "mimo_ctx.reason": job.reason,
+                "mimo_ctx.watermark": watermark,
+                "mimo_ctx.covered_messages": len(covered),
+                "mimo_ctx.focus": bool(job.focus),
+            }
+            with self._tracer.span(SPAN_WRITER, first) as span:
                 await self._events.emit(
-                    WriterFailed(
-                        session_id=session_id, time=now_ms(), writer=writer.name, error=str(exc)
+                    WriterStarted(
+                        session_id=session_id,
+                        time=now_ms(),
+                        watermark=watermark,
+                        reason=job.reason,
+                        writer=writer.name,
                     )
                 )
-                continue
-            except Exception as exc:
-                _log.warning("mimo_ctx %s checkpoint writer failed: %r", writer.name, exc)
+                try:
+                    draft = await self._run_writer(writer, request)
+                    # A draft that is not a checkpoint is never written: the previous
+                    # checkpoint and the watermark stay; the fallback, if any, writes.
+                    _check_draft(draft)
+                    await self._persist(session_id, request, draft, owner)
+                except _LeaseLost:
+                    raise
+                except (_RejectedDraft, _RunTimedOut) as exc:
+                    _log.warning("mimo_ctx %s checkpoint writer failed: %s", writer.name, exc)
+                    span.set_attributes({"mimo_ctx.outcome": "failed"})
+                    span.set_failed("timeout" if isinstance(exc, _RunTimedOut) else "rejected")
+                    await self._events.emit(
+                        WriterFailed(
+                            session_id=session_id, time=now_ms(), writer=writer.name, error=str(exc)
+                        )
+                    )
+                    continue
+                except Exception as exc:
+                    _log.warning("mimo_ctx %s checkpoint writer failed: %r", writer.name, exc)
+                    span.set_attributes({"mimo_ctx.outcome": "failed"})
+                    span.set_failed(type(exc).__name__)
+                    await self._events.emit(
+                        WriterFailed(
+                            session_id=session_id,
+                            time=now_ms(),
+                            writer=writer.name,
+                            error=repr(exc),
+                        )
+                    )
+                    continue
+                tokens = estimate_text_tokens(draft.text)
+                span.set_attributes(
+                    {"mimo_ctx.outcome": "finished", "mimo_ctx.checkpoint_tokens": tokens}
+                )
                 await self._events.emit(
-                    WriterFailed(
-                        session_id=session_id, time=now_ms(), writer=writer.name, error=repr(exc)
+                    WriterFinished(
+                        session_id=session_id,
+                        time=now_ms(),
+                        watermark=watermark,
+                        writer=writer.name,
+                        checkpoint_path=str(checkpoint_path),
+                        checkpoint_tokens=tokens,
                     )
                 )
-                continue
-            await self._events.emit(
-                WriterFinished(
-                    session_id=session_id,
-                    time=now_ms(),
-                    watermark=watermark,
-                    writer=writer.name,
-                    checkpoint_path=str(checkpoint_path),
-                    checkpoint_tokens=estimate_text_tokens(draft.text),
-                )
-            )
-            return "finished", writer.name
+                return "finished", writer.name
         return "failed", None
 
     async def _run_writer(
