@@ -5,8 +5,6 @@ The parts add up to the view's token figure exactly; it is read-only.
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +37,7 @@ from mimo_ctx.session import RequestPrefix
 from mimo_ctx.store import SQLiteStore
 from mimo_ctx.testing import filler_text
 from mimo_ctx.tokens import estimate_message_tokens, estimate_text_tokens, js_json
-from tests.cli.conftest import REPO_ROOT, run_cli, write_chat_transcript
+from tests.cli.conftest import run_cli, write_chat_transcript
 
 T0 = 1_700_000_000_000
 LIMITS = ModelLimits(100_000, input_limit=100_000)  # trigger line 90,000
@@ -349,33 +347,3 @@ def test_context_command_total_is_the_views_figure_on_an_imported_session(
     human = run_cli("context", *common, "--window", "10M", "--plain")
     assert human.code == 0, human.err
     assert f"Total: {fmt_tokens(tokens)} tokens" in " ".join(human.out.split())
-
-
-def _documented_context_json() -> Any:
-    """The ``context --json`` example of docs/cli.md, comments and ``...`` lines removed."""
-    text = (REPO_ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
-    section = text.split("## `mimo-ctx context`", 1)[1]
-    block = section.split("```jsonc\n", 1)[1].split("```", 1)[0]
-    lines = [re.sub(r"\s*//.*$", "", line) for line in block.splitlines()]
-    return json.loads("\n".join(line for line in lines if line.strip()))
-
-
-def test_the_documented_json_is_what_the_command_prints(tmp_path: Path) -> None:
-    """docs/cli.md's example: the same keys, in the same order, with the same types."""
-    store = tmp_path / "demo.db"
-    assert run_cli("demo", "--store", str(store), "--json").code == 0
-    doc = run_cli("context", "--store", str(store), "--window", "50K", "--json").json()
-    documented = _documented_context_json()
-
-    def kinds(value: dict[str, Any]) -> list[tuple[str, str]]:
-        # null stands for "an id or nothing": the documented example names the id's type.
-        return [(k, "str" if v is None else type(v).__name__) for k, v in value.items()]
-
-    assert kinds(documented) == kinds(doc)
-    for part in documented["parts"]:
-        assert kinds(part) == kinds(doc["parts"][0])
-    names = [p["name"] for p in doc["parts"]]
-    assert [p["name"] for p in documented["parts"] if p["name"] in names] == [
-        p["name"] for p in documented["parts"]
-    ]
-    assert sum(p["tokens"] for p in doc["parts"]) == doc["total_tokens"]
