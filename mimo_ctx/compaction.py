@@ -86,11 +86,20 @@ def micro_compact(
     skip = set(skip_ids)
     stored = None if placeholder in (None, COMPACTED_PLACEHOLDER) else placeholder
     chosen: dict[str, list[tuple[int, int]]] = {}
+    # Each tool name matched against the patterns once (a tail has a few names).
+    clearable: dict[str, bool] = {}
     for position, message in enumerate(messages):
         if message.time_created <= after_time or message.id in skip:
             continue
         for index, part in enumerate(message.parts):
-            if _uncleared_result(part) and clearable_tool(part.tool, tools=tools, exclude=exclude):
+            if not _uncleared_result(part):
+                continue
+            verdict = clearable.get(part.tool)
+            if verdict is None:
+                verdict = clearable[part.tool] = clearable_tool(
+                    part.tool, tools=tools, exclude=exclude
+                )
+            if verdict:
                 chosen.setdefault(message.agent, []).append((position, index))
     marked: dict[int, set[int]] = {}
     for spots in chosen.values():

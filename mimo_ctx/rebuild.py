@@ -724,19 +724,9 @@ class Rebuilder:
             for m in since_watermark
             if m.agent == MAIN_AGENT and m.id > watermark.id and not m.is_boundary
         ]
-        # The index part needs only the Topic line: read the head of the file, inside
-        # the memory root; an unreadable file shows as "no checkpoints yet".
-        try:
-            checkpoint_text = await read_text(
-                layout.checkpoint_path(session_id), max_chars=16_384, root=layout.root
-            )
-        except (OSError, PathEscapeError):
-            checkpoint_text = None
         now = now_ms()
+        # Listed once: the boundary's actors part and the body's ledger show the same.
         actors = await store.list_actors(session_id, active_only=True)
-        index_text = render_checkpoint_index(
-            directory=str(layout.session_dir(session_id)), checkpoint_text=checkpoint_text
-        )
         actors_text = render_active_actors_part(actors, session_id=session_id, now_ms=now)
 
         # Beyond the original: a rebuild in the middle of a tool loop keeps the last
@@ -781,6 +771,17 @@ class Rebuilder:
             memory_index=self._memory_index,
             focus=focus,
             host=host,
+            actors=actors,
+        )
+        # The index part needs only the Topic line, from the head of the checkpoint
+        # the body read (inside the memory root); an unreadable file shows as "no
+        # checkpoints yet".
+        checkpoint = sources.checkpoint
+        index_text = render_checkpoint_index(
+            directory=str(layout.session_dir(session_id)),
+            checkpoint_text=checkpoint.text[:_INDEX_HEAD_CHARS]
+            if checkpoint.problem is None
+            else None,
         )
 
         def boundary_with(rendered: RenderedBody) -> Message:
@@ -961,6 +962,9 @@ class Rebuilder:
             )
         return _Result(report, committed)
 
+
+_INDEX_HEAD_CHARS: Final = 16_384
+"""The checkpoint index part looks for the ``Topic:`` line in this much of the file."""
 
 _FIT_ATTEMPTS: Final = 3
 """Times the body is assembled to fit under the trigger line (its JSON escaping varies)."""

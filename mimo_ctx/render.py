@@ -313,6 +313,7 @@ async def gather_sources(
     memory_index: MemoryIndex | None = None,
     focus: str | None = None,
     host: HostSection | None = None,
+    actors: Sequence[Actor] | None = None,
 ) -> RebuildSources:
     """Read everything the body is made of (the I/O half of the render).
 
@@ -327,11 +328,13 @@ async def gather_sources(
         memory_index: The FTS5 memory index (R5.6); without one the root is walked.
         focus: The focus text of a manual rebuild (given, not read).
         host: The section a ``before_rebuild`` hook returned (given, not read).
+        actors: The session's active actors, when the caller listed them already.
     """
     config = config or RebuildConfig()
     session_id = session.id
     tasks = await store.list_tasks(session_id)
-    actors = await store.list_actors(session_id, active_only=True)
+    if actors is None:
+        actors = await store.list_actors(session_id, active_only=True)
     users, pinned = await _user_messages(store, session_id, config, counter)
     checkpoint = await _read_memory_file(layout.checkpoint_path(session_id), layout)
     project = await _read_memory_file(layout.project_memory_path(session.project_id), layout)

@@ -16,12 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mimo_ctx import memory_index, render, sections
+from mimo_ctx import memory, memory_index, render, sections
+from mimo_ctx import rebuild as rebuild_module
 from mimo_ctx._util import one_line
 from mimo_ctx.checkpoint import evidence
 from mimo_ctx.checkpoint.evidence import is_continuation
 from mimo_ctx.config import RebuildConfig
+from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import Message, TextPart, ToolPart, ToolStateCompleted, user_input_text
+from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.sections import (
     HEADING_RECENT_USER,
     RecentUserInput,
@@ -31,7 +34,9 @@ from mimo_ctx.sections import (
     render_section,
 )
 from mimo_ctx.store import InMemoryStore, Session
+from mimo_ctx.store.base import Actor
 from mimo_ctx.tokens import estimate_text_tokens
+from mimo_ctx.triggers import ModelLimits
 
 
 def user_text(message: Message) -> str:
@@ -287,3 +292,67 @@ def test_memory_index_relative_paths_as_relpath(root: list[str], rest: list[str]
     expected = Path(os.path.relpath(full, base)).as_posix()
     prefix = os.path.join(str(base), "")
     assert memory_index._relative(full, base, prefix) == expected  # pyright: ignore[reportPrivateUsage]
+
+
+async def test_a_rebuild_reads_the_checkpoint_and_lists_the_actors_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The index part's topic comes from the checkpoint the body read, and the
+    # boundary's actors part and the body's ledger from one listing (each was
+    # read twice per rebuild).
+    store = InMemoryStore()
+    async with ContextMiddleware(store, tmp_path, model=ModelLimits(1_000_000)) as mw:
+        session = await mw.open_session(system="sys")
+        sid = session.id
+        messages = [
+            Message(
+                session_id=sid,
+                role="user" if i % 2 == 0 else "assistant",
+                time_created=1_700_000_000_000 + i,
+                finish=None if i % 2 == 0 else "stop",
+                parts=[TextPart(text=f"turn {i} about the parser")],
+            )
+            for i in range(12)
+        ]
+        await mw.append(messages)
+        await store.upsert_actor(
+            Actor(
+                id="act_1",
+                session_id=sid,
+                agent="explore",
+                description="reads the grammar",
+                status="running",
+                time_created=1,
+                time_last_activity=1,
+            )
+        )
+        await store.set_watermark(sid, messages[5].id)
+        checkpoint = MemoryLayout(tmp_path).checkpoint_path(sid)
+        checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        checkpoint.write_text("Topic: the parser rewrite\n\n## Active intent\n- go\n")
+        reads: list[str] = []
+        real_read = memory.read_text
+
+        async def counting_read(path: Any, **kwargs: Any) -> str | None:
+            reads.append(os.fspath(path))
+            return await real_read(path, **kwargs)
+
+        listings: list[str] = []
+        real_list = store.list_actors
+
+        async def counting_list(session_id: str, **kwargs: Any) -> list[Actor]:
+            listings.append(session_id)
+            return await real_list(session_id, **kwargs)
+
+        monkeypatch.setattr(render, "read_text", counting_read)
+        monkeypatch.setattr(rebuild_module, "read_text", counting_read)
+        store.list_actors = counting_list  # type: ignore[method-assign]
+        report = await mw.rebuild(sid)
+        assert report.outcome == "rebuilt"
+        assert reads.count(str(checkpoint)) == 1
+        assert len(listings) == 1
+        boundary = await store.get_message(report.boundary_id or "")
+        assert boundary is not None
+        text = "\n".join(p.text for p in boundary.parts if isinstance(p, TextPart))
+        assert "Current topic: the parser rewrite" in text
+        assert "act_1" in text
