@@ -133,6 +133,9 @@ def _view(view: RequestView) -> dict[str, Any]:
         "outcome": view.rebuild.outcome if view.rebuild is not None else None,
         "ids": [m.id for m in view.messages],
         "tokens": view.tokens,
+        # The newest write the view's window had seen: every message written up to
+        # it was fed to the window (one session's writes commit in order).
+        "newest": max((m.insert_seq or 0 for m in view.messages), default=0),
     }
 
 
@@ -156,7 +159,14 @@ async def main(args: dict[str, Any]) -> dict[str, Any]:
     writer = args.get("writer", {})
     config = RebuildConfig(
         writer=WriterConfig(
-            thresholds=tuple(writer["thresholds"]) if "thresholds" in writer else (),
+            # Absent: no early thresholds; null: the A3 schedule; else the list given.
+            thresholds=(
+                ()
+                if "thresholds" not in writer
+                else None
+                if writer["thresholds"] is None
+                else tuple(writer["thresholds"])
+            ),
             lease_ttl=float(writer.get("lease_ttl", 5.0)),
         )
     )

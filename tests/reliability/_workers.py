@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 
 from mimo_ctx.memory import write_text_atomic
 from mimo_ctx.messages import Message, TextPart, TokenUsage, ToolPart, ToolStateCompleted, ToolTime
@@ -43,9 +44,14 @@ class SharedStore:
 
 
 async def seed_session(
-    shared: SharedStore, *, rounds: int = 24, tokens: int = 4000, checkpoint: bool = True
+    shared: SharedStore,
+    *,
+    rounds: int = 24,
+    tokens: int = 4000,
+    checkpoint: bool = True,
+    final_usage: int = USABLE + 500,
 ) -> tuple[Session, list[Message]]:
-    """A session whose last assistant usage is over the trigger line.
+    """A session whose last assistant usage is ``final_usage`` (over the trigger line).
 
     With ``checkpoint``, ``checkpoint.md`` is on disk and the watermark set (the
     middle of the history), so a rebuild needs no writer run first.
@@ -64,7 +70,7 @@ async def seed_session(
     ]
     for i in range(rounds):
         at = t0 + 1 + i
-        usage = USABLE + 500 if i == rounds - 1 else (i + 1) * 3500
+        usage = final_usage if i == rounds - 1 else (i + 1) * 3500
         messages.append(
             Message(
                 session_id=session.id,
@@ -181,3 +187,34 @@ async def run_workers(
 def step(report: dict[str, Any], op: str, nth: int = 0) -> dict[str, Any]:
     """The ``nth`` step of kind ``op`` a worker ran."""
     return [s for s in report["steps"] if s["op"] == op][nth]
+
+
+async def rebuild_keys(shared: SharedStore, session_id: str) -> dict[str, str]:
+    """The store's once-per-usage rows of a session: boundary id -> usage key."""
+    if shared.spec["kind"] == "sqlite":
+        import sqlite3
+
+        def read() -> list[tuple[str, str]]:
+            conn = sqlite3.connect(shared.spec["path"])
+            try:
+                rows = conn.execute(
+                    "SELECT boundary_id, usage_key FROM rebuilds WHERE session_id = ?",
+                    (session_id,),
+                ).fetchall()
+                return [(str(b), str(k)) for b, k in rows]
+            finally:
+                conn.close()
+
+        return dict(await anyio.to_thread.run_sync(read))
+    import asyncpg
+
+    conn = await asyncpg.connect(shared.spec["dsn"])  # pyright: ignore[reportUnknownMemberType]
+    try:
+        rows = await conn.fetch(  # pyright: ignore[reportUnknownMemberType]
+            f'SELECT boundary_id, usage_key FROM "{shared.spec["schema"]}".rebuilds'
+            " WHERE session_id = $1",
+            session_id,
+        )
+        return {str(r[0]): str(r[1]) for r in rows}  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+    finally:
+        await conn.close()  # pyright: ignore[reportUnknownMemberType]
