@@ -129,6 +129,7 @@ def build_boundary_message(
     watermark: Message,
     digest_up_to: str | None,
     digest_seq: int | None = None,
+    kept_live: Sequence[str] = (),
     directory: str,
     number: int,
     index_text: str,
@@ -143,6 +144,8 @@ def build_boundary_message(
     checkpoint part, the checkpoint index, the body, the active-actors list (the
     last three synthetic text). ``newer_than`` is the newest stored message id: the
     boundary's id sorts after it even when this worker's clock lags another's.
+    ``kept_live`` names the open tool round's messages that the digested range
+    would otherwise take in (see :class:`~mimo_ctx.messages.CheckpointPart`).
     """
     return Message(
         id=new_message_id(newer_than=newer_than),
@@ -155,6 +158,7 @@ def build_boundary_message(
                 covered_up_to=watermark.id,
                 digest_up_to=digest_up_to,
                 digest_seq=digest_seq,
+                kept_live=list(kept_live),
                 directory=directory,
                 number=number,
             ),

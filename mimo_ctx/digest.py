@@ -503,11 +503,12 @@ def is_digested(message: Message, part: CheckpointPart) -> bool:
     lags), has an id inside the range, and hiding it would lose it (not sent, not
     in the digest, not in the checkpoint). A message or part without write-order
     numbers (not from a store, or from before this rule) falls back to the range.
+    The open tool round the rebuild kept live (``kept_live``) is never digested.
     """
     digested = part.digest_up_to
     if not digested or message.role == "user":
         return False
-    if not part.covered_up_to < message.id <= digested:
+    if not part.covered_up_to < message.id <= digested or message.id in part.kept_live:
         return False
     listed = part.digest_seq
     return listed is None or message.insert_seq is None or message.insert_seq <= listed

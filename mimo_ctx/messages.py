@@ -246,6 +246,12 @@ class CheckpointPart(_Model):
     :attr:`Message.insert_seq` among them: a message written after the rebuild
     listed the tail has a higher one, so it is not taken as digested even when its
     id falls inside the range (it was built earlier, or on a lagging clock).
+    ``kept_live`` (ours) holds the ids of the open tool round a mid-loop rebuild
+    kept live: the round lists last (by time, then id), yet its id can fall inside
+    the range and its write come before a digested message's (made on another
+    worker, or its id drawn before an earlier-listed message's), so the range and
+    the write order alone would take it as digested, and it would be neither sent
+    nor listed.
     """
 
     type: Literal["checkpoint"] = "checkpoint"
@@ -253,6 +259,7 @@ class CheckpointPart(_Model):
     covered_up_to: str
     digest_up_to: str | None = None
     digest_seq: int | None = None
+    kept_live: list[str] = Field(default_factory=list[str])
     directory: str = ""
     number: int = Field(default=0, ge=0)
 

@@ -797,6 +797,11 @@ class Rebuilder:
                 watermark=watermark,
                 digest_up_to=digest_up_to,
                 digest_seq=digest_seq,
+                # The open round lists last, but its id (and write) can come before a
+                # digested message's: named, so it is never taken as digested.
+                kept_live=sorted(
+                    m.id for m in live_round if digest_up_to is not None and m.id <= digest_up_to
+                ),
                 directory=str(layout.session_dir(session_id)),
                 number=session.state.rebuilds + 1,
                 index_text=index_text,

@@ -13,9 +13,10 @@ import json
 import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -208,13 +209,14 @@ async def rebuild_keys(shared: SharedStore, session_id: str) -> dict[str, str]:
         return dict(await anyio.to_thread.run_sync(read))
     import asyncpg
 
-    conn = await asyncpg.connect(shared.spec["dsn"])  # pyright: ignore[reportUnknownMemberType]
+    connect = cast("Callable[..., Awaitable[Any]]", asyncpg.connect)  # pyright: ignore[reportUnknownMemberType]
+    conn = await connect(shared.spec["dsn"])
     try:
-        rows = await conn.fetch(  # pyright: ignore[reportUnknownMemberType]
+        rows: list[Any] = await conn.fetch(
             f'SELECT boundary_id, usage_key FROM "{shared.spec["schema"]}".rebuilds'
             " WHERE session_id = $1",
             session_id,
         )
-        return {str(r[0]): str(r[1]) for r in rows}  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+        return {str(r[0]): str(r[1]) for r in rows}
     finally:
-        await conn.close()  # pyright: ignore[reportUnknownMemberType]
+        await conn.close()

@@ -15,7 +15,7 @@ from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.store import Store
 
 from ._workers import USABLE, SharedStore, run_workers, seed_session, step
-from .conftest import LIMITS, SYSTEM, assistant_with_tool, fill_to_trigger, now_ms
+from .conftest import LIMITS, SYSTEM, assistant_with_tool, body_text, fill_to_trigger, now_ms
 
 
 def _boundaries(messages: list[Message]) -> list[Message]:
@@ -257,3 +257,41 @@ async def test_item4_one_process_a_message_built_before_a_rebuild_and_appended_a
         await mw.append([early])
         after = await mw.prepare(session.id)
         assert early.id in [m.id for m in after.messages]
+
+
+async def test_stress_the_open_round_kept_live_is_sent_even_when_its_id_is_older(
+    store: Store, tmp_path: Path
+) -> None:
+    """Found by the stress test (4 PostgreSQL workers): the open tool round a
+    mid-loop rebuild keeps live is the tail's last by listing order (time, then id),
+    while "digested" is an id range. When the round's message got its id before an
+    earlier-listed message did (made on another worker, or its time set before its
+    id was drawn), its id falls inside the digested range: the request hid it and
+    the digest did not list it (both were written before the listing, so write
+    order does not tell them apart). The round stays live, and is not listed."""
+    async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS) as mw:
+        session = await mw.open_session(system=SYSTEM)
+        first = await fill_to_trigger(mw, session.id, rounds=22, final_usage=70_000)
+        t = first[-1].time_created
+        # The open round is made (its id drawn) and written first, but lists last
+        # (later time); the other message's usage, written after it, is the newest.
+        open_round = assistant_with_tool(session.id, at=t + 5, usage=80_000, seed=50)
+        earlier = assistant_with_tool(session.id, at=t + 4, usage=USABLE + 500, seed=51)
+        assert open_round.id < earlier.id
+        await mw.append([open_round])
+        await mw.append([earlier])
+        view = await mw.prepare(session.id)
+        assert view.rebuild is not None
+        assert view.rebuild.outcome == "rebuilt"
+        boundary = await store.get_message(view.boundary_id or "")
+        assert boundary is not None
+        part = boundary.checkpoint_part
+        assert part is not None
+        assert part.digest_up_to == earlier.id  # the scenario: the round is inside the range
+        sent = [m.id for m in view.messages]
+        assert open_round.id in sent
+        assert earlier.id not in sent  # digested, listed
+        assert "src/m50.py" not in body_text(boundary)
+        assert "src/m51.py" in body_text(boundary)
+        after = await mw.prepare(session.id)
+        assert open_round.id in [m.id for m in after.messages]
