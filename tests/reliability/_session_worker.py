@@ -11,14 +11,16 @@ Interleavings across processes are made deterministic with file signals:
 ``{"op": "signal", "name": "x"}`` creates ``<sync>/x``, ``{"op": "wait", "name":
 "x"}`` waits for it. A *hook* pauses a store call: before (or after) the ``nth``
 call of a store method it creates its ``signal`` file and waits for its ``wait``
-file, so a test can hold one worker inside a rebuild while another acts.
+file, so a test can hold one worker inside a rebuild while another acts. With
+``armed_by``, only calls made once that signal file exists count.
 
 ``clock_offset_ms`` shifts this process's wall clock (ids and message times), to
 play a worker whose clock is behind.
 
 Steps (``op``):
 
-* ``prepare`` -- ``prepare()``; records the view.
+* ``prepare`` -- ``prepare()``; records the view. With ``timeout`` (seconds) it is
+  cancelled after that long, as a host's turn timeout would (``cancelled``).
 * ``record`` -- record a finished assistant message: one ``read`` round of
   ``tokens`` tokens, text ``step <tag>``, with the given ``usage`` (or the last
   view's tokens plus the round when ``usage`` is absent).
@@ -27,7 +29,8 @@ Steps (``op``):
 * ``user`` -- append a user message.
 * ``rebuild`` -- ``/rebuild``.
 * ``overflow`` -- ``on_error()`` with a provider overflow for the last view;
-  records whether it said "retry" or raised ``ContextOverflowError``.
+  records whether it said "retry" or raised ``ContextOverflowError``. With
+  ``task_view`` the view is not passed: the task's last one stands for it.
 * ``turns`` -- ``count`` model turns through :meth:`ContextMiddleware.turn`
   against a fake model that answers with a tool round and reports as usage the
   request's estimated tokens plus the round, overflowing above the window; a user
@@ -50,7 +53,7 @@ import anyio
 from mimo_ctx.checkpoint import WriterLease
 from mimo_ctx.config import RebuildConfig, WriterConfig
 from mimo_ctx.errors import ContextOverflowError
-from mimo_ctx.events import Event, WriterFailed, WriterFinished, WriterStarted
+from mimo_ctx.events import Event, UsagePending, WriterFailed, WriterFinished, WriterStarted
 from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
     Message,
@@ -113,6 +116,8 @@ def _hook(store: Store, hook: dict[str, Any], sync: Path) -> None:
     async def paused(*args: Any, **kwargs: Any) -> Any:
         if any(kwargs.get(k) != v for k, v in match.items()):
             return await original(*args, **kwargs)
+        if "armed_by" in hook and not (sync / hook["armed_by"]).exists():
+            return await original(*args, **kwargs)
         calls[0] += 1
         pause = calls[0] == hook.get("nth", 1)
         if pause and hook.get("when", "before") == "before":
@@ -170,12 +175,16 @@ async def main(args: dict[str, Any]) -> dict[str, Any]:
             lease_ttl=float(writer.get("lease_ttl", 5.0)),
         )
     )
-    report: dict[str, Any] = {"index": index, "steps": [], "writer_events": []}
+    # writer_events: the writer runs seen; rebuild_runs: rebuilds this worker began
+    # (UsagePending opens every rebuild attempt, committed or refused).
+    report: dict[str, Any] = {"index": index, "steps": [], "writer_events": [], "rebuild_runs": 0}
     steps: list[dict[str, Any]] = report["steps"]
 
     def on_event(event: Event) -> None:
         if isinstance(event, WriterStarted | WriterFinished | WriterFailed):
             report["writer_events"].append(type(event).__name__)
+        elif isinstance(event, UsagePending):
+            report["rebuild_runs"] += 1
 
     built: dict[str, Message] = {}
     last: list[RequestView] = []
@@ -198,9 +207,12 @@ async def main(args: dict[str, Any]) -> dict[str, Any]:
                 op = step["op"]
                 seen: dict[str, Any] = {"op": op}
                 if op == "prepare":
-                    view = await mw.prepare(session_id)
-                    last.append(view)
-                    seen.update(_view(view))
+                    # A host's turn timeout: cancelled after ``timeout`` seconds.
+                    with anyio.move_on_after(float(step.get("timeout", "inf"))) as scope:
+                        view = await mw.prepare(session_id)
+                        last.append(view)
+                        seen.update(_view(view))
+                    seen["cancelled"] = scope.cancelled_caught
                 elif op in ("record", "build"):
                     usage = step.get("usage")
                     tokens = int(step.get("tokens", 2000))
@@ -226,9 +238,13 @@ async def main(args: dict[str, Any]) -> dict[str, Any]:
                 elif op == "overflow":
                     error = FakeOverflowError(WINDOW + 1, WINDOW)
                     try:
-                        seen["retry"] = await mw.on_error(
-                            session_id, error, view=last[-1] if last else None
-                        )
+                        if step.get("task_view"):
+                            # The request this task was given last (on_error's default).
+                            seen["retry"] = await mw.on_error(session_id, error)
+                        else:
+                            seen["retry"] = await mw.on_error(
+                                session_id, error, view=last[-1] if last else None
+                            )
                     except ContextOverflowError:
                         seen["retry"] = "raised"
                 elif op == "turns":

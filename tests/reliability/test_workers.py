@@ -295,3 +295,153 @@ async def test_stress_the_open_round_kept_live_is_sent_even_when_its_id_is_older
         assert "src/m51.py" in body_text(boundary)
         after = await mw.prepare(session.id)
         assert open_round.id in [m.id for m in after.messages]
+
+
+async def test_item5_processes_a_cancelled_reload_after_another_workers_rebuild_is_read_again(
+    shared: SharedStore,
+) -> None:
+    """Worker B rebuilds; worker A's next prepare sees B's boundary in the change
+    feed and reloads its window, and A's turn timeout cancels it inside that
+    reload. A's next prepare sends B's rebuilt request. Before the fix A's window
+    had already taken the new change-feed position: every later prepare sent the
+    pre-rebuild request and each rebuild answered ``already-recovered``."""
+    session, _ = await seed_session(shared, final_usage=USABLE - 5000)
+    a, b = await run_workers(
+        shared,
+        session.id,
+        [
+            {
+                "steps": [
+                    {"op": "prepare"},
+                    {"op": "signal", "name": "a-ready"},
+                    {"op": "wait", "name": "b-rebuilt"},
+                    {"op": "signal", "name": "arm"},
+                    {"op": "prepare", "timeout": 1.0},
+                    {"op": "wait", "name": "a-hung"},  # it hung in the reload, not elsewhere
+                    {"op": "prepare"},
+                    {"op": "prepare"},
+                ],
+                # The reload reads the newest boundary first: it hangs there.
+                "hooks": [
+                    {
+                        "method": "latest_boundary",
+                        "armed_by": "arm",
+                        "signal": "a-hung",
+                        "wait": "never",
+                    }
+                ],
+            },
+            {
+                "steps": [
+                    {"op": "wait", "name": "a-ready"},
+                    {"op": "rebuild"},
+                    {"op": "signal", "name": "b-rebuilt"},
+                ]
+            },
+        ],
+    )
+    rebuilt = step(b, "rebuild")
+    assert rebuilt["outcome"] == "rebuilt"
+    before = step(a, "prepare", 0)
+    assert before["boundary_id"] is None
+    assert step(a, "prepare", 1)["cancelled"]  # cancelled inside the reload
+    for nth in (2, 3):
+        view = step(a, "prepare", nth)
+        assert view["boundary_id"] == rebuilt["boundary_id"]
+        assert view["outcome"] is None
+        assert view["tokens"] < USABLE
+    stored = await shared.store.list_messages(session.id, agent=None)
+    assert [m.id for m in _boundaries(stored)] == [rebuilt["boundary_id"]]
+
+
+async def test_item9_processes_a_late_overflow_of_one_usage_retries_on_the_rebuild(
+    shared: SharedStore,
+) -> None:
+    """Workers A and B send requests built on one usage; both overflow at the
+    provider. A rebuilds and is held right after its commit while B's overflow
+    arrives: B is answered "retry" (on A's rebuild), runs no rebuild of its own,
+    and both next requests are A's rebuilt one. Before the fix the late caller
+    got ``ContextOverflowError``."""
+    session, _ = await seed_session(shared, final_usage=USABLE - 5000)
+    a, b = await run_workers(
+        shared,
+        session.id,
+        [
+            {
+                "steps": [
+                    {"op": "prepare"},
+                    {"op": "signal", "name": "a-prepared"},
+                    {"op": "wait", "name": "b-prepared"},
+                    {"op": "overflow", "task_view": True},
+                    {"op": "prepare"},
+                ],
+                "hooks": [
+                    {
+                        "method": "commit_rebuild",
+                        "when": "after",
+                        "signal": "a-committed",
+                        "wait": "b-overflowed",
+                    }
+                ],
+            },
+            {
+                "steps": [
+                    {"op": "prepare"},
+                    {"op": "signal", "name": "b-prepared"},
+                    {"op": "wait", "name": "a-committed"},
+                    {"op": "overflow", "task_view": True},
+                    {"op": "signal", "name": "b-overflowed"},
+                    {"op": "prepare"},
+                ]
+            },
+        ],
+    )
+    assert step(a, "prepare", 0)["boundary_id"] is None
+    assert step(b, "prepare", 0)["boundary_id"] is None
+    assert step(a, "overflow")["retry"] is True
+    assert step(b, "overflow")["retry"] is True
+    stored = await shared.store.list_messages(session.id, agent=None)
+    (boundary,) = _boundaries(stored)
+    for report in (a, b):
+        retry = step(report, "prepare", 1)
+        assert retry["boundary_id"] == boundary.id
+        assert retry["tokens"] < USABLE
+    got = await shared.store.get_session(session.id)
+    assert got is not None
+    assert got.state.rebuilds == 1
+
+
+async def test_item9_processes_an_overflow_of_the_rebuilt_request_does_not_rebuild_again(
+    shared: SharedStore,
+) -> None:
+    """Worker A rebuilds at the trigger line; worker B's next request is built on
+    A's boundary and overflows at the provider. B runs no rebuild (its commit could
+    only be refused: the usage is recovered): it is allowed one retry, then refused.
+    Before the fix B ran the whole rebuild (writer wait, render, refused commit)
+    first."""
+    session, _ = await seed_session(shared)
+    a, b = await run_workers(
+        shared,
+        session.id,
+        [
+            {"steps": [{"op": "prepare"}, {"op": "signal", "name": "a-rebuilt"}]},
+            {
+                "steps": [
+                    {"op": "wait", "name": "a-rebuilt"},
+                    {"op": "prepare"},
+                    {"op": "overflow", "task_view": True},
+                    {"op": "overflow", "task_view": True},
+                ]
+            },
+        ],
+    )
+    rebuilt = step(a, "prepare")
+    assert rebuilt["outcome"] == "rebuilt"
+    on_it = step(b, "prepare")
+    assert on_it["boundary_id"] == rebuilt["boundary_id"]
+    assert on_it["outcome"] is None
+    assert step(b, "overflow", 0)["retry"] is True
+    assert step(b, "overflow", 1)["retry"] == "raised"
+    assert b["rebuild_runs"] == 0
+    stored = await shared.store.list_messages(session.id, agent=None)
+    assert [m.id for m in _boundaries(stored)] == [rebuilt["boundary_id"]]
