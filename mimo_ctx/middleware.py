@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self
+from typing import Final, Literal, Self
 
 import anyio
 from anyio.abc import TaskGroup
@@ -88,6 +88,11 @@ __all__ = ["Commit", "ContextMiddleware", "RebuildReport", "RequestView", "Trigg
 Commit = Callable[[Message], Awaitable[Message]]
 """Writes an answer for :meth:`ContextMiddleware.record` in the caller's own transaction
 and returns it as stored."""
+
+# Retries of one turn() after provider overflows, at most: on_error already bounds
+# them per usage and boundary; this bounds a session whose workers keep storing
+# fresh usages while the retries are in flight.
+_TURN_RETRIES: Final = 3
 
 _NOT_RUNNING = (
     "this ContextMiddleware is not running: use it inside "
@@ -508,7 +513,14 @@ class ContextMiddleware:
         *,
         agent: str = MAIN_AGENT,
     ) -> Message:
-        """Run one model turn: prepare, call, recover from an overflow once, record.
+        """Run one model turn: prepare, call, recover from overflows, record.
+
+        Each overflow goes to :meth:`on_error`, which allows a retry only on a
+        rebuild, or on a usage and boundary not retried before (SPEC R1.4): a
+        single worker retries at most once per usage. When turns of the session run
+        at once (several workers), the retry can overflow for a usage stored
+        meanwhile, not yet recovered, and is recovered again; three retries at
+        most in all.
 
         Args:
             session_id: The session.
@@ -520,24 +532,26 @@ class ContextMiddleware:
             The recorded assistant message.
 
         Raises:
-            ContextOverflowError: The provider overflowed again after the rebuild.
+            ContextOverflowError: The provider overflowed again after the rebuild
+                of the request's usage (no loop), or after three retries.
             Exception: Any other error of ``call``, unchanged.
         """
         view = await self.prepare(session_id, agent=agent)
-        try:
-            reply = await call(view)
-        except Exception as exc:
-            if not await self.on_error(session_id, exc, agent=agent, view=view):
-                raise
-            view = await self.prepare(session_id, agent=agent)
+        retries = 0
+        while True:
             try:
                 reply = await call(view)
-            except Exception as again:
-                if is_context_overflow(again):
+                break
+            except Exception as exc:
+                if retries == _TURN_RETRIES and is_context_overflow(exc):
                     raise ContextOverflowError(
-                        f"session {session_id}: the request still overflows after a rebuild"
-                    ) from again
-                raise
+                        f"session {session_id}: the request still overflows after "
+                        f"{_TURN_RETRIES} retries on rebuilt contexts"
+                    ) from exc
+                if not await self.on_error(session_id, exc, agent=agent, view=view):
+                    raise
+            retries += 1
+            view = await self.prepare(session_id, agent=agent)
         await self.record(reply)
         return reply
 

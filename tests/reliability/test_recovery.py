@@ -19,7 +19,7 @@ from mimo_ctx.middleware import ContextMiddleware, RequestView
 from mimo_ctx.store import Store
 from mimo_ctx.testing import FakeOverflowError
 
-from .conftest import LIMITS, SYSTEM, USABLE, fill_to_trigger, now_ms, recorder
+from .conftest import LIMITS, SYSTEM, USABLE, assistant_with_tool, fill_to_trigger, now_ms, recorder
 
 
 def _hang_once(store: Store, method: str) -> list[bool]:
@@ -236,3 +236,69 @@ async def test_item14_manual_rebuild_right_after_a_tool_round_folds_the_whole_ta
         view = await mw.prepare(session.id)
         assert last_round.id not in [m.id for m in view.messages]
         assert all(m.role == "user" for m in view.messages)
+
+
+async def test_stress_an_overflow_of_the_retry_after_a_fresh_usage_is_recovered_again(
+    store: Store, tmp_path: Path
+) -> None:
+    """Found by the multi-worker stress test: turns of one session run at once (on
+    several workers), and each reports the usage of its own, older request. A turn
+    overflows, ``on_error`` rebuilds, the retry is built on that rebuild, and while
+    it is in flight another turn's answer is stored with a usage under the line
+    (its request predates the growth) next to large tool results; the retry
+    overflows too. That usage is new and not recovered: ``on_error`` rebuilds for
+    it and the turn succeeds. Before the fix ``turn()`` gave up after one retry with
+    ``ContextOverflowError`` without asking ``on_error``."""
+    async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS) as mw:
+        session = await mw.open_session(system=SYSTEM)
+        await fill_to_trigger(mw, session.id, final_usage=USABLE - 5000)
+        calls: list[str | None] = []
+
+        async def call(view: RequestView) -> Message:
+            calls.append(view.boundary_id)
+            if len(calls) == 1:
+                raise FakeOverflowError(view.tokens + 20_000, LIMITS.context_window)
+            if len(calls) == 2:
+                t = now_ms()
+                await mw.append(
+                    [
+                        assistant_with_tool(
+                            session.id, at=t + i, usage=40_000 + i, tokens=6000, seed=70 + i
+                        )
+                        for i in range(3)
+                    ]
+                )
+                raise FakeOverflowError(view.tokens + 20_000, LIMITS.context_window)
+            return _answer(session.id, now_ms(), view.tokens + 100)
+
+        reply = await mw.turn(session.id, call)
+        assert reply.finish == "stop"
+        assert len(calls) == 3
+        boundaries = [m.id for m in await store.list_messages(session.id) if m.is_boundary]
+        assert calls == [None, boundaries[0], boundaries[1]]
+        assert len(boundaries) == 2
+
+
+async def test_stress_turn_retries_are_bounded_while_fresh_usages_keep_arriving(
+    store: Store, tmp_path: Path
+) -> None:
+    """Every retry overflows again and, each time, another turn's answer with a
+    fresh usage was stored meanwhile, so ``on_error`` would keep allowing retries:
+    ``turn()`` stops after three retries with ``ContextOverflowError``."""
+    async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS) as mw:
+        session = await mw.open_session(system=SYSTEM)
+        await fill_to_trigger(mw, session.id, final_usage=USABLE - 5000)
+        calls: list[str | None] = []
+
+        async def call(view: RequestView) -> Message:
+            calls.append(view.boundary_id)
+            t = now_ms()
+            await mw.append(
+                [assistant_with_tool(session.id, at=t, usage=40_000, tokens=500, seed=len(calls))]
+            )
+            raise FakeOverflowError(view.tokens + 20_000, LIMITS.context_window)
+
+        with pytest.raises(ContextOverflowError, match="after 3 retries") as info:
+            await mw.turn(session.id, call)
+        assert isinstance(info.value.__cause__, FakeOverflowError)
+        assert len(calls) == 4
