@@ -324,33 +324,61 @@ def _scan(scope: _Scope, root_real: str, root: Path) -> tuple[list[_Seen], int]:
     seen: list[_Seen] = []
     skipped = 0
     root_prefix = os.path.join(str(root), "")
-    # followlinks=False: a directory symlink is listed but never entered, so a
-    # link to "/" cannot pull the whole disk in.
-    for dirpath, _dirnames, filenames in os.walk(directory, followlinks=False):
-        for name in filenames:
-            # Hidden files (editor swap files, atomic-write temporaries) are not memory.
-            if name.startswith(".") or os.path.splitext(name)[1].lower() not in INDEXED_SUFFIXES:
-                continue
-            full = os.path.join(dirpath, name)
-            real = full
-            try:
-                # One lstat: for anything but a symlink it is the stat itself.
-                st = os.lstat(full)
-                if stat.S_ISLNK(st.st_mode):
-                    real = os.path.realpath(full)
-                    if not _inside(real, root_real):
-                        skipped += 1
-                        continue
-                    st = os.stat(real)
-            except OSError:
-                continue  # vanished or unreadable between listing and stat
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            if is_hard_link(st):
-                skipped += 1  # its other name may be anywhere: never indexed
-                continue
-            seen.append(_Seen(_relative(full, root, root_prefix), real, st.st_size, st.st_mtime_ns))
+    for entry in _walk_files(os.fspath(directory)):
+        name = entry.name
+        # Hidden files (editor swap files, atomic-write temporaries) are not memory.
+        # For a name not starting with a dot, splitext's suffix is from its last dot.
+        dot = name.rfind(".")
+        if name.startswith(".") or dot < 0 or name[dot:].lower() not in INDEXED_SUFFIXES:
+            continue
+        full = entry.path
+        real = full
+        try:
+            if entry.is_symlink():
+                real = os.path.realpath(full)
+                if not _inside(real, root_real):
+                    skipped += 1
+                    continue
+                st = os.stat(real)
+            else:
+                # The entry's own lstat: for anything but a symlink it is the stat.
+                st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue  # vanished or unreadable between listing and stat
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        if is_hard_link(st):
+            skipped += 1  # its other name may be anywhere: never indexed
+            continue
+        seen.append(_Seen(_relative(full, root, root_prefix), real, st.st_size, st.st_mtime_ns))
     return seen, skipped
+
+
+def _walk_files(top: str) -> Iterator[os.DirEntry[str]]:
+    """What ``os.walk(top, followlinks=False)`` lists as files, in its order, as entries.
+
+    The entries carry their paths and their ``lstat`` (one system call, no path
+    joins). A directory symlink is listed as a directory but never entered, so a
+    link to "/" cannot pull the whole disk in; an unreadable directory is skipped.
+    """
+    try:
+        with os.scandir(top) as listing:
+            entries = list(listing)
+    except OSError:
+        return
+    directories: list[os.DirEntry[str]] = []
+    for entry in entries:
+        try:
+            is_directory = entry.is_dir()
+        except OSError:
+            is_directory = False
+        if is_directory:
+            directories.append(entry)
+        else:
+            yield entry
+    for entry in directories:
+        if not os.path.islink(entry.path):
+            yield from _walk_files(entry.path)
 
 
 def _relative(full: str, root: Path, root_prefix: str) -> str:

@@ -8,6 +8,8 @@ the reference, and Hypothesis draws the inputs.
 from __future__ import annotations
 
 import os
+import stat
+import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from mimo_ctx._util import one_line
 from mimo_ctx.checkpoint import evidence
 from mimo_ctx.checkpoint.evidence import is_continuation
 from mimo_ctx.config import RebuildConfig
-from mimo_ctx.memory import MemoryLayout
+from mimo_ctx.memory import MemoryLayout, is_hard_link
 from mimo_ctx.messages import Message, TextPart, ToolPart, ToolStateCompleted, user_input_text
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.sections import (
@@ -356,3 +358,91 @@ async def test_a_rebuild_reads_the_checkpoint_and_lists_the_actors_once(
         text = "\n".join(p.text for p in boundary.parts if isinstance(p, TextPart))
         assert "Current topic: the parser rewrite" in text
         assert "act_1" in text
+
+
+def _reference_scan(
+    scope: Any, root_real: str, root: Path
+) -> tuple[list[tuple[str, str, int, int]], int]:
+    """The memory index's scan as first written: os.walk, lstat, stat, relpath."""
+    directory = scope.directory
+    base_real = os.path.realpath(directory)
+    if not memory_index._inside(base_real, root_real) or not os.path.isdir(base_real):  # pyright: ignore[reportPrivateUsage]
+        return [], 0
+    seen: list[tuple[str, str, int, int]] = []
+    skipped = 0
+    for dirpath, _dirnames, filenames in os.walk(directory, followlinks=False):
+        for name in filenames:
+            if name.startswith(".") or os.path.splitext(name)[1].lower() not in {".md", ".txt"}:
+                continue
+            full = os.path.join(dirpath, name)
+            real = full
+            if os.path.islink(full):
+                real = os.path.realpath(full)
+                if not memory_index._inside(real, root_real):  # pyright: ignore[reportPrivateUsage]
+                    skipped += 1
+                    continue
+            try:
+                info = os.stat(real)
+            except OSError:
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            if is_hard_link(info):
+                skipped += 1
+                continue
+            rel = Path(os.path.relpath(full, root)).as_posix()
+            seen.append((rel, real, info.st_size, info.st_mtime_ns))
+    return seen, skipped
+
+
+_NAMES = st.sampled_from(
+    ["a.md", "B.MD", "c.txt", "d.Txt", "e", "f.md.bak", ".hidden.md", "g.x.md", "h.", "i..md"]
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    layout=st.lists(
+        st.tuples(
+            st.sampled_from(["", "sub", "sub/deeper", "other"]),
+            _NAMES,
+            st.sampled_from(
+                ["file", "file", "dir", "link-in", "link-out", "link-dir", "broken", "hard"]
+            ),
+        ),
+        max_size=14,
+    )
+)
+def test_memory_index_scan_lists_as_os_walk_did(layout: list[tuple[str, str, str]]) -> None:
+    with tempfile.TemporaryDirectory() as base:
+        root = Path(base, "root").resolve()
+        outside = Path(base, "outside")
+        outside.mkdir()
+        (outside / "secret.md").write_text("x")
+        scope_dir = root / "projects" / "p"
+        (scope_dir / "sub" / "deeper").mkdir(parents=True)
+        (scope_dir / "other").mkdir()
+        target = root / "target.md"
+        target.write_text("target")
+        for number, (where, name, kind) in enumerate(layout):
+            path = scope_dir / where / f"{number}{name}"
+            if kind == "file":
+                path.write_text("y" * number)
+            elif kind == "dir":
+                path.mkdir()
+                (path / "inner.md").write_text("z")
+            elif kind == "link-in":
+                path.symlink_to(target)
+            elif kind == "link-out":
+                path.symlink_to(outside / "secret.md")
+            elif kind == "link-dir":
+                path.symlink_to(scope_dir / "sub", target_is_directory=True)
+            elif kind == "broken":
+                path.symlink_to(root / "missing.md")
+            else:
+                path.write_text("h")
+                os.link(path, scope_dir / where / f"{number}-again{name}")
+        scope = memory_index._Scope("project", "p", scope_dir)  # pyright: ignore[reportPrivateUsage]
+        seen, skipped = memory_index._scan(scope, str(root), root)  # pyright: ignore[reportPrivateUsage]
+        got = [(s.path, s.real, s.size, s.mtime_ns) for s in seen]
+        assert (got, skipped) == _reference_scan(scope, str(root), root)
