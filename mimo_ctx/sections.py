@@ -192,6 +192,13 @@ _SETEXT_LEVEL1 = re.compile(r"^ {0,3}=+[ \t]*$")
 _SETEXT_LEVEL2 = re.compile(r"^ {0,3}-+[ \t]*$")
 # The "<" of an HTML level-1 or level-2 heading's opening tag.
 _HTML_HEADING = re.compile(r"<(?=h[12](?:[\s>/]|$))", re.I)
+# The same rules as whole-text scans (``^`` at every line start): what makes a text
+# need no line-by-line pass (_plain_structure, strip_level1_headings).
+_ANY_LEVEL1 = re.compile(_LEVEL1.pattern, re.M)
+_ANY_LOOSE_HEADING = re.compile(_LEVEL1_LOOSE.pattern, re.M)
+_ANY_OUR_HEADING = re.compile(_OUR_HEADING.pattern, re.I | re.M)
+_ANY_UNDERLINE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$", re.M)
+_ANY_FENCE = re.compile(r"^ {0,3}(?:`{3}|~{3})", re.M)
 # Every line break but "\n": what str.splitlines(), a browser or a model may break
 # a line on although the body's own rules (which split on "\n") do not.
 _OTHER_BREAKS = re.compile("\r\n?|[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
@@ -249,6 +256,14 @@ def strip_level1_headings(text: str) -> str:
     A file-backed section drops the file's own title so the file's level-2
     headings nest under the section's level-1 heading.
     """
+    normalised = normalise_line_breaks(text)
+    if _ANY_LEVEL1.search(normalised) is None:
+        return normalised  # no line is a level-1 heading: nothing to remove
+    return _strip_level1_lines(normalised)
+
+
+def _strip_level1_lines(text: str) -> str:
+    """:func:`strip_level1_headings` line by line (the general case)."""
     lines = normalise_line_breaks(text).split("\n")
     fenced, _ = scan_fences(lines)
     kept = [
@@ -326,6 +341,32 @@ def neutralise_structure(text: str) -> str:
     """
     if not text:
         return text
+    normalised = normalise_line_breaks(text)
+    if _plain_structure(normalised):
+        return normalised  # no line to escape, no fence to close: the lines as they are
+    return _neutralise_lines(normalised)
+
+
+def _plain_structure(text: str) -> bool:
+    """True when no line of ``text`` (line breaks normalised) can need a change.
+
+    Whole-text scans for what any rule starts from: a heading-like line, a setext
+    underline, a fence, an HTML heading tag, ``File:``. A scan may also match
+    across a line break where no single line would (the general case then decides);
+    it never misses a line that would match.
+    """
+    return (
+        "File:" not in text
+        and _ANY_LOOSE_HEADING.search(text) is None
+        and _ANY_OUR_HEADING.search(text) is None
+        and _ANY_UNDERLINE.search(text) is None
+        and _ANY_FENCE.search(text) is None
+        and _HTML_HEADING.search(text) is None
+    )
+
+
+def _neutralise_lines(text: str) -> str:
+    """:func:`neutralise_structure` line by line (the general case)."""
     lines = normalise_line_breaks(text).split("\n")
     fenced, closer = scan_fences(lines)
     out: list[str] = []

@@ -446,3 +446,48 @@ def test_memory_index_scan_lists_as_os_walk_did(layout: list[tuple[str, str, str
         seen, skipped = memory_index._scan(scope, str(root), root)  # pyright: ignore[reportPrivateUsage]
         got = [(s.path, s.real, s.size, s.mtime_ns) for s in seen]
         assert (got, skipped) == _reference_scan(scope, str(root), root)
+
+
+_STRUCTURE = st.lists(
+    st.one_of(
+        st.sampled_from(
+            [
+                "plain words",
+                "# Recent activity",
+                "## Session checkpoint ##",
+                "   # loose",
+                "#",
+                "#nospace",
+                "## Project rules",
+                "Recent user input",
+                "===",
+                "  ---  ",
+                "- item",
+                "```",
+                "~~~~ info",
+                "   ```py",
+                "<h1>title",
+                "<H2 class=x>",
+                "<h3>",
+                "File: x.md",
+                "  File: y",
+                "",
+                "   ",
+                "\u00a0",
+                "a\rb",
+                "c\r\nd",
+                "e\x0bf\u2028g",
+            ]
+        ),
+        st.text(alphabet="#=-`~<h12 \tFile:\n\r", max_size=12),
+    ),
+    max_size=12,
+).map("\n".join)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(text=_STRUCTURE)
+def test_structure_fast_paths_as_line_by_line(text: str) -> None:
+    slow = sections._neutralise_lines(text) if text else text  # pyright: ignore[reportPrivateUsage]
+    assert neutralise_structure(text) == slow
+    assert sections.strip_level1_headings(text) == sections._strip_level1_lines(text)  # pyright: ignore[reportPrivateUsage]
