@@ -192,13 +192,15 @@ _SETEXT_LEVEL1 = re.compile(r"^ {0,3}=+[ \t]*$")
 _SETEXT_LEVEL2 = re.compile(r"^ {0,3}-+[ \t]*$")
 # The "<" of an HTML level-1 or level-2 heading's opening tag.
 _HTML_HEADING = re.compile(r"<(?=h[12](?:[\s>/]|$))", re.I)
-# The same rules as whole-text scans (``^`` at every line start): what makes a text
-# need no line-by-line pass (_plain_structure, strip_level1_headings).
-_ANY_LEVEL1 = re.compile(_LEVEL1.pattern, re.M)
-_ANY_LOOSE_HEADING = re.compile(_LEVEL1_LOOSE.pattern, re.M)
-_ANY_OUR_HEADING = re.compile(_OUR_HEADING.pattern, re.I | re.M)
-_ANY_UNDERLINE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$", re.M)
-_ANY_FENCE = re.compile(r"^ {0,3}(?:`{3}|~{3})", re.M)
+# Whole-text scans from line break to line break (a literal first character lets
+# the regex engine jump): what makes a text need no line-by-line pass
+# (_plain_structure, strip_level1_headings); the first line is checked apart.
+_LEVEL1_LINES = re.compile(r"\n# [^#]")
+_HASH_START = re.compile(r" {0,3}#")
+_HASH_LINES = re.compile(r"\n {0,3}#")
+_UNDERLINE_LINES = re.compile(r"\n {0,3}(?:=+|-+)[ \t]*(?=\n|\Z)")
+_FENCE_START = re.compile(r" {0,3}(?:```|~~~)")
+_FENCE_LINES = re.compile(r"\n {0,3}(?:```|~~~)")
 # Every line break but "\n": what str.splitlines(), a browser or a model may break
 # a line on although the body's own rules (which split on "\n") do not.
 _OTHER_BREAKS = re.compile("\r\n?|[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
@@ -257,7 +259,7 @@ def strip_level1_headings(text: str) -> str:
     headings nest under the section's level-1 heading.
     """
     normalised = normalise_line_breaks(text)
-    if _ANY_LEVEL1.search(normalised) is None:
+    if not _LEVEL1.match(normalised) and _LEVEL1_LINES.search(normalised) is None:
         return normalised  # no line is a level-1 heading: nothing to remove
     return _strip_level1_lines(normalised)
 
@@ -350,19 +352,32 @@ def neutralise_structure(text: str) -> str:
 def _plain_structure(text: str) -> bool:
     """True when no line of ``text`` (line breaks normalised) can need a change.
 
-    Whole-text scans for what any rule starts from: a heading-like line, a setext
-    underline, a fence, an HTML heading tag, ``File:``. A scan may also match
-    across a line break where no single line would (the general case then decides);
-    it never misses a line that would match.
+    Whole-text scans for what any rule starts from: a line starting with ``#``
+    (then checked as a heading), a setext underline, a fence, an HTML heading tag,
+    ``File:``. A scan may match where no rule applies (the line-by-line pass then
+    decides); it never misses a line a rule would change. The scans start at a
+    line break (a literal the regex engine jumps to) and the first line is checked
+    apart.
     """
-    return (
-        "File:" not in text
-        and _ANY_LOOSE_HEADING.search(text) is None
-        and _ANY_OUR_HEADING.search(text) is None
-        and _ANY_UNDERLINE.search(text) is None
-        and _ANY_FENCE.search(text) is None
-        and _HTML_HEADING.search(text) is None
-    )
+    if "File:" in text or _HTML_HEADING.search(text) is not None:
+        return False
+    first = text[: _line_end(text, 0)]
+    if _SETEXT_LEVEL1.match(first) or _SETEXT_LEVEL2.match(first) or _FENCE_START.match(first):
+        return False
+    if _UNDERLINE_LINES.search(text) is not None or _FENCE_LINES.search(text) is not None:
+        return False
+    starts = [0] if _HASH_START.match(first) else []
+    starts.extend(m.start() + 1 for m in _HASH_LINES.finditer(text))
+    for start in starts:
+        line = text[start : _line_end(text, start)]
+        if _LEVEL1_LOOSE.match(line) or _OUR_HEADING.match(line):
+            return False
+    return True
+
+
+def _line_end(text: str, start: int) -> int:
+    end = text.find("\n", start)
+    return len(text) if end < 0 else end
 
 
 def _neutralise_lines(text: str) -> str:
