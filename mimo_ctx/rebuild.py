@@ -520,6 +520,7 @@ class Rebuilder:
                 # writer would only make this caller wait for it before the commit
                 # answers the same.
                 return _Result(RebuildReport(outcome="already-recovered", trigger=trigger))
+            requested = True
             if focus:
                 # The model writer gets the focus: a checkpoint written with it in view.
                 await coordinator.request(session_id, reason=f"focus ({trigger})", focus=focus)
@@ -545,9 +546,14 @@ class Rebuilder:
                 # only the natural tail is left to the activity list. A checkpoint
                 # another writer wrote is used as it is on disk, as in the original.
                 await coordinator.request(session_id, reason=f"fresh checkpoint ({trigger})")
+            else:
+                requested = False
             if await coordinator.busy(session_id):
                 await self._wait_for_writer(session_id, self._config.writer.wait_with_watermark)
-            watermark_id = await store.get_watermark(session_id) or watermark_id
+                requested = True
+            if requested:
+                # A writer ran (or may have, and finished already): its watermark.
+                watermark_id = await store.get_watermark(session_id) or watermark_id
 
         watermark = await store.get_message(watermark_id)
         if watermark is None:

@@ -296,7 +296,7 @@ def test_memory_index_relative_paths_as_relpath(root: list[str], rest: list[str]
     assert memory_index._relative(full, base, prefix) == expected  # pyright: ignore[reportPrivateUsage]
 
 
-async def test_a_rebuild_reads_the_checkpoint_and_lists_the_actors_once(
+async def test_a_rebuild_reads_the_checkpoint_the_actors_and_the_watermark_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The index part's topic comes from the checkpoint the body read, and the
@@ -346,13 +346,23 @@ async def test_a_rebuild_reads_the_checkpoint_and_lists_the_actors_once(
             listings.append(session_id)
             return await real_list(session_id, **kwargs)
 
+        watermarks: list[str] = []
+        real_watermark = store.get_watermark
+
+        async def counting_watermark(session_id: str) -> str | None:
+            watermarks.append(session_id)
+            return await real_watermark(session_id)
+
         monkeypatch.setattr(render, "read_text", counting_read)
         monkeypatch.setattr(rebuild_module, "read_text", counting_read)
         store.list_actors = counting_list  # type: ignore[method-assign]
+        store.get_watermark = counting_watermark  # type: ignore[method-assign]
         report = await mw.rebuild(sid)
         assert report.outcome == "rebuilt"
         assert reads.count(str(checkpoint)) == 1
         assert len(listings) == 1
+        # No writer was asked for or waited for: the watermark is read once.
+        assert len(watermarks) == 1
         boundary = await store.get_message(report.boundary_id or "")
         assert boundary is not None
         text = "\n".join(p.text for p in boundary.parts if isinstance(p, TextPart))
