@@ -234,8 +234,10 @@ def markdown_section(run: Mapping[str, Any], name: str) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def summary_section(run: Mapping[str, Any]) -> str:
-    """Every target of every benchmark of ``run`` in one Markdown table."""
+_SUMMARY_HEADERS: Final = ("benchmark", "target", "goal", "measured", "ratio", "status")
+
+
+def _summary_rows(run: Mapping[str, Any]) -> list[list[str]]:
     rows: list[list[str]] = []
     for result in run["results"].values():
         for target in result["targets"]:
@@ -250,15 +252,64 @@ def summary_section(run: Mapping[str, Any]) -> str:
                     _met(target["met"]),
                 ]
             )
-    table = {
-        "title": "Every target",
-        "headers": ["benchmark", "target", "goal", "measured", "ratio", "status"],
-        "rows": rows,
-    }
+    return rows
+
+
+def summary_section(run: Mapping[str, Any]) -> str:
+    """Every target of every benchmark of ``run`` in one Markdown table."""
+    table = {"title": "Every target", "headers": list(_SUMMARY_HEADERS), "rows": _summary_rows(run)}
     return (
         f"{_machine_line(run)} Whole run: {run['seconds']:.0f} s "
         f"(`{run['command']}`).\n\n{_md_table(table)}\n"
     )
+
+
+_REMEASURED = "Re-measured since the whole run: "
+
+
+def _updated_summary(block: str, run: Mapping[str, Any]) -> str:
+    """The summary ``block`` with the rows of ``run``'s benchmarks replaced by its figures.
+
+    A run of some benchmarks only: their rows take the place of their old ones (the
+    others stay as the whole run measured them), and a line under the table says
+    when and how each re-measured benchmark was run.
+    """
+    names = list(run["results"])
+    table = {"title": "", "headers": list(_SUMMARY_HEADERS), "rows": _summary_rows(run)}
+    new_rows = _md_table(table).split("\n")[4:]
+    by_name: dict[str, list[str]] = {}
+    for line in new_rows:
+        by_name.setdefault(_first_cell(line), []).append(line)
+    out: list[str] = []
+    placed: set[str] = set()
+    notes: list[str] = []
+    for line in block.split("\n"):
+        if line.startswith(_REMEASURED):
+            notes.append(line)
+            continue
+        name = _first_cell(line) if line.startswith("| ") else ""
+        if name in names:
+            if name not in placed:
+                out.extend(by_name.get(name, []))
+                placed.add(name)
+            continue
+        out.append(line)
+    missing = [line for name in names if name not in placed for line in by_name.get(name, [])]
+    if missing:
+        last = max((i for i, line in enumerate(out) if line.startswith("| ")), default=len(out) - 1)
+        out[last + 1 : last + 1] = missing
+    prefixes = tuple(f"{_REMEASURED}`{name}`:" for name in names)
+    kept = [note for note in notes if not note.startswith(prefixes)]
+    when = _machine_line(run)[len("Measured ") :].rstrip(".")
+    for prefix, name in zip(prefixes, names, strict=True):
+        kept.append(f"{prefix} {when} (`python benchmarks/run_all.py {name} --write-results`).")
+    while out and not out[-1].strip():
+        out.pop()
+    return "\n".join([*out, "", *kept]) + "\n"
+
+
+def _first_cell(line: str) -> str:
+    return line[2:].split(" | ", 1)[0] if line.startswith("| ") else ""
 
 
 def render_markdown(run: Mapping[str, Any]) -> str:
@@ -289,7 +340,8 @@ def write_results(run: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     Each benchmark's figures sit between ``<!-- generated:<name>:start -->`` and
     ``<!-- generated:<name>:end -->`` markers; only the benchmarks of ``run`` are
     replaced (a missing block is appended). The ``summary`` block is rewritten
-    only by a run of every benchmark.
+    whole by a run of every benchmark; a run of some of them replaces their rows
+    only and says under the table when they were measured again.
 
     Raises:
         MimoCtxError: ``run`` is a quick run (its figures mean nothing).
@@ -300,6 +352,11 @@ def write_results(run: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     document = target.read_text(encoding="utf-8") if target.exists() else "# Benchmark results\n"
     if set(run["results"]) == set(BENCHMARKS):
         document = _replace_block(document, "summary", "Summary", summary_section(run))
+    else:
+        start, end = _markers("summary")
+        if start in document and end in document:
+            old = document.split(start, 1)[1].split(end, 1)[0].strip("\n")
+            document = _replace_block(document, "summary", "Summary", _updated_summary(old, run))
     for name, result in run["results"].items():
         document = _replace_block(document, name, str(result["title"]), markdown_section(run, name))
     target.write_text(document, encoding="utf-8")

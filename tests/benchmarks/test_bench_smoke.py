@@ -197,7 +197,7 @@ def _fake_run(names: list[str]) -> dict[str, Any]:
 
 
 def test_write_results_keeps_hand_written_text(tmp_path: Path) -> None:
-    """Only the marked blocks change; a partial run leaves other blocks and the summary."""
+    """Only the marked blocks change; a partial run leaves the other blocks alone."""
     path = tmp_path / "RESULTS.md"
     bench.write_results(_fake_run(list(bench.BENCHMARKS)), path)
     first = path.read_text(encoding="utf-8")
@@ -275,3 +275,46 @@ def test_wrappers_quick_issue_16(quick: Callable[[str], dict[str, Any]]) -> None
         assert len(figures) == 2  # the quick sizes
         assert all(f["samples"] >= 3 and f["bare_ms"] > 0 for f in figures.values())
     assert len(result["targets"]) == 10  # two per way, and "alone" for the two SDKs
+
+
+def _summary(text: str) -> str:
+    return text.split("<!-- generated:summary:start -->", 1)[1].split(
+        "<!-- generated:summary:end -->", 1
+    )[0]
+
+
+def test_a_partial_run_replaces_its_rows_of_the_summary(tmp_path: Path) -> None:
+    path = tmp_path / "RESULTS.md"
+    bench.write_results(_fake_run(list(bench.BENCHMARKS)), path)
+    before = _summary(path.read_text(encoding="utf-8"))
+    partial = _fake_run(["rebuild"])
+    partial["machine"]["date"] = "2026-02-02 10:00 UTC"
+    target = partial["results"]["rebuild"]["targets"][0]
+    target.update(measured="1", met=True, ratio=0.5)
+    bench.write_results(partial, path)
+    after = _summary(path.read_text(encoding="utf-8"))
+    rows = [line for line in after.split("\n") if line.startswith("| ")]
+    old_rows = [line for line in before.split("\n") if line.startswith("| ")]
+    # Same rows in the same places; only the rebuild row changed.
+    assert len(rows) == len(old_rows)
+    changed = [(a, b) for a, b in zip(old_rows, rows, strict=True) if a != b]
+    assert changed == [
+        (
+            "| rebuild | goal | ≤ 1 | 2 | 2.00 | MISSED |",
+            "| rebuild | goal | ≤ 1 | 1 | 0.50 | met |",
+        )
+    ]
+    assert after.split("\n", 1)[0] == before.split("\n", 1)[0]  # the whole run's line
+    note = "Re-measured since the whole run: `rebuild`: 2026-02-02 10:00 UTC on cpu"
+    assert note in after
+    # Measured again: the note is replaced, not repeated; another benchmark adds its own.
+    partial["machine"]["date"] = "2026-02-03 10:00 UTC"
+    bench.write_results(partial, path)
+    bench.write_results(_fake_run(["tokens"]), path)
+    again = _summary(path.read_text(encoding="utf-8"))
+    assert again.count("Re-measured since the whole run: `rebuild`") == 1
+    assert "`rebuild`: 2026-02-03 10:00 UTC" in again
+    assert again.count("Re-measured since the whole run: `tokens`") == 1
+    # A whole run rewrites the summary: no note is left.
+    bench.write_results(_fake_run(list(bench.BENCHMARKS)), path)
+    assert "Re-measured" not in _summary(path.read_text(encoding="utf-8"))
