@@ -300,31 +300,68 @@ def _read_text_sync(
         chunk = _read_chunk(fd, _SNIFF_BYTES)
         if b"\x00" in chunk:
             return None
-        decoder = io.IncrementalNewlineDecoder(
-            codecs.getincrementaldecoder("utf-8-sig")(errors="replace"), translate=True
-        )
-        pieces: list[str] = []
-        have = 0
-        # Without a bound the rest of the file is read at once (its size is known);
-        # with one, in growing chunks: reading past ``max_chars`` stays within what
-        # was already read (each chunk at most doubles it).
-        size = max(info.st_size, 1) if max_chars is None else _CHUNK_BYTES
-        while True:
-            text = decoder.decode(chunk, final=not chunk)
-            pieces.append(text)
-            have += len(text)
-            if not chunk or (max_chars is not None and have >= max_chars):
-                break
-            chunk = _read_chunk(fd, size)
-            if max_chars is not None:
-                size = min(2 * size, _MAX_CHUNK_BYTES)
+        if max_chars is None or info.st_size <= max_chars:
+            # The whole file (it has no more characters than bytes): read, then
+            # decoded in one piece, the cheapest way (fewer large buffers to
+            # allocate and copy than a decoder fed chunk by chunk).
+            limit = None if max_chars is None else 4 * max_chars + 8
+            result = _decode_whole(_read_rest(fd, chunk, limit))
+        else:
+            result = _decode_bounded(fd, chunk, max_chars)
     finally:
         os.close(fd)
-    result = "".join(pieces)
     result = result if max_chars is None else result[:max_chars]
     if max(info.st_mtime_ns, info.st_ctime_ns) < started - _STABLE_NS:
         _remember(cache_key, identity, result)
     return result
+
+
+def _read_rest(fd: int, first: bytes, limit: int | None) -> bytes:
+    """``first`` and what follows it to the end of the file, at most ``limit`` bytes.
+
+    ``limit`` (four bytes per character wanted, and a few) only matters for a file
+    that grew after it was measured: what it cuts is past the characters kept.
+    """
+    chunks = [first]
+    have = len(first)
+    while chunks[-1] and (limit is None or have < limit):
+        size = _MAX_CHUNK_BYTES if limit is None else min(_MAX_CHUNK_BYTES, limit - have)
+        chunks.append(_read_chunk(fd, size))
+        have += len(chunks[-1])
+    return b"".join(chunks)
+
+
+def _decode_whole(data: bytes) -> str:
+    """UTF-8 (a leading byte-order mark dropped, invalid bytes as U+FFFD), lines as ``\\n``.
+
+    What :func:`_decode_bounded`'s incremental decoder gives for the same bytes.
+    """
+    text = data.decode("utf-8-sig", errors="replace")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
+def _decode_bounded(fd: int, chunk: bytes, max_chars: int) -> str:
+    """Decode from ``chunk`` on until ``max_chars`` characters are had (or the file ends).
+
+    Growing chunks: reading past ``max_chars`` stays within what was already read
+    (each chunk at most doubles it).
+    """
+    decoder = io.IncrementalNewlineDecoder(
+        codecs.getincrementaldecoder("utf-8-sig")(errors="replace"), translate=True
+    )
+    pieces: list[str] = []
+    have = 0
+    size = _CHUNK_BYTES
+    while True:
+        text = decoder.decode(chunk, final=not chunk)
+        pieces.append(text)
+        have += len(text)
+        if not chunk or have >= max_chars:
+            return "".join(pieces)
+        chunk = _read_chunk(fd, size)
+        size = min(2 * size, _MAX_CHUNK_BYTES)
 
 
 def _read_chunk(fd: int, size: int) -> bytes:

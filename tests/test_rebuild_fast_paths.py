@@ -7,6 +7,9 @@ the reference, and Hypothesis draws the inputs.
 
 from __future__ import annotations
 
+import codecs
+import io
+import itertools
 import os
 import stat
 import tempfile
@@ -501,3 +504,27 @@ def test_structure_fast_paths_as_line_by_line(text: str) -> None:
     slow = sections._neutralise_lines(text) if text else text  # pyright: ignore[reportPrivateUsage]
     assert neutralise_structure(text) == slow
     assert sections.strip_level1_headings(text) == sections._strip_level1_lines(text)  # pyright: ignore[reportPrivateUsage]
+
+
+_BYTES = st.lists(
+    st.one_of(
+        st.binary(max_size=12),
+        st.sampled_from([b"\r", b"\n", b"\r\n", b"\xef\xbb\xbf", b"\xe2\x82", b"\xac", b"\xff"]),
+        st.text(max_size=6).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    ),
+    max_size=20,
+).map(b"".join)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(data=_BYTES, cuts=st.lists(st.integers(0, 200), max_size=4))
+def test_a_whole_file_decodes_as_the_incremental_decoder(data: bytes, cuts: list[int]) -> None:
+    # The reference: the decoder fed in pieces, as bounded reads (and every read
+    # before) do.
+    decoder = io.IncrementalNewlineDecoder(
+        codecs.getincrementaldecoder("utf-8-sig")(errors="replace"), translate=True
+    )
+    edges = [0, *sorted(c for c in cuts if c < len(data)), len(data)]
+    pieces = [decoder.decode(data[a:b]) for a, b in itertools.pairwise(edges)]
+    pieces.append(decoder.decode(b"", final=True))
+    assert memory._decode_whole(data) == "".join(pieces)  # pyright: ignore[reportPrivateUsage]
