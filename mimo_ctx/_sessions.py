@@ -10,12 +10,16 @@ does not keep every session it ever served.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from mimo_ctx._util import now_ms
 from mimo_ctx._window import LiveSession
+from mimo_ctx.checkpoint.protocol import SentApi, SentRequest
 from mimo_ctx.errors import StoreError
 from mimo_ctx.memory import MemoryLayout
+from mimo_ctx.messages import Message
 from mimo_ctx.reconcile import HostHistory
 from mimo_ctx.session import RequestPrefix, Session
 from mimo_ctx.store.base import Store
@@ -82,6 +86,30 @@ class SessionRegistry:
     def __getitem__(self, session_id: str) -> LiveSession:
         """The state of a session in use (KeyError otherwise)."""
         return self._states[session_id]
+
+    def last_request(self, session_id: str) -> SentRequest | None:
+        """The main agent's last request, while the session is in use."""
+        state = self._states.get(session_id)
+        return state.last_request if state is not None else None
+
+    def sent(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        api: SentApi,
+        payload: Mapping[str, Any],
+        origin: str | None,
+    ) -> None:
+        """Attach the payload a client sent to the last request, if it is the one for ``messages``.
+
+        A newer view prepared meanwhile (another task of the session) is left alone:
+        the payload belongs to the view it was built from.
+        """
+        state = self._states.get(session_id)
+        last = state.last_request if state is not None else None
+        if state is not None and last is not None and last.messages is messages:
+            state.last_request = dataclasses.replace(last, api=api, payload=payload, origin=origin)
 
     def host(self, session_id: str, agent: str, make: Callable[[], HostHistory]) -> HostHistory:
         """The session's host-history reconciler for ``agent`` (made on first use)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
+from mimo_ctx.checkpoint.protocol import SentRequest
 from mimo_ctx.digest import collapse_checkpoint_tail
 from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import MAIN_AGENT, Message, message_key, written_after
@@ -171,6 +172,8 @@ class LiveSession:
     # Estimated tokens of the last request prepared per agent: the input of an
     # answer's usage when the provider reports none.
     sent_tokens: dict[str, int] = field(default_factory=dict[str, int])
+    # The main agent's last request (what a forked checkpoint writer resends).
+    last_request: SentRequest | None = None
 
     def note_view(self, window: LiveWindow) -> None:
         """Remember the boundary the calling task's view of ``window`` starts at."""

@@ -14,6 +14,7 @@ already catches that keeps working::
     ├── InvalidRequestError (ValueError)  an outgoing provider payload breaks its rules
     ├── BoundaryError (ValueError)        a watermark cannot be computed from the input
     ├── ArgumentError (ValueError)        a model's tool arguments do not fit the tool
+    ├── CheckpointRejectedError           a writer's checkpoint failed validation
     ├── ContextOverflowError              still overflowing after the one recovery
     ├── ConversationMismatchError         a host's conversation is not the session's
     ├── ProviderReportedOverflow          an overflow inside a successful response (internal)
@@ -28,6 +29,7 @@ from __future__ import annotations
 __all__ = [
     "ArgumentError",
     "BoundaryError",
+    "CheckpointRejectedError",
     "CliError",
     "ConfigError",
     "ContextOverflowError",
@@ -97,6 +99,12 @@ class ArgumentError(MimoCtxError, ValueError):
     The tool handlers turn it into an ``Error:`` tool result for the model; it
     reaches a host only from :func:`mimo_ctx.tools.check_arguments`.
     """
+
+
+class CheckpointRejectedError(MimoCtxError):
+    """A checkpoint writer's answer is not a checkpoint to keep: empty, missing
+    sections of the layout, or over its budget. The previous checkpoint stays and
+    the fallback writer (if any) writes instead."""
 
 
 class ContextOverflowError(MimoCtxError):

@@ -37,6 +37,7 @@ __all__ = [
     "UsagePending",
     "WaitingForWriter",
     "WriterFailed",
+    "WriterFailure",
     "WriterFinished",
     "WriterStarted",
     "redact_secrets",
@@ -134,22 +135,50 @@ class WriterStarted(Event):
     writer: str
 
 
+WriterFailure = Literal["error", "timeout", "invalid"]
+"""Why a writer failed: it raised, it ran past its time limit, or its checkpoint
+was rejected (empty, sections missing, over budget)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WriterFinished(Event):
-    """A writer finished: ``checkpoint.md`` now covers up to ``watermark``."""
+    """A writer finished: ``checkpoint.md`` now covers up to ``watermark``.
+
+    The model figures are those of a model-backed writer's run (all zero for the
+    offline writer): ``calls`` model calls; ``tokens_sent`` input tokens (as the
+    provider reported them, cached ones included; the writer's estimate where it
+    reported none); ``tokens_cached`` of them served from the provider's prompt
+    cache; ``tokens_output`` output tokens; ``forked`` when the run resent the
+    session's own last request plus one message.
+    """
 
     watermark: str
     writer: str
     checkpoint_path: str
     checkpoint_tokens: int
+    calls: int = 0
+    tokens_sent: int = 0
+    tokens_cached: int = 0
+    tokens_output: int = 0
+    forked: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WriterFailed(Event):
-    """A writer failed; the checkpoint on disk (if any) is unchanged."""
+    """A writer failed; the checkpoint on disk (if any) is unchanged.
+
+    ``reason`` says how (:data:`WriterFailure`); the model figures are what the run
+    spent before it failed (see :class:`WriterFinished`).
+    """
 
     writer: str
     error: str
+    reason: WriterFailure = "error"
+    calls: int = 0
+    tokens_sent: int = 0
+    tokens_cached: int = 0
+    tokens_output: int = 0
+    forked: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

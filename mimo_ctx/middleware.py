@@ -29,11 +29,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Literal, Self
+from typing import Any, Final, Literal, Self
 
 import anyio
 from anyio.abc import TaskGroup
@@ -46,6 +46,8 @@ from mimo_ctx.boundary import scale_tail
 from mimo_ctx.checkpoint import (
     CheckpointWriter,
     OfflineCheckpointWriter,
+    SentApi,
+    SentRequest,
     StartResult,
     WaitResult,
     WriterLease,
@@ -195,6 +197,7 @@ class ContextMiddleware:
         self._usable = usable_tokens(self._limits, config)
         self._thresholds = writer_thresholds(self._usable, config)
         steps = config.model_copy(update={"tail": scale_tail(config.tail, self._usable)})
+        self._sessions = SessionRegistry()
         self._coordinator = WriterCoordinator(
             store,
             layout,
@@ -205,6 +208,8 @@ class ContextMiddleware:
             lease=writer_lease,
             thresholds=self._thresholds,
             tracer=tracer,
+            limits=self._limits,
+            last_request=self._sessions.last_request,
         )
         self._windows = Windows(store, layout, self._session)
         self._rebuilder = Rebuilder(
@@ -222,7 +227,6 @@ class ContextMiddleware:
             after_rebuild=after_rebuild,
             tracer=tracer,
         )
-        self._sessions = SessionRegistry()
         self._task_group: TaskGroup | None = None
 
     # -- what it was built with (read-only) ---------------------------------------------
@@ -309,10 +313,9 @@ class ContextMiddleware:
         self._coordinator.attach(None)
         if task_group is None:
             return None
-        # Writers still running are cancelled: a checkpoint is only persisted
-        # (atomically) when a writer completes, so nothing half-written remains.
-        # The body's own exception is not handed to the task group, so it
-        # propagates as it is instead of wrapped in an exception group.
+        # Writers still running are cancelled (a model writer's call is aborted): a
+        # checkpoint is only persisted, atomically, when a writer completes. The body's
+        # exception is not handed to the task group: it propagates unwrapped.
         task_group.cancel_scope.cancel()
         try:
             await task_group.__aexit__(None, None, None)
@@ -589,21 +592,16 @@ class ContextMiddleware:
         """Checkpoint the session's history as it is now, in the background.
 
         Usage thresholds start the writer on their own (SPEC A3); this is for a host
-        that wants a fresh checkpoint when it chooses (idle time, before shutting
-        down). ``reason`` goes into the writer events.
+        that wants a fresh checkpoint when it chooses. ``reason`` goes into the events.
 
         Returns:
             ``started``; ``queued`` when a writer runs already here (this request
             takes the one pending slot); ``skipped`` when there is nothing new to
             cover or another worker holds the session's writer lease.
-
-        Raises:
-            MimoCtxError: The middleware is not running (``async with``).
         """
         return await self._coordinator.request(session_id, reason=reason)
 
-    # A timeout is an outcome here (the writer keeps running and the caller goes on
-    # with what is on disk, R3.2), not an error: hence a parameter, not fail_after.
+    # A timeout is an outcome (R3.2), not an error: hence a parameter, not fail_after.
     async def wait_for_writer(self, session_id: str, *, timeout: float) -> WaitResult:  # noqa: ASYNC109
         """Wait for the session's running checkpoint writer, at most ``timeout`` seconds.
 
@@ -613,6 +611,12 @@ class ContextMiddleware:
             Cancelling the caller cancels only the wait, never the writer.
         """
         return await self._coordinator.wait(session_id, timeout)
+
+    def request_sent(
+        self, view: RequestView, *, api: SentApi, payload: Mapping[str, Any], origin: str | None
+    ) -> None:
+        """Note the payload a (wrapped) client sent for ``view``: a forked writer resends it."""
+        self._sessions.sent(view.session_id, view.messages, api=api, payload=payload, origin=origin)
 
     async def _maybe_start_writer(self, session_id: str, window: LiveWindow) -> None:
         usage = usage_tokens(window.last_finished)
@@ -638,13 +642,15 @@ def _view_attributes(
 async def _request_view(
     windows: Windows, session_id: str, state: LiveSession, window: LiveWindow
 ) -> RequestView:
-    """What :meth:`ContextMiddleware.prepare` returns for ``window`` (and remembers its size)."""
+    """What :meth:`ContextMiddleware.prepare` returns for ``window`` (and remembers it:
+    its size, and for the main agent the request a forked checkpoint writer resends)."""
     view = await windows.view(session_id, state, window)
-    state.sent_tokens[window.agent] = view.tokens
+    prefix, messages, tokens = view.prefix, view.messages, view.tokens
+    state.sent_tokens[window.agent] = tokens
     boundary_id = window.boundary.id if window.boundary is not None else None
-    return RequestView(
-        session_id, window.agent, view.prefix, view.messages, view.tokens, boundary_id
-    )
+    if window.agent == MAIN_AGENT:
+        state.last_request = SentRequest(prefix, messages, tokens, boundary_id)
+    return RequestView(session_id, window.agent, prefix, messages, tokens, boundary_id)
 
 
 async def _with_estimated_usage(

@@ -12,7 +12,8 @@
 * the built-in writers: :mod:`~mimo_ctx.checkpoint.offline` (no model; its rules in
   :mod:`~mimo_ctx.checkpoint.evidence`, its state in :mod:`~mimo_ctx.checkpoint.state`,
   its sections in :mod:`~mimo_ctx.checkpoint.sections`, all pure) and
-  :mod:`~mimo_ctx.checkpoint.llm` (any model call).
+  :mod:`~mimo_ctx.checkpoint.llm` (a model: forked from the session's own request
+  when it is the session's model, else standalone, bounded by the model's window).
 """
 
 from __future__ import annotations
@@ -27,9 +28,23 @@ from mimo_ctx.checkpoint.document import (
     topic_of,
 )
 from mimo_ctx.checkpoint.lease import InMemoryWriterLease, LeaseHolder, LeaseInfo, WriterLease
-from mimo_ctx.checkpoint.llm import CompletionFn, LLMCheckpointWriter, parse_llm_answer
+from mimo_ctx.checkpoint.llm import (
+    CompletionFn,
+    LLMCheckpointWriter,
+    ModelAnswer,
+    WriterModel,
+    WriterPrompt,
+    parse_llm_answer,
+)
 from mimo_ctx.checkpoint.offline import OfflineCheckpointWriter
-from mimo_ctx.checkpoint.protocol import CheckpointDraft, CheckpointWriter, WriterRequest
+from mimo_ctx.checkpoint.protocol import (
+    CheckpointDraft,
+    CheckpointWriter,
+    SentApi,
+    SentRequest,
+    WriterMeter,
+    WriterRequest,
+)
 
 __all__ = [
     "CHECKPOINT_SECTIONS",
@@ -41,10 +56,16 @@ __all__ = [
     "LLMCheckpointWriter",
     "LeaseHolder",
     "LeaseInfo",
+    "ModelAnswer",
     "OfflineCheckpointWriter",
+    "SentApi",
+    "SentRequest",
     "StartResult",
     "WaitResult",
     "WriterLease",
+    "WriterMeter",
+    "WriterModel",
+    "WriterPrompt",
     "WriterRequest",
     "parse_checkpoint",
     "parse_llm_answer",

@@ -43,16 +43,17 @@ Without a lease, everything stays in-process, as before.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
 import shutil
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict
 
 import anyio
 from anyio.abc import TaskGroup
@@ -61,16 +62,22 @@ from mimo_ctx._util import now_ms
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint.document import checkpoint_defect, section_budgets
 from mimo_ctx.checkpoint.lease import WriterLease
-from mimo_ctx.checkpoint.protocol import CheckpointDraft, CheckpointWriter, WriterRequest
+from mimo_ctx.checkpoint.protocol import (
+    CheckpointDraft,
+    CheckpointWriter,
+    SentRequest,
+    WriterMeter,
+    WriterRequest,
+)
 from mimo_ctx.config import RebuildConfig
-from mimo_ctx.errors import MimoCtxError, PathEscapeError
-from mimo_ctx.events import EventBus, WriterFailed, WriterFinished, WriterStarted
+from mimo_ctx.errors import CheckpointRejectedError, MimoCtxError, PathEscapeError
+from mimo_ctx.events import EventBus, WriterFailed, WriterFailure, WriterFinished, WriterStarted
 from mimo_ctx.memory import MemoryLayout, read_text, write_text_atomic
 from mimo_ctx.messages import MAIN_AGENT, Message, ToolPart, ToolResultPart, message_key
 from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import estimate_text_tokens
 from mimo_ctx.tracing import NO_TRACER, SPAN_WRITER, Tracer
-from mimo_ctx.triggers import due_thresholds
+from mimo_ctx.triggers import ModelLimits, due_thresholds
 
 __all__ = [
     "WATERMARK_MARGIN",
@@ -142,6 +149,10 @@ class WriterCoordinator:
             (see the module docstring); ``None`` keeps it in this process only.
         thresholds: The usage thresholds of :meth:`at_usage` (SPEC A3), ascending.
         tracer: Opens a ``mimo_ctx.writer`` span around every writer run.
+        limits: The session model's window, handed to writers (a model writer on
+            the same model uses it).
+        last_request: The request a session's main agent last sent in this
+            process, if any (a forked model writer resends it).
     """
 
     def __init__(
@@ -156,9 +167,13 @@ class WriterCoordinator:
         lease: WriterLease | None = None,
         thresholds: Sequence[int] = (),
         tracer: Tracer = NO_TRACER,
+        limits: ModelLimits | None = None,
+        last_request: Callable[[str], SentRequest | None] | None = None,
     ) -> None:
         self._tracer = tracer
         self._store = store
+        self._limits = limits
+        self._last_request = last_request
         self._thresholds = tuple(thresholds)
         self._layout = layout
         self._config = config
@@ -547,6 +562,7 @@ class WriterCoordinator:
             raise MimoCtxError(f"unknown session {session_id!r}")
         covered = await self._covered(session_id, watermark)
         layout = self._layout
+        last_request = self._last_request(session_id) if self._last_request else None
         checkpoint_path = layout.checkpoint_path(session_id)
         request = WriterRequest(
             session_id=session_id,
@@ -569,9 +585,14 @@ class WriterCoordinator:
                 layout.checkpoint_state_path(session_id), layout.root
             ),
             focus=job.focus,
+            previous_watermark=await self._store.get_watermark(session_id),
+            last_request=last_request,
+            model_limits=self._limits,
         )
         writers = [self._writer] + ([self._fallback] if self._fallback is not None else [])
         for writer in writers:
+            # Each writer notes its own costs.
+            request = dataclasses.replace(request, meter=WriterMeter())
             first = {
                 "mimo_ctx.session_id": session_id,
                 "mimo_ctx.writer": writer.name,
@@ -598,26 +619,35 @@ class WriterCoordinator:
                     await self._persist(session_id, request, draft, owner)
                 except _LeaseLost:
                     raise
-                except (_RejectedDraft, _RunTimedOut) as exc:
-                    _log.warning("mimo_ctx %s checkpoint writer failed: %s", writer.name, exc)
-                    span.set_attributes({"mimo_ctx.outcome": "failed"})
-                    span.set_failed("timeout" if isinstance(exc, _RunTimedOut) else "rejected")
-                    await self._events.emit(
-                        WriterFailed(
-                            session_id=session_id, time=now_ms(), writer=writer.name, error=str(exc)
-                        )
-                    )
-                    continue
                 except Exception as exc:
-                    _log.warning("mimo_ctx %s checkpoint writer failed: %r", writer.name, exc)
+                    # Ours (a rejected draft, the time limit) read best as they are; a
+                    # writer's own failure with its type.
+                    ours = isinstance(exc, CheckpointRejectedError | _RunTimedOut)
+                    error = str(exc) if ours else repr(exc)
+                    _log.warning("mimo_ctx %s checkpoint writer failed: %s", writer.name, error)
+                    reason: WriterFailure = (
+                        "timeout"
+                        if isinstance(exc, _RunTimedOut)
+                        else "invalid"
+                        if isinstance(exc, CheckpointRejectedError)
+                        else "error"
+                    )
                     span.set_attributes({"mimo_ctx.outcome": "failed"})
-                    span.set_failed(type(exc).__name__)
+                    span.set_failed(
+                        "timeout"
+                        if reason == "timeout"
+                        else "rejected"
+                        if reason == "invalid"
+                        else type(exc).__name__
+                    )
                     await self._events.emit(
                         WriterFailed(
                             session_id=session_id,
                             time=now_ms(),
                             writer=writer.name,
-                            error=repr(exc),
+                            error=error,
+                            reason=reason,
+                            **_costs(request.meter),
                         )
                     )
                     continue
@@ -633,6 +663,7 @@ class WriterCoordinator:
                         writer=writer.name,
                         checkpoint_path=str(checkpoint_path),
                         checkpoint_tokens=tokens,
+                        **_costs(request.meter),
                     )
                 )
                 return "finished", writer.name
@@ -817,32 +848,47 @@ def _drop_prefix(path: Path, prefix: str, root: Path) -> None:
         return
 
 
-class _RejectedDraft(MimoCtxError):
-    """Internal: a writer's draft is not a checkpoint; nothing of it is written."""
-
-
 class _RunTimedOut(MimoCtxError):
     """Internal: a writer ran past ``checkpoint.writer.run_timeout`` and was cancelled."""
+
+
+class _Costs(TypedDict):
+    calls: int
+    tokens_sent: int
+    tokens_cached: int
+    tokens_output: int
+    forked: bool
+
+
+def _costs(meter: WriterMeter) -> _Costs:
+    """A writer run's model figures, as the writer events carry them."""
+    return {
+        "calls": meter.calls,
+        "tokens_sent": meter.sent,
+        "tokens_cached": meter.cached,
+        "tokens_output": meter.output,
+        "forked": meter.forked,
+    }
 
 
 def _check_draft(draft: CheckpointDraft) -> None:
     """Refuse a draft that would replace a good checkpoint with garbage (SPEC A14).
 
     Raises:
-        _RejectedDraft: Empty, not text (control or unreadable characters), missing
+        CheckpointRejectedError: Empty, not text (control or unreadable characters), missing
             a section, or a spill-over file with a bad name or garbage content.
     """
     if not draft.text.strip():
-        raise _RejectedDraft("the checkpoint writer returned an empty checkpoint")
+        raise CheckpointRejectedError("the checkpoint writer returned an empty checkpoint")
     defect = checkpoint_defect(draft.text)
     if defect is not None:
-        raise _RejectedDraft(f"rejected the writer's checkpoint: {defect}")
+        raise CheckpointRejectedError(f"rejected the writer's checkpoint: {defect}")
     for name, content in draft.extra_files.items():
         if not _EXTRA_FILE.match(name):
-            raise _RejectedDraft(
+            raise CheckpointRejectedError(
                 f"the checkpoint writer named a spill-over file {name!r}; "
                 "expected checkpoint-<topic>.md"
             )
         defect = checkpoint_defect(content, sections=False)
         if defect is not None:
-            raise _RejectedDraft(f"rejected the writer's spill-over file {name}: {defect}")
+            raise CheckpointRejectedError(f"rejected the writer's spill-over file {name}: {defect}")

@@ -51,6 +51,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeGuard, cast
 
+from mimo_ctx.checkpoint.llm import ModelAnswer, WriterPrompt
+from mimo_ctx.checkpoint.protocol import SentRequest
 from mimo_ctx.convert import (
     BOUNDARY_TEXT_SEPARATOR,
     MessageDraft,
@@ -89,6 +91,7 @@ from mimo_ctx.view import apply_send_rules, tool_results_by_call
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+    from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import (
         AIMessage,
         AnyMessage,
@@ -106,6 +109,7 @@ except ImportError as _exc:  # pragma: no cover - exercised by a test with the p
 
 __all__ = [
     "SOURCE",
+    "LangChainWriterModel",
     "MimoCtxMiddleware",
     "SessionIdFunc",
     "from_langchain_messages",
@@ -674,4 +678,52 @@ class MimoCtxMiddleware(AgentMiddleware):
         raise MimoCtxError(
             "MimoCtxMiddleware works with asynchronous agent runs only: "
             "call ainvoke()/astream() instead of invoke()/stream()"
+        )
+
+
+# --------------------------------------------------------------------------- checkpoint writer
+
+
+class LangChainWriterModel:
+    """A checkpoint-writer model on a LangChain chat model (``LLMCheckpointWriter.from_langchain``).
+
+    Each call is one ``ainvoke`` with a system message (the writer's instructions)
+    and a human message: a standalone call (the writer does not fork through a
+    framework, whose request bytes it does not control). Usage from the answer's
+    ``usage_metadata``, when the model reports it.
+
+    Args:
+        chat_model: A ``BaseChatModel``.
+    """
+
+    def __init__(self, chat_model: BaseChatModel) -> None:
+        self._chat_model = chat_model
+
+    @property
+    def name(self) -> str:
+        """``langchain:<model type>``."""
+        return f"langchain:{self._chat_model.get_name()}"
+
+    def forks(self, sent: SentRequest) -> bool:
+        """Never: see the class docs."""
+        return False
+
+    def can_fork(self) -> bool:
+        """No."""
+        return False
+
+    async def complete(self, prompt: WriterPrompt) -> ModelAnswer:
+        """Send one call and return its text and usage."""
+        answer = await self._chat_model.ainvoke(
+            [SystemMessage(content=prompt.system), HumanMessage(content=prompt.user)],
+            max_tokens=prompt.max_output_tokens,
+        )
+        usage = usage_from_langchain(answer)
+        if usage is None:
+            return ModelAnswer(text=answer.text)
+        return ModelAnswer(
+            text=answer.text,
+            input_tokens=usage.input + usage.cache_read + usage.cache_write,
+            cached_tokens=usage.cache_read,
+            output_tokens=usage.output,
         )

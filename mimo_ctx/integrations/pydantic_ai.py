@@ -64,6 +64,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
+from mimo_ctx.checkpoint.llm import ModelAnswer, WriterPrompt
+from mimo_ctx.checkpoint.protocol import SentRequest
 from mimo_ctx.convert import (
     BOUNDARY_TEXT_SEPARATOR,
     MessageDraft,
@@ -103,6 +105,7 @@ try:
     import pydantic
     from pydantic_ai import RunContext
     from pydantic_ai.capabilities import AbstractCapability, WrapModelRequestHandler
+    from pydantic_ai.direct import model_request
     from pydantic_ai.exceptions import RetryModelRequest
     from pydantic_ai.messages import (
         ERROR_OUTCOMES,
@@ -130,7 +133,7 @@ try:
         VideoUrl,
     )
     from pydantic_ai.messages import TextPart as AITextPart
-    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.models import Model, ModelRequestContext
     from pydantic_ai.usage import RequestUsage
     from pydantic_core import PydanticSerializationError
 except ImportError as _exc:  # pragma: no cover - exercised by a test with the package hidden
@@ -139,6 +142,7 @@ except ImportError as _exc:  # pragma: no cover - exercised by a test with the p
 __all__ = [
     "SOURCE",
     "MimoCtxCapability",
+    "PydanticAIWriterModel",
     "SessionIdFunc",
     "from_model_messages",
     "message_key",
@@ -836,3 +840,54 @@ class MimoCtxCapability(AbstractCapability[Any]):
         if await self.middleware.on_error(sync.session_id, error, agent=self.agent):
             raise RetryModelRequest() from error
         raise error
+
+
+# --------------------------------------------------------------------------- checkpoint writer
+
+
+class PydanticAIWriterModel:
+    """A checkpoint-writer model on a pydantic-ai model (``LLMCheckpointWriter.from_pydantic_ai``).
+
+    Each call is one direct model request (``pydantic_ai.direct.model_request``)
+    with the writer's instructions as the system prompt and its user message: a
+    standalone call (the writer does not fork through a framework, whose request
+    bytes it does not control). Usage as pydantic-ai reports it.
+
+    Args:
+        model: A pydantic-ai ``Model`` or a model name (``"openai:gpt-5"``).
+    """
+
+    def __init__(self, model: Model | str) -> None:
+        self._model = model
+
+    @property
+    def name(self) -> str:
+        """``pydantic-ai:<model name>``."""
+        model = self._model
+        return f"pydantic-ai:{model if isinstance(model, str) else model.model_name}"
+
+    def forks(self, sent: SentRequest) -> bool:
+        """Never: see the class docs."""
+        return False
+
+    def can_fork(self) -> bool:
+        """No."""
+        return False
+
+    async def complete(self, prompt: WriterPrompt) -> ModelAnswer:
+        """Send one request and return its text and usage."""
+        request = ModelRequest(
+            parts=[SystemPromptPart(content=prompt.system), UserPromptPart(content=prompt.user)]
+        )
+        response = await model_request(
+            self._model, [request], model_settings={"max_tokens": prompt.max_output_tokens}
+        )
+        text = "".join(p.content for p in response.parts if isinstance(p, AITextPart))
+        usage = response.usage
+        measured = usage.has_values()
+        return ModelAnswer(
+            text=text,
+            input_tokens=usage.input_tokens if measured else None,
+            cached_tokens=usage.cache_read_tokens,
+            output_tokens=usage.output_tokens if measured else None,
+        )

@@ -68,6 +68,7 @@ from typing import Any, Final, Generic, Literal, Protocol, Self, TypeVar, cast
 
 import anyio
 
+from mimo_ctx.checkpoint.protocol import SentApi
 from mimo_ctx.convert import MessageDraft
 from mimo_ctx.errors import (
     ConfigError,
@@ -93,6 +94,7 @@ __all__ = [
     "SessionBinding",
     "StreamAdapter",
     "Turn",
+    "client_origin",
     "fingerprint",
     "incomplete",
     "native_context_parameter",
@@ -355,6 +357,12 @@ class Turn:
         )
 
 
+def client_origin(client: object) -> str | None:
+    """The base URL an SDK client sends to (``None`` when it has none)."""
+    url = getattr(client, "base_url", None)
+    return str(url).rstrip("/") if url is not None else None
+
+
 class SessionBinding:
     """One wrapped client's link to its sessions: syncing, sending, recording.
 
@@ -366,6 +374,8 @@ class SessionBinding:
         conversations: ``refuse`` (a list that shares nothing with the session
             raises :class:`~mimo_ctx.errors.ConversationMismatchError`) or
             ``per-first-message`` (it gets a session of its own).
+        origin: The base URL of the wrapped client (tells a forked checkpoint
+            writer whether it talks to the same endpoint).
     """
 
     def __init__(
@@ -376,6 +386,7 @@ class SessionBinding:
         agent: str = MAIN_AGENT,
         project_id: str = "default",
         conversations: Conversations = "refuse",
+        origin: str | None = None,
     ) -> None:
         if conversations not in ("refuse", "per-first-message"):
             raise ConfigError(
@@ -386,6 +397,7 @@ class SessionBinding:
         self.agent = agent
         self.project_id = project_id
         self.conversations: Conversations = conversations
+        self.origin = origin
         self._opened: set[str] = set()
         self._by_first: dict[str, str] = {}
 
@@ -445,6 +457,10 @@ class SessionBinding:
             self._opened.add(session_id)
         done = await history.reconcile(host, fingerprint=fingerprint, convert=convert)
         return Turn(session_id, self.agent, [host[i] for i in done.skipped], done.head, history)
+
+    def sent(self, view: RequestView, api: SentApi, payload: Mapping[str, Any]) -> None:
+        """Tell the middleware which payload goes out for ``view`` (a forked writer resends it)."""
+        self.middleware.request_sent(view, api=api, payload=payload, origin=self.origin)
 
     def call(
         self, turn: Turn, build: Callable[[RequestView], _P], send: Callable[[_P], Awaitable[_R]]

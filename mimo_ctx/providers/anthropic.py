@@ -44,7 +44,7 @@ blocks, search results...) are kept as :class:`OpaquePart` (never sent again);
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from mimo_ctx.convert import (
     BOUNDARY_TEXT_SEPARATOR,
@@ -77,13 +77,16 @@ from mimo_ctx.messages import (
 from mimo_ctx.view import apply_send_rules, tool_results_by_call
 
 __all__ = [
+    "CACHE_BREAKPOINTS",
     "EMPTY_ERROR_TEXT",
     "LEADING_USER_TEXT",
     "AnthropicSystem",
     "anthropic_turns",
+    "cache_markers",
     "drafts_from_anthropic",
     "from_anthropic",
     "is_anthropic_reasoning",
+    "mark_conversation_cache",
     "to_anthropic",
 ]
 
@@ -95,6 +98,63 @@ EMPTY_ERROR_TEXT: Final = "[Tool execution failed]"
 
 AnthropicSystem = str | list[dict[str, Any]]
 """The Messages API ``system`` parameter: a string or a list of text blocks."""
+
+CACHE_BREAKPOINTS: Final = 4
+"""The most ``cache_control`` markers the Messages API accepts in one request."""
+
+_EPHEMERAL: Final = {"type": "ephemeral"}
+# Blocks that may carry cache_control (thinking blocks may not).
+_CACHEABLE: Final = frozenset(
+    {"text", "image", "document", "tool_use", "tool_result", "search_result"}
+)
+
+
+def cache_markers(value: object) -> int:
+    """How many ``cache_control`` markers ``value`` (system, tools or messages) holds."""
+    if isinstance(value, Mapping):
+        mapping: Mapping[str, Any] = value  # pyright: ignore[reportUnknownVariableType]
+        own = 1 if mapping.get("cache_control") is not None else 0
+        return own + sum(cache_markers(v) for k, v in mapping.items() if k != "cache_control")
+    if isinstance(value, list | tuple):
+        items = cast("Sequence[object]", value)
+        return sum(cache_markers(v) for v in items)
+    return 0
+
+
+def mark_conversation_cache(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``messages`` with a prompt-cache breakpoint on the last cacheable block of the last turn.
+
+    The request then writes the whole conversation to the provider's cache, and
+    the next request, which repeats it and adds a turn, reads it back (the API
+    looks for earlier cached prefixes before a breakpoint). A forked checkpoint
+    writer's request repeats it too, marker included, and hits the same entry.
+    The input is not changed (the last turn and its marked block are copies); a
+    list whose last turn has no cacheable block, or is already marked, is
+    returned as it is.
+    """
+    if not messages:
+        return list(messages)
+    last = messages[-1]
+    content = last.get("content")
+    blocks: list[Any] = (
+        [{"type": "text", "text": content}]
+        if isinstance(content, str)
+        else list(content)  # pyright: ignore[reportUnknownArgumentType]
+        if isinstance(content, list)
+        else []
+    )
+    for index in range(len(blocks) - 1, -1, -1):
+        block: object = blocks[index]
+        if not isinstance(block, Mapping):
+            continue
+        entry: Mapping[str, Any] = block  # pyright: ignore[reportUnknownVariableType]
+        if entry.get("type") not in _CACHEABLE:
+            continue
+        if entry.get("cache_control") is not None:
+            return list(messages)
+        blocks[index] = {**entry, "cache_control": dict(_EPHEMERAL)}
+        return [*messages[:-1], {**last, "content": blocks}]
+    return list(messages)
 
 
 def is_anthropic_reasoning(part: ReasoningPart) -> bool:

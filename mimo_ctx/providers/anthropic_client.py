@@ -31,9 +31,14 @@ Our choices, documented:
   ``cache_control``), and so are ``tools``: prompt-cache friendly. The first call
   stores them (as text) as the session's frozen prefix.
 * ``cache_control`` markers inside the host's message blocks are not carried
-  over (the rewritten history is not the host's list); use the top-level
-  ``cache_control`` parameter (automatic caching) or markers on ``system`` /
-  ``tools``.
+  over (the rewritten history is not the host's list). Instead the wrapper puts
+  one breakpoint on the last block of the last turn
+  (:func:`~mimo_ctx.providers.anthropic.mark_conversation_cache`), so each
+  request reads the conversation the previous one cached, and a forked
+  checkpoint writer's request reads it too. Not when the host asks for automatic
+  caching (the top-level ``cache_control`` parameter, which does the same), when
+  ``system`` and ``tools`` already hold the API's four breakpoints, or with
+  ``wrap_anthropic(..., cache_conversation=False)``.
 * A ``model_context_window_exceeded`` stop after streamed content cannot be taken
   back: the message is recorded (finish ``length``), the rebuild runs so the next
   turn fits, and the host sees the stop reason the API sent.
@@ -74,11 +79,19 @@ from mimo_ctx.providers._sync import (
     RecordingStream,
     SessionBinding,
     Turn,
+    client_origin,
     fingerprint,
     plain,
     refuse_native_context,
 )
-from mimo_ctx.providers.anthropic import anthropic_turns, drafts_from_anthropic, from_anthropic
+from mimo_ctx.providers.anthropic import (
+    CACHE_BREAKPOINTS,
+    anthropic_turns,
+    cache_markers,
+    drafts_from_anthropic,
+    from_anthropic,
+    mark_conversation_cache,
+)
 
 __all__ = [
     "ANTHROPIC_EXTRA",
@@ -320,12 +333,21 @@ def _same_role(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a.get("role") == b.get("role")
 
 
+def _cached(kwargs: Mapping[str, Any], messages: list[Any]) -> list[Any]:
+    """The messages with the conversation breakpoint, when there is room for one."""
+    if kwargs.get("cache_control") is not None:  # automatic caching does the same
+        return messages
+    used = cache_markers(plain(kwargs.get("system"))) + cache_markers(plain(kwargs.get("tools")))
+    return mark_conversation_cache(messages) if used < CACHE_BREAKPOINTS else messages
+
+
 class _Messages:
     """``messages`` with managed ``create`` and ``stream``; everything else delegated."""
 
-    def __init__(self, inner: Any, binding: SessionBinding) -> None:
+    def __init__(self, inner: Any, binding: SessionBinding, *, cache: bool = True) -> None:
         self._inner = inner
         self._binding = binding
+        self._cache = cache
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -345,7 +367,10 @@ class _Messages:
 
         def build(view: RequestView) -> dict[str, Any]:
             converted = builder.build(view.messages, view.boundary_id)
-            return {**kwargs, "messages": [*turn.head, *converted]}
+            messages = [*turn.head, *converted]
+            payload = {**kwargs, "messages": _cached(kwargs, messages) if self._cache else messages}
+            binding.sent(view, "anthropic", payload)
+            return payload
 
         async def send(payload: dict[str, Any]) -> Any:
             result = await opener(payload)
@@ -454,9 +479,26 @@ class AnthropicWrapper(ClientWrapper):
         binding: The session this wrapper's calls belong to.
     """
 
-    def __init__(self, client: Any, binding: SessionBinding) -> None:
+    def __init__(
+        self, client: Any, binding: SessionBinding, *, cache_conversation: bool = True
+    ) -> None:
         super().__init__(client, binding)
-        self.messages = _Messages(client.messages, binding)
+        self._cache_conversation = cache_conversation
+        self.messages = _Messages(client.messages, binding, cache=cache_conversation)
+
+    def with_options(self, **kwargs: Any) -> Any:
+        """The SDK's ``with_options``, wrapped for the same session."""
+        return AnthropicWrapper(
+            self._client.with_options(**kwargs),
+            self.binding,
+            cache_conversation=self._cache_conversation,
+        )
+
+    def copy(self, **kwargs: Any) -> Any:
+        """The SDK's ``copy``, wrapped for the same session."""
+        return AnthropicWrapper(
+            self._client.copy(**kwargs), self.binding, cache_conversation=self._cache_conversation
+        )
 
 
 def wrap_anthropic(
@@ -467,6 +509,7 @@ def wrap_anthropic(
     agent: str = MAIN_AGENT,
     project_id: str = "default",
     conversations: Conversations = "refuse",
+    cache_conversation: bool = True,
 ) -> _C:
     """Wrap an ``anthropic.AsyncAnthropic`` client so its calls run through ``middleware``.
 
@@ -499,6 +542,11 @@ def wrap_anthropic(
     if not session_id:
         raise ConfigError("session_id must be a non-empty string")
     binding = SessionBinding(
-        middleware, session_id, agent=agent, project_id=project_id, conversations=conversations
+        middleware,
+        session_id,
+        agent=agent,
+        project_id=project_id,
+        conversations=conversations,
+        origin=client_origin(client),
     )
-    return cast(_C, AnthropicWrapper(client, binding))
+    return cast(_C, AnthropicWrapper(client, binding, cache_conversation=cache_conversation))

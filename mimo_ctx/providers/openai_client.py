@@ -79,6 +79,7 @@ from mimo_ctx.providers._sync import (
     RecordingStream,
     SessionBinding,
     Turn,
+    client_origin,
     fingerprint,
     plain,
     refuse_native_context,
@@ -629,7 +630,9 @@ class _ChatCompletions:
 
         def build(view: RequestView) -> dict[str, Any]:
             converted = builder.build(view.messages, view.boundary_id)
-            return {**kwargs, "messages": [*turn.head, *converted]}
+            payload = {**kwargs, "messages": [*turn.head, *converted]}
+            binding.sent(view, "openai-chat", payload)
+            return payload
 
         async def send(payload: dict[str, Any]) -> Any:
             result = await self._inner.create(**payload)
@@ -696,7 +699,9 @@ class _Responses:
 
         def build(view: RequestView) -> dict[str, Any]:
             converted = builder.build(view.messages, view.boundary_id)
-            return {**kwargs, "input": [*turn.head, *converted]}
+            payload = {**kwargs, "input": [*turn.head, *converted]}
+            binding.sent(view, "openai-responses", payload)
+            return payload
 
         async def send(payload: dict[str, Any]) -> Any:
             result = await self._inner.create(**payload)
@@ -773,6 +778,11 @@ def wrap_openai(
     if not session_id:
         raise ConfigError("session_id must be a non-empty string")
     binding = SessionBinding(
-        middleware, session_id, agent=agent, project_id=project_id, conversations=conversations
+        middleware,
+        session_id,
+        agent=agent,
+        project_id=project_id,
+        conversations=conversations,
+        origin=client_origin(client),
     )
     return cast(_C, OpenAIWrapper(client, binding))

@@ -34,6 +34,7 @@ from mimo_ctx.errors import ConfigError, ContextOverflowError
 from mimo_ctx.messages import TextPart, ToolPart, ToolResultPart
 from mimo_ctx.overflow import is_context_overflow
 from mimo_ctx.providers import wrap_anthropic
+from mimo_ctx.providers.anthropic import mark_conversation_cache
 from mimo_ctx.providers.anthropic_client import AnthropicWrapper
 from mimo_ctx.reminders import per_turn_reminder
 
@@ -72,9 +73,10 @@ def user(text: str, reminder: str) -> dict[str, Any]:
 
 
 def request(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    """The body the wrapper sends: the conversation breakpoint on the last turn's last block."""
     return {
         "max_tokens": 1024,
-        "messages": messages,
+        "messages": mark_conversation_cache(messages),
         "model": MODEL,
         "system": SYSTEM,
         "tools": TOOLS,
@@ -341,7 +343,7 @@ async def test_r1_1b_overflow_rebuilds_once_and_retries(tmp_path: Path, error: E
                 "content": [
                     {"type": "text", "text": boundary_text(boundary)},
                     {"type": "text", "text": "More."},
-                    {"type": "text", "text": reminder},
+                    {"type": "text", "text": reminder, "cache_control": {"type": "ephemeral"}},
                 ],
             }
         ]
