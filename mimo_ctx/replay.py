@@ -36,7 +36,10 @@ How the replay is made faithful and deterministic (our choices):
   production; after every ``prepare`` and ``record`` the replay waits until the
   session's writer is idle, so a writer always finishes before the next turn
   and two replays of one transcript give the same report. (The default offline
-  writer takes milliseconds, so this changes nothing but the scheduling.)
+  writer takes milliseconds, so this changes nothing but the scheduling.) With
+  a model-backed writer (``writer=``), each run's model calls and tokens sent,
+  cached and output are reported, and summed for the session
+  (:meth:`ReplayReport.writer_tokens`).
 * **Clock.** Messages keep the transcript's creation times, and the middleware
   decides on the session's own clock (the per-turn reminder's memory check runs
   on message times, not the wall clock), so machine load changes nothing.
@@ -62,6 +65,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
+from mimo_ctx.checkpoint import CheckpointWriter
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import ContextOverflowError
 from mimo_ctx.events import ContextRebuilt, Event, WriterFailed, WriterFinished, WriterStarted
@@ -126,6 +130,12 @@ class ReplayWriterRun:
         writer: The writer's name (``offline``...).
         result: ``finished``, ``failed``, or ``running`` if it never ended.
         checkpoint_tokens: Estimated size of the checkpoint it wrote.
+        failure: Why it failed (``error``, ``timeout``, ``invalid``), if it did.
+        calls: Model calls a model-backed writer made (0 for the offline writer).
+        tokens_sent: Input tokens those calls sent (cached included).
+        tokens_cached: Of them, tokens the provider served from its prompt cache.
+        tokens_output: Output tokens.
+        forked: The run resent the session's own last request.
     """
 
     at: int
@@ -133,6 +143,12 @@ class ReplayWriterRun:
     writer: str
     result: Literal["finished", "failed", "running"] = "running"
     checkpoint_tokens: int | None = None
+    failure: str | None = None
+    calls: int = 0
+    tokens_sent: int = 0
+    tokens_cached: int = 0
+    tokens_output: int = 0
+    forked: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The run as a JSON-ready mapping."""
@@ -142,6 +158,12 @@ class ReplayWriterRun:
             "writer": self.writer,
             "result": self.result,
             "checkpoint_tokens": self.checkpoint_tokens,
+            "failure": self.failure,
+            "calls": self.calls,
+            "tokens_sent": self.tokens_sent,
+            "tokens_cached": self.tokens_cached,
+            "tokens_output": self.tokens_output,
+            "forked": self.forked,
         }
 
 
@@ -335,16 +357,28 @@ class ReplayReport:
     requests: list[ReplayRequest] = field(default_factory=list[ReplayRequest])
     overflows: list[ReplayOverflow] = field(default_factory=list[ReplayOverflow])
 
+    def writer_tokens(self) -> dict[str, int]:
+        """What the session's writer runs cost: model calls and tokens sent, cached, output."""
+        runs = self.writer_runs
+        return {
+            "calls": sum(r.calls for r in runs),
+            "sent": sum(r.tokens_sent for r in runs),
+            "cached": sum(r.tokens_cached for r in runs),
+            "output": sum(r.tokens_output for r in runs),
+        }
+
     def to_json(self) -> dict[str, Any]:
         """The report as the JSON document ``mimo-ctx replay --json`` prints.
 
-        ``writer_runs`` is the number of writer runs; ``writers`` lists them.
+        ``writer_runs`` is the number of writer runs; ``writers`` lists them;
+        ``writer_tokens`` sums their model calls and tokens (:meth:`writer_tokens`).
         """
         return {
             "window": self.window,
             "trigger_tokens": self.trigger_tokens,
             "turns": self.turns,
             "writer_runs": len(self.writer_runs),
+            "writer_tokens": self.writer_tokens(),
             "peak_request_tokens": self.peak_request_tokens,
             "total_tokens_sent": self.total_tokens_sent,
             "rebuilds": [r.to_json() for r in self.rebuilds],
@@ -558,14 +592,17 @@ class _Recorder:
             for position in range(len(self.runs) - 1, -1, -1):
                 run = self.runs[position]
                 if run.result == "running" and run.writer == event.writer:
-                    self.runs[position] = ReplayWriterRun(
-                        at=run.at,
-                        watermark=run.watermark,
-                        writer=run.writer,
-                        result="finished" if isinstance(event, WriterFinished) else "failed",
-                        checkpoint_tokens=(
-                            event.checkpoint_tokens if isinstance(event, WriterFinished) else None
-                        ),
+                    finished = isinstance(event, WriterFinished)
+                    self.runs[position] = dataclasses.replace(
+                        run,
+                        result="finished" if finished else "failed",
+                        checkpoint_tokens=event.checkpoint_tokens if finished else None,
+                        failure=None if finished else event.reason,
+                        calls=event.calls,
+                        tokens_sent=event.tokens_sent,
+                        tokens_cached=event.tokens_cached,
+                        tokens_output=event.tokens_output,
+                        forked=event.forked,
                     )
                     break
 
@@ -588,12 +625,14 @@ async def replay_transcript(
     use_transcript_usage: bool = True,
     typed: Sequence[TypedInput] | None = None,
     rebuild_at: int | None = None,
+    writer: CheckpointWriter | None = None,
 ) -> ReplayReport:
     """Drive a whole transcript through the middleware, turn by turn.
 
     Runs on a fresh :class:`~mimo_ctx.store.in_memory.InMemoryStore` with the
-    default offline checkpoint writer; nothing touches the network. See the
-    module docs for how usage, ids, compactions and writers are handled.
+    default offline checkpoint writer (nothing touches the network) or the one
+    given. See the module docs for how usage, ids, compactions and writers are
+    handled.
 
     Args:
         transcript: An imported transcript (:func:`~mimo_ctx.importers.load_transcript`).
@@ -610,6 +649,8 @@ async def replay_transcript(
         rebuild_at: Stop before the message at this index (it and later ones
             are not replayed), run a manual rebuild there (the ``/rebuild``
             command) and prepare the next request: the report's ``point``.
+        writer: The checkpoint writer (default: the offline one). A model-backed
+            writer's calls and tokens are in the report's writer runs.
 
     Returns:
         The replay report.
@@ -624,6 +665,7 @@ async def replay_transcript(
         use_transcript_usage=use_transcript_usage,
         typed=typed,
         rebuild_at=rebuild_at,
+        writer=writer,
     )
     if memory_root is None:
         root = Path(await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "mimo-ctx-replay-"))
@@ -642,6 +684,7 @@ class _Options:
     use_transcript_usage: bool
     typed: Sequence[TypedInput] | None
     rebuild_at: int | None
+    writer: CheckpointWriter | None = None
 
 
 async def _replay(transcript: ImportedTranscript, options: _Options, root: Path) -> ReplayReport:
@@ -678,6 +721,7 @@ async def _replay(transcript: ImportedTranscript, options: _Options, root: Path)
         config=options.config,
         counter=options.counter,
         on_event=recorder,
+        writer=options.writer,
     ) as middleware:
         for index, imported in replayable_messages(transcript):
             if options.rebuild_at is not None and index >= options.rebuild_at:

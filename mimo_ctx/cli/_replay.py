@@ -15,6 +15,7 @@ from typing import Any, Final, cast
 import anyio
 import anyio.to_thread
 
+from mimo_ctx.checkpoint import CheckpointWriter
 from mimo_ctx.cli._common import (
     CliError,
     Streams,
@@ -24,6 +25,7 @@ from mimo_ctx.cli._common import (
     window_tokens,
 )
 from mimo_ctx.cli._output import Output, dump_json, fmt_tokens
+from mimo_ctx.errors import ConfigError
 from mimo_ctx.plot import PLOT_FORMATS, marker_line, save_replay_plot, sparkline
 from mimo_ctx.replay import ReplayReport, replay_transcript
 
@@ -39,7 +41,8 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "replay",
         parents=[common],
         help="drive a whole transcript through the middleware turn by turn",
-        description="Replay a transcript through the middleware (offline writer): report "
+        description="Replay a transcript through the middleware (offline writer unless "
+        "--writer names a model): report "
         "every writer run and rebuild, the peak request, the tokens sent and the share of "
         "the user's own words each rebuilt request keeps; side by side with the "
         "transcript's own compactions.",
@@ -62,8 +65,34 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         metavar="OUT",
         help="also draw the replay as a chart, OUT.png or OUT.svg (the plot extra: matplotlib)",
     )
+    replay.add_argument(
+        "--writer",
+        default="offline",
+        metavar="WRITER",
+        help="the checkpoint writer: offline (default), or a model writer openai:MODEL, "
+        "openai-responses:MODEL or anthropic:MODEL (key and base URL from the SDK's "
+        "environment variables); its calls and tokens are reported",
+    )
+    replay.add_argument(
+        "--writer-window",
+        type=window_tokens,
+        metavar="N",
+        help="the writer model's context window (default: --window)",
+    )
     replay.add_argument("--json", action="store_true", help="print one JSON document")
     replay.set_defaults(run=_run)
+
+
+def _writer(spec: str, window: int | None) -> CheckpointWriter | None:
+    """``--writer``: ``None`` for the offline writer, else the model writer it names."""
+    if spec == "offline":
+        return None
+    try:
+        from mimo_ctx.providers.checkpoint_writer import writer_from_spec
+
+        return writer_from_spec(spec, limits=window)
+    except (ConfigError, ImportError) as exc:
+        raise CliError(f"--writer {spec}: {exc}") from None
 
 
 def _plot_target(value: str | None) -> Path | None:
@@ -80,6 +109,20 @@ def _plot_target(value: str | None) -> Path | None:
     except ImportError:
         raise CliError('--plot needs matplotlib: pip install "mimo-ctx[plot]"') from None
     return target
+
+
+def _writer_cost(report: ReplayReport) -> list[tuple[str, str]]:
+    """The summary line of a model writer's cost (none for the offline writer)."""
+    cost = report.writer_tokens()
+    if not cost["calls"]:
+        return []
+    return [
+        (
+            "Writer tokens",
+            f"{fmt_tokens(cost['sent'])} sent ({fmt_tokens(cost['cached'])} cached), "
+            f"{fmt_tokens(cost['output'])} output, over {cost['calls']} model calls",
+        )
+    ]
 
 
 def _sparkline_rows(report: ReplayReport) -> list[str]:
@@ -105,12 +148,14 @@ def _sparkline_rows(report: ReplayReport) -> list[str]:
 async def _run(args: argparse.Namespace, streams: Streams) -> int:
     config = load_cli_config(cast("str | None", args.config))
     plot = _plot_target(cast("str | None", args.plot))
+    writer = _writer(cast(str, args.writer), cast("int | None", args.writer_window))
     transcript = await read_transcript_argument(args, streams)
     report = await replay_transcript(
         transcript,
         window=cast(int, args.window),
         config=config,
         use_transcript_usage=not args.estimate_usage,
+        writer=writer,
     )
     if plot is not None:
         title = transcript.source.name
@@ -229,6 +274,7 @@ async def _run(args: argparse.Namespace, streams: Streams) -> int:
             ("Peak request", f"{fmt_tokens(report.peak_request_tokens)} tokens (estimated)"),
             ("Tokens sent", f"{fmt_tokens(report.total_tokens_sent)} over {report.turns} requests"),
             ("Writer runs", str(len(report.writer_runs))),
+            *_writer_cost(report),
             ("Rebuilds", str(len(report.rebuilds))),
             ("Provider overflows", str(len(report.overflows))),
             *([("Plot", str(plot))] if plot is not None else []),

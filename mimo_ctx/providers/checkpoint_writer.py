@@ -35,7 +35,7 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, cast
 
-from mimo_ctx.checkpoint.llm import ModelAnswer, WriterPrompt
+from mimo_ctx.checkpoint.llm import LLMCheckpointWriter, ModelAnswer, WriterPrompt
 from mimo_ctx.checkpoint.protocol import SentApi, SentRequest
 from mimo_ctx.errors import ConfigError
 from mimo_ctx.messages import Message, TokenUsage
@@ -45,8 +45,18 @@ from mimo_ctx.providers.anthropic import mark_conversation_cache, to_anthropic
 from mimo_ctx.providers.anthropic_client import ANTHROPIC_EXTRA, anthropic_usage
 from mimo_ctx.providers.openai import to_openai_chat, to_openai_responses
 from mimo_ctx.providers.openai_client import OPENAI_EXTRA, chat_usage, responses_usage
+from mimo_ctx.triggers import ModelLimits
 
-__all__ = ["AnthropicWriterModel", "OpenAIApi", "OpenAIWriterModel"]
+__all__ = [
+    "WRITER_SPECS",
+    "AnthropicWriterModel",
+    "OpenAIApi",
+    "OpenAIWriterModel",
+    "writer_from_spec",
+]
+
+WRITER_SPECS: Final = ("openai:<model>", "openai-responses:<model>", "anthropic:<model>")
+"""The model writers :func:`writer_from_spec` builds, as a command line names them."""
 
 OpenAIApi = Literal["chat", "responses"]
 """Which OpenAI API a writer model calls."""
@@ -365,3 +375,40 @@ class AnthropicWriterModel:
         )
         sent, cached, output = _sent_tokens(anthropic_usage(data.get("usage")))
         return ModelAnswer(text=text, input_tokens=sent, cached_tokens=cached, output_tokens=output)
+
+
+def writer_from_spec(spec: str, *, limits: ModelLimits | int | None = None) -> LLMCheckpointWriter:
+    """A model checkpoint writer named like ``openai:gpt-5`` (see :data:`WRITER_SPECS`).
+
+    The SDK client is made the SDK's default way, so its key and base URL come
+    from the SDK's own environment variables (``OPENAI_API_KEY`` /
+    ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL``).
+
+    Raises:
+        ConfigError: ``spec`` names no known provider or no model.
+        ImportError: The provider's SDK is not installed (names the extra).
+    """
+    provider, _, model = spec.partition(":")
+    if not model.strip() or provider not in {"openai", "openai-responses", "anthropic"}:
+        raise ConfigError(
+            f"writer {spec!r}: expected one of {', '.join(WRITER_SPECS)} (or offline)"
+        )
+    model = model.strip()
+    if provider == "anthropic":
+        try:
+            import anthropic
+        except ImportError as exc:
+            raise ImportError(
+                f"the anthropic writer needs the anthropic SDK: {ANTHROPIC_EXTRA}"
+            ) from exc
+        return LLMCheckpointWriter.from_anthropic(
+            anthropic.AsyncAnthropic(), model=model, limits=limits
+        )
+    try:
+        import openai
+    except ImportError as exc:
+        raise ImportError(f"the openai writer needs the openai SDK: {OPENAI_EXTRA}") from exc
+    api: OpenAIApi = "responses" if provider == "openai-responses" else "chat"
+    return LLMCheckpointWriter.from_openai(
+        openai.AsyncOpenAI(), model=model, api=api, limits=limits
+    )

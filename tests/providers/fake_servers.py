@@ -20,7 +20,7 @@ import json
 import socket
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,6 +46,7 @@ __all__ = [
     "CutStream",
     "ErrorReply",
     "FakeProvider",
+    "Hang",
     "LoopbackServer",
     "Reply",
     "StreamError",
@@ -120,7 +121,21 @@ class CutStream:
     drop: bool = False
 
 
-ReplySpec = Reply | ErrorReply | StreamError | CutStream
+@dataclass
+class Hang:
+    """No answer for ``seconds`` (or until the fake is released), then the default reply.
+
+    Only for the loopback server: its handler thread waits, the client's request
+    stays open.
+    """
+
+    seconds: float = 30.0
+
+
+ReplySpec = Reply | ErrorReply | StreamError | CutStream | Hang
+
+Route = Callable[[str, dict[str, Any]], "ReplySpec | None"]
+"""Picks a reply from a request (path, body) before the queue is asked; None: the queue."""
 
 
 def overflow(api: str) -> ErrorReply:
@@ -191,6 +206,8 @@ class Recorded:
     path: str
     body: dict[str, Any]
     headers: dict[str, str]
+    size: int = 0
+    """Bytes of the request body as sent."""
 
 
 class FakeProvider:
@@ -206,6 +223,8 @@ class FakeProvider:
         self.model = model
         self.check = check
         self.replies: deque[ReplySpec] = deque()
+        self.route: Route | None = None
+        self.released = threading.Event()
         self.requests: list[Recorded] = []
         self.invalid: list[str] = []
         self._counter = 0
@@ -227,7 +246,7 @@ class FakeProvider:
 
     # -- the HTTP side -----------------------------------------------------------------
     def respond(
-        self, path: str, body: dict[str, Any], headers: dict[str, str]
+        self, path: str, body: dict[str, Any], headers: dict[str, str], size: int = 0
     ) -> tuple[int, dict[str, str], list[bytes]]:
         """Answer one request: status, headers and body chunks."""
         if path in (COUNT_ANTHROPIC, COUNT_OPENAI):
@@ -239,10 +258,17 @@ class FakeProvider:
                 count["object"] = "response.input_tokens"
             return 200, {"content-type": "application/json"}, [json.dumps(count).encode()]
         with self._lock:
-            self.requests.append(Recorded(path, body, headers))
+            self.requests.append(Recorded(path, body, headers, size))
             self._validate(path, body)
-            reply = self.replies.popleft() if self.replies else Reply()
+            routed = self.route(path, body) if self.route is not None else None
+            if routed is not None:
+                reply = routed
+            else:
+                reply = self.replies.popleft() if self.replies else Reply()
             number = self._next_id()
+        if isinstance(reply, Hang):
+            self.released.wait(reply.seconds)
+            reply = Reply()
         if isinstance(reply, ErrorReply):
             return (
                 reply.status,
@@ -303,7 +329,9 @@ class FakeProvider:
     def handler(self, request: httpx2.Request) -> httpx2.Response:
         """An ``httpx2.MockTransport`` handler."""
         body = json.loads(request.content or b"{}")
-        status, headers, chunks = self.respond(request.url.path, body, dict(request.headers))
+        status, headers, chunks = self.respond(
+            request.url.path, body, dict(request.headers), len(request.content)
+        )
 
         async def stream() -> AsyncIterator[bytes]:
             for chunk in chunks:
@@ -760,10 +788,17 @@ class LoopbackServer:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
+                raw = self.rfile.read(length)
+                body = json.loads(raw or b"{}")
                 status, headers, chunks = provider.respond(
-                    self.path.split("?")[0], body, dict(self.headers.items())
+                    self.path.split("?")[0], body, dict(self.headers.items()), len(raw)
                 )
+                try:
+                    self._answer(status, headers, chunks)
+                except (BrokenPipeError, ConnectionResetError):
+                    return  # the client gave up (a cancelled writer): nothing to answer
+
+            def _answer(self, status: int, headers: dict[str, str], chunks: list[bytes]) -> None:
                 self.send_response(status)
                 for key, value in headers.items():
                     if key != "x-fake-drop":
@@ -790,6 +825,7 @@ class LoopbackServer:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
+        self._fake = fake
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -803,6 +839,7 @@ class LoopbackServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._fake.released.set()  # a hanging handler answers now
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
