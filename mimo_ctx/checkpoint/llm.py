@@ -478,6 +478,13 @@ class LLMCheckpointWriter:
         """The model the writer calls."""
         return self._model
 
+    async def aclose(self) -> None:
+        """Release what the writer's model holds: an SDK client it made itself
+        (a client passed to ``from_openai`` / ``from_anthropic`` stays the caller's)."""
+        close = getattr(self._model, "aclose", None)
+        if close is not None:
+            await close()
+
     def prompts(self, request: WriterRequest) -> tuple[str, str]:
         """The system and user prompts of a standalone call for ``request`` (one chunk)."""
         system = self._instructions(request)

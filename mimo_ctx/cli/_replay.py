@@ -15,7 +15,7 @@ from typing import Any, Final, cast
 import anyio
 import anyio.to_thread
 
-from mimo_ctx.checkpoint import CheckpointWriter
+from mimo_ctx.checkpoint import LLMCheckpointWriter
 from mimo_ctx.cli._common import (
     CliError,
     Streams,
@@ -83,7 +83,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
     replay.set_defaults(run=_run)
 
 
-def _writer(spec: str, window: int | None) -> CheckpointWriter | None:
+def _writer(spec: str, window: int | None) -> LLMCheckpointWriter | None:
     """``--writer``: ``None`` for the offline writer, else the model writer it names."""
     if spec == "offline":
         return None
@@ -150,13 +150,17 @@ async def _run(args: argparse.Namespace, streams: Streams) -> int:
     plot = _plot_target(cast("str | None", args.plot))
     writer = _writer(cast(str, args.writer), cast("int | None", args.writer_window))
     transcript = await read_transcript_argument(args, streams)
-    report = await replay_transcript(
-        transcript,
-        window=cast(int, args.window),
-        config=config,
-        use_transcript_usage=not args.estimate_usage,
-        writer=writer,
-    )
+    try:
+        report = await replay_transcript(
+            transcript,
+            window=cast(int, args.window),
+            config=config,
+            use_transcript_usage=not args.estimate_usage,
+            writer=writer,
+        )
+    finally:
+        if writer is not None:
+            await writer.aclose()
     if plot is not None:
         title = transcript.source.name
         await anyio.to_thread.run_sync(lambda: save_replay_plot(report, plot, title=title))

@@ -122,7 +122,13 @@ class OpenAIWriterModel:
     """
 
     def __init__(
-        self, client: Any, *, model: str, api: OpenAIApi = "chat", timeout: float = _REQUEST_TIMEOUT
+        self,
+        client: Any,
+        *,
+        model: str,
+        api: OpenAIApi = "chat",
+        timeout: float = _REQUEST_TIMEOUT,
+        owns_client: bool = False,
     ) -> None:
         try:
             import openai
@@ -152,6 +158,12 @@ class OpenAIWriterModel:
         self._api: OpenAIApi = api
         self._origin = client_origin(client)
         self._timeout = timeout
+        self._owns_client = owns_client
+
+    async def aclose(self) -> None:
+        """Close the SDK client when this model made it (:func:`writer_from_spec`)."""
+        if self._owns_client:
+            await self._client.close()
 
     @property
     def name(self) -> str:
@@ -287,7 +299,14 @@ class AnthropicWriterModel:
         ConfigError: ``client`` is not an async Anthropic client.
     """
 
-    def __init__(self, client: Any, *, model: str, timeout: float = _REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        model: str,
+        timeout: float = _REQUEST_TIMEOUT,
+        owns_client: bool = False,
+    ) -> None:
         try:
             import anthropic  # noqa: F401  # pyright: ignore[reportUnusedImport]
         except ImportError as exc:
@@ -307,6 +326,12 @@ class AnthropicWriterModel:
         self._model = model
         self._origin = client_origin(client)
         self._timeout = timeout
+        self._owns_client = owns_client
+
+    async def aclose(self) -> None:
+        """Close the SDK client when this model made it (:func:`writer_from_spec`)."""
+        if self._owns_client:
+            await self._client.close()
 
     @property
     def name(self) -> str:
@@ -382,7 +407,9 @@ def writer_from_spec(spec: str, *, limits: ModelLimits | int | None = None) -> L
 
     The SDK client is made the SDK's default way, so its key and base URL come
     from the SDK's own environment variables (``OPENAI_API_KEY`` /
-    ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL``).
+    ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL``); the
+    writer owns it: :meth:`LLMCheckpointWriter.aclose
+    <mimo_ctx.checkpoint.llm.LLMCheckpointWriter.aclose>` closes it.
 
     Raises:
         ConfigError: ``spec`` names no known provider or no model.
@@ -401,14 +428,12 @@ def writer_from_spec(spec: str, *, limits: ModelLimits | int | None = None) -> L
             raise ImportError(
                 f"the anthropic writer needs the anthropic SDK: {ANTHROPIC_EXTRA}"
             ) from exc
-        return LLMCheckpointWriter.from_anthropic(
-            anthropic.AsyncAnthropic(), model=model, limits=limits
-        )
+        made = AnthropicWriterModel(anthropic.AsyncAnthropic(), model=model, owns_client=True)
+        return LLMCheckpointWriter(made, limits=limits)
     try:
         import openai
     except ImportError as exc:
         raise ImportError(f"the openai writer needs the openai SDK: {OPENAI_EXTRA}") from exc
     api: OpenAIApi = "responses" if provider == "openai-responses" else "chat"
-    return LLMCheckpointWriter.from_openai(
-        openai.AsyncOpenAI(), model=model, api=api, limits=limits
-    )
+    made = OpenAIWriterModel(openai.AsyncOpenAI(), model=model, api=api, owns_client=True)
+    return LLMCheckpointWriter(made, limits=limits)

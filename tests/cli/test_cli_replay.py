@@ -40,6 +40,16 @@ def check_replay_document(doc: Any) -> None:
     for writer in doc["writers"]:
         assert isinstance(writer["at"], int)
         assert writer["result"] in ("finished", "failed", "running")
+        assert writer["failure"] in (None, "error", "timeout", "invalid")
+        for key in ("calls", "tokens_sent", "tokens_cached", "tokens_output"):
+            assert isinstance(writer[key], int), key
+        assert isinstance(writer["forked"], bool)
+    costs = doc["writer_tokens"]
+    assert set(costs) == {"calls", "sent", "cached", "output"}
+    assert costs["sent"] == sum(w["tokens_sent"] for w in doc["writers"])
+    assert costs["cached"] == sum(w["tokens_cached"] for w in doc["writers"])
+    assert costs["output"] == sum(w["tokens_output"] for w in doc["writers"])
+    assert costs["calls"] == sum(w["calls"] for w in doc["writers"])
     assert doc["peak_request_tokens"] <= doc["total_tokens_sent"] or doc["turns"] == 0
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import anyio
 import openai
 import pytest
 from fake_servers import (
@@ -32,6 +33,7 @@ from fake_servers import (
     RESPONSES,
     ErrorReply,
     FakeProvider,
+    Hang,
     LoopbackServer,
     Recorded,
     Reply,
@@ -39,12 +41,15 @@ from fake_servers import (
 
 from mimo_ctx.checkpoint import LLMCheckpointWriter
 from mimo_ctx.checkpoint.document import render_checkpoint
+from mimo_ctx.errors import ConfigError
 from mimo_ctx.events import Event, WriterFailed, WriterFinished
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.providers import wrap_anthropic, wrap_openai
 from mimo_ctx.store import InMemoryStore
 from mimo_ctx.tokens import estimate_text_tokens
 from mimo_ctx.triggers import ModelLimits
+from tests.cli.conftest import run_cli, write_chat_transcript
+from tests.cli.test_cli_replay import check_replay_document
 
 SID = "ses_llm_writer"
 MODEL = "model-test"
@@ -525,3 +530,87 @@ async def test_the_answers_checkpoint_appears_in_the_next_rebuild(
     rebuilt = scene.session_requests()[-1].body["messages"]
     assert MARK in rebuilt[0]["content"][0]["text"]  # the boundary, from the model's checkpoint
     assert len(scene.writer_requests()) == 1  # the rebuild used it, no second writer run
+
+
+async def test_shutdown_cancels_a_hanging_writer_call(tmp_path: Path, scene: Scene) -> None:
+    """Leaving the middleware aborts the writer's open request; nothing is written."""
+    sdk = openai_sdk(scene)
+    writer = LLMCheckpointWriter.from_openai(sdk, model=MODEL)
+    scene.fake.route = lambda path, body: Hang(60) if is_writer(body) else None
+    with anyio.fail_after(10):  # a guard against a hang, not a timing assertion
+        async with middleware(tmp_path, scene, writer, sdk) as mw:
+            client = wrap_openai(sdk, mw, session_id=SID)
+            host: list[Any] = [{"role": "user", "content": REQUEST}, *chat_rounds(0, 14, 1500)]
+            await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
+            await mw.start_writer(SID)
+            for _ in range(500):  # until the writer's request is on the wire
+                if scene.writer_requests():
+                    break
+                await anyio.sleep(0.01)
+            assert scene.writer_requests()
+            assert mw.writer_running(SID)
+    assert not (tmp_path / "mem" / "sessions" / SID / "checkpoint.md").exists()
+    assert not scene.finished()
+
+
+async def test_a_wrapped_client_is_unwrapped_for_the_writer(tmp_path: Path, scene: Scene) -> None:
+    """Built from the wrapped client, the writer still calls the SDK directly: its
+    request and answer never enter the session."""
+    sdk = openai_sdk(scene)
+    async with ContextMiddleware(InMemoryStore(), tmp_path / "mem", model=LIMITS) as probe:
+        wrapped = wrap_openai(sdk, probe, session_id="ses_other")
+        writer = LLMCheckpointWriter.from_openai(wrapped, model=MODEL)
+    async with middleware(tmp_path, scene, writer, sdk) as mw:
+        client = wrap_openai(sdk, mw, session_id=SID)
+        host: list[Any] = [{"role": "user", "content": REQUEST}, *chat_rounds(0, 14, 1500)]
+        await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
+        stored = len(await mw.store.list_messages(SID))
+        await mw.start_writer(SID)
+        assert await mw.wait_for_writer(SID, timeout=30) == "finished"
+        assert len(await mw.store.list_messages(SID)) == stored
+    assert scene.finished()[0].forked
+    assert len(scene.writer_requests()) == 1
+
+
+def test_sync_clients_are_refused() -> None:
+    with pytest.raises(ConfigError, match="AsyncOpenAI"):
+        LLMCheckpointWriter.from_openai(openai.OpenAI(api_key="x"), model=MODEL)
+    with pytest.raises(ConfigError, match="AsyncAnthropic"):
+        LLMCheckpointWriter.from_anthropic(anthropic.Anthropic(api_key="x"), model=MODEL)
+    with pytest.raises(ConfigError, match="api"):
+        LLMCheckpointWriter.from_openai(openai.AsyncOpenAI(api_key="x"), model=MODEL, api="x")  # type: ignore[arg-type]
+
+
+def test_replay_json_reports_writer_runs_and_tokens(
+    tmp_path: Path, scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``replay --writer openai:MODEL --json``: every writer run with its calls and tokens
+    sent / cached / output as the provider reported them, summed for the session."""
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{scene.base_url}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    path = write_chat_transcript(tmp_path / "chat.json", rounds=40)
+    run = run_cli("replay", str(path), "--window", "40000", "--writer", f"openai:{MODEL}", "--json")
+    assert run.code == 0, run.err
+    doc = run.json()
+    check_replay_document(doc)
+    llm = [w for w in doc["writers"] if w["writer"] == "llm"]
+    assert llm
+    assert all(w["result"] == "finished" and not w["forked"] for w in llm)
+    calls = len(scene.writer_requests())
+    assert calls == sum(w["calls"] for w in llm) >= len(llm)
+    assert doc["writer_tokens"] == {
+        "calls": calls,
+        "sent": calls * WRITER_INPUT,
+        "cached": calls * WRITER_CACHED,
+        "output": calls * WRITER_OUTPUT,
+    }
+    text = run_cli("replay", str(path), "--window", "40000", "--writer", f"openai:{MODEL}")
+    assert "Writer tokens" in text.out
+    assert "over 0 model calls" not in text.out
+
+
+def test_replay_refuses_an_unknown_writer(tmp_path: Path) -> None:
+    path = write_chat_transcript(tmp_path / "chat.json", rounds=2)
+    run = run_cli("replay", str(path), "--window", "40000", "--writer", "gemini:x")
+    assert run.code == 2
+    assert "--writer gemini:x" in run.err
