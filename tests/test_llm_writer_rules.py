@@ -3,7 +3,7 @@
 How a run asks (forked, standalone, rolling), what it reads (the messages since
 the previous watermark, never the whole history), what it accepts (every
 section, within budget) and what it reports (the cost meter). The SDK adapters
-and the middleware around them are tested in ``tests/providers/test_llm_writer.py``.
+and the middleware around them are tested in ``tests/providers/test_llm_writer_sdks.py``.
 """
 
 from __future__ import annotations

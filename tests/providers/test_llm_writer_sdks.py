@@ -41,6 +41,7 @@ from fake_servers import (
 
 from mimo_ctx.checkpoint import LLMCheckpointWriter
 from mimo_ctx.checkpoint.document import render_checkpoint
+from mimo_ctx.config import RebuildConfig, WriterConfig
 from mimo_ctx.errors import ConfigError
 from mimo_ctx.events import Event, WriterFailed, WriterFinished
 from mimo_ctx.middleware import ContextMiddleware
@@ -139,7 +140,12 @@ def scene() -> Iterator[Scene]:
 
 @asynccontextmanager
 async def middleware(
-    tmp_path: Path, scene: Scene, writer: LLMCheckpointWriter, sdk: Any
+    tmp_path: Path,
+    scene: Scene,
+    writer: LLMCheckpointWriter,
+    sdk: Any,
+    *,
+    config: RebuildConfig | None = None,
 ) -> AsyncIterator[ContextMiddleware]:
     """A running middleware with ``writer``; the SDK client is closed afterwards."""
     try:
@@ -147,6 +153,7 @@ async def middleware(
             InMemoryStore(),
             tmp_path / "mem",
             model=LIMITS,
+            config=config,
             writer=writer,
             on_event=scene.events.append,
         ) as mw:
@@ -476,36 +483,52 @@ async def test_rolling_update_keeps_every_call_inside_the_writer_window(
 # --------------------------------------------------------------------------- never in the way
 
 
+RUN_TIMEOUT = 1.0
+
+
 @pytest.mark.parametrize(
     ("reply", "reason"),
     [
+        (Hang(30), "timeout"),
         (
             ErrorReply(500, {"error": {"message": "upstream failed", "type": "server_error"}}),
             "error",
         ),
         (Reply(text="<html><body>502 Bad Gateway</body></html>"), "invalid"),
+        (Reply(text="\x00" * 4000), "invalid"),
         (Reply(text=""), "invalid"),
     ],
-    ids=["error", "garbage", "empty"],
+    ids=["hang", "error", "garbage", "nul", "empty"],
 )
 async def test_a_failing_writer_model_falls_back_to_the_offline_checkpoint(
-    tmp_path: Path, scene: Scene, reply: Reply | ErrorReply, reason: str
+    tmp_path: Path, scene: Scene, reply: Hang | Reply | ErrorReply, reason: str
 ) -> None:
+    """A model that hangs, errors or answers garbage: the offline checkpoint is on disk
+    within ``run_timeout`` + 1 s of the writer's start, and an event says why."""
     sdk = openai_sdk(scene)
     writer = LLMCheckpointWriter.from_openai(sdk, model=MODEL)
     scene.fake.route = lambda path, body: reply if is_writer(body) else None
-    async with middleware(tmp_path, scene, writer, sdk) as mw:
+    config = RebuildConfig(writer=WriterConfig(run_timeout=RUN_TIMEOUT))
+    async with middleware(tmp_path, scene, writer, sdk, config=config) as mw:
         client = wrap_openai(sdk, mw, session_id=SID)
         host: list[Any] = [{"role": "user", "content": REQUEST}, *chat_rounds(0, 14, 1500)]
         await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
+        started = anyio.current_time()
         await mw.start_writer(SID)
         assert await mw.wait_for_writer(SID, timeout=30) == "finished"
+        elapsed = anyio.current_time() - started
+    # The bound the issue sets for "never in the way" (a correctness bound of the
+    # run timeout, not a speed figure).
+    assert elapsed < RUN_TIMEOUT + 1
     (failed,) = scene.failed()
     assert (failed.writer, failed.reason) == ("llm", reason)
+    assert failed.calls == 1
+    assert failed.tokens_sent > 0  # what the call sent counts even without an answer
     (done,) = scene.finished()
     assert done.writer == "offline"
     checkpoint = (tmp_path / "mem" / "sessions" / SID / "checkpoint.md").read_text()
     assert "Bad Gateway" not in checkpoint
+    assert "\x00" not in checkpoint
     assert REQUEST in checkpoint
 
 
