@@ -9,6 +9,7 @@ the timeout only guards against a hang, it is not a timing assertion.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,22 @@ def test_anthropic_stream_example_recovers_from_an_overflow() -> None:
     assert "claude: In 0.2.0 add() started to accept floats." in out
     assert "the stand-in received 5 requests; the retry sent:" in out
     assert "  user: Summary of previous conversation from checkpoint files:" in out
+
+
+def test_llm_writer_example_forks_the_session_and_reads_the_cache() -> None:
+    """examples/llm_writer.py: one line builds the writer from each SDK client; the
+    writer's request is forked from the session's and the stand-in's prompt cache
+    serves at least 90% of it; the checkpoint is on disk."""
+    done = run_example("llm_writer.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    for provider in ("openai", "anthropic"):
+        lines = [line for line in done.stdout.splitlines() if line.startswith(f"{provider}: ")]
+        (written,) = [line for line in lines if "checkpoint written by" in line]
+        assert "written by llm (forked), 1 call" in written
+        sent, cached = (
+            int(x.replace(",", ""))
+            for x in re.findall(r"([\d,]+) tokens sent, ([\d,]+) of them cached", written)[0]
+        )
+        assert cached >= 0.9 * sent
+        assert f"{provider}: Topic: Split the demo parser into a tokenizer and a parser" in lines
