@@ -178,7 +178,7 @@ def test_a_function_model_is_standalone_with_estimated_usage() -> None:
     request = _request(history, last_request=_sent(history), focus="keep the CLI stable")
     anyio.run(LLMCheckpointWriter(complete).write, request)
     ((system, user),) = seen
-    assert "## Focus the user asked for" in user
+    assert "## Focus of this checkpoint (the user's words, verbatim)" in user
     assert "keep the CLI stable" in user
     meter = request.meter
     assert meter.calls == 1
