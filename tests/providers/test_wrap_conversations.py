@@ -43,6 +43,7 @@ from mimo_ctx.messages import Message, TextPart, ToolPart, ToolStatePending
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.providers import wrap_anthropic, wrap_openai
 from mimo_ctx.providers._sync import INCOMPLETE_STREAM
+from mimo_ctx.providers.anthropic import mark_conversation_cache
 from mimo_ctx.store import SQLiteStore, Store
 from mimo_ctx.view import INTERRUPTED_TOOL_ERROR
 from tests.pg_support import SchemaNames, require_pg_dsn
@@ -190,12 +191,14 @@ async def test_anthropic_regenerate_and_edit_send_exactly_the_host_list(
         fake.add(Reply(text="Three files."))
         async with ant.messages.stream(model=MODEL, max_tokens=64, messages=host) as stream:
             await stream.get_final_message()
-        assert fake.bodies(MESSAGES)[-1]["messages"] == host
+        # Exactly the host's list, plus the one prompt-cache breakpoint the wrapper
+        # puts on the last turn's last block (docs/providers.md).
+        assert fake.bodies(MESSAGES)[-1]["messages"] == mark_conversation_cache(host)
         host += [_a("Three files."), _u("Which is largest?")]
         await ant.messages.create(model=MODEL, max_tokens=64, messages=host)
         host = [*host[:2], _u("Which is smallest?")]
         await ant.messages.create(model=MODEL, max_tokens=64, messages=host)
-        assert fake.bodies(MESSAGES)[-1]["messages"] == host
+        assert fake.bodies(MESSAGES)[-1]["messages"] == mark_conversation_cache(host)
     assert fake.invalid == []
 
 
