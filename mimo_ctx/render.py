@@ -22,6 +22,12 @@ marks where each typed user message of the tail falls with a pointer too. The
 newest user message is labelled as answered, being worked on or not answered yet,
 and the closing line follows (:func:`~mimo_ctx.reminders.closing_text`).
 
+**The checkpoint** is ``checkpoint.md`` as written, except that the offline
+writer's own one (its saved state beside it matches it) is shown with the tail
+after the watermark folded into that state and re-rendered
+(:func:`~mimo_ctx.checkpoint.offline.render_state`): its next action, open errors,
+files and latest words are then those of now, not of a tail's length ago.
+
 Beyond the original (R5.9): ``max_tokens`` bounds the whole body. When the
 sections add up to more, they are shrunk one at a time in this order, least
 precious first, each only as far as needed: memory keys index, the host's own
@@ -49,6 +55,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 import anyio
+import anyio.to_thread
 
 from mimo_ctx.budget import (
     SectionCap,
@@ -56,9 +63,11 @@ from mimo_ctx.budget import (
     read_budgeted,
     read_budgeted_section_aware,
 )
+from mimo_ctx.checkpoint.document import section_budgets
 from mimo_ctx.checkpoint.evidence import PlanItem, is_continuation, plan_items
+from mimo_ctx.checkpoint.offline import render_state
 from mimo_ctx.checkpoint.sections import refer_to_quoted
-from mimo_ctx.checkpoint.state import CheckpointState
+from mimo_ctx.checkpoint.state import CheckpointState, checkpoint_digest, fold_messages
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.digest import USER_QUOTED_WHERE, build_tail_digest
 from mimo_ctx.errors import PathEscapeError
@@ -349,6 +358,9 @@ async def gather_sources(
             layout, session_id=session_id, project_id=session.project_id
         )
     whole_tail = tail if reminder_tail is None else reminder_tail
+    checkpoint = await _current_checkpoint(
+        layout, session_id, checkpoint, tasks=tasks, tail=whole_tail, config=config
+    )
     work = await _open_work(layout, session_id, tasks, whole_tail)
     return RebuildSources(
         session_id=session_id,
@@ -367,6 +379,43 @@ async def gather_sources(
         focus=focus,
         host=host,
     )
+
+
+async def _current_checkpoint(
+    layout: MemoryLayout,
+    session_id: str,
+    checkpoint: MemoryFile,
+    *,
+    tasks: Sequence[Task],
+    tail: Sequence[Message],
+    config: RebuildConfig,
+) -> MemoryFile:
+    """The offline writer's checkpoint brought up to the newest message of ``tail``.
+
+    The writer's watermark lies a tail's length before now, so its next action,
+    open errors and latest words are those of that point: resuming from them
+    would redo work the tail already finished. When the state saved beside
+    ``checkpoint.md`` is the one that rendered it (its digest matches), the tail
+    is folded into a copy of it and the checkpoint re-rendered, in a worker
+    thread (pure CPU work over at most the tail). Nothing is written to disk; a
+    checkpoint another writer wrote, or one without its state, is used as read.
+    """
+    if checkpoint.problem is not None or not checkpoint.text.strip() or not tail:
+        return checkpoint
+    saved = await _read_quietly(layout.checkpoint_state_path(session_id), layout)
+    state = CheckpointState.from_json(saved)
+    if state is None or state.checkpoint_sha256 != checkpoint_digest(checkpoint.text):
+        return checkpoint
+    budgets = section_budgets(config.push_caps)
+
+    def current() -> str:
+        folded = fold_messages(state, tail)
+        if folded.upto == state.upto:
+            return checkpoint.text
+        return render_state(folded, tasks=tasks, budgets=budgets)[0]
+
+    text = await anyio.to_thread.run_sync(current)
+    return MemoryFile(checkpoint.path, text)
 
 
 async def _user_messages(

@@ -22,6 +22,7 @@ from mimo_ctx.messages import (
     TextPart,
     ToolPart,
     ToolStateCompleted,
+    ToolStateError,
 )
 from mimo_ctx.reminders import (
     AUTONOMOUS_LOOP_REMINDER,
@@ -292,3 +293,37 @@ async def test_a_rebuild_brings_the_offline_checkpoint_up_to_now(tmp_path: Path)
         assert report.watermark > first
         checkpoint = (tmp_path / "mem" / "sessions" / session.id / "checkpoint.md").read_text()
         assert "late_0.py" in checkpoint
+
+
+async def test_the_offline_checkpoint_in_the_body_is_current_to_the_newest_message(
+    tmp_path: Path,
+) -> None:
+    # The writer's watermark lies a tail's length behind: its next action, open errors
+    # and latest words were those of that point, so a resumed model redid finished work
+    # ("Carry on: add the missing config" after the tail had added it and moved on).
+    s = _Session()
+    s.user("Add the review page and its tests")
+    s.say("The test config is missing `secret_key_base`. Let me add it to config/test.exs.")
+    s.add(
+        "assistant",
+        ToolPart(
+            call_id="fail1",
+            tool="Bash",
+            state=ToolStateError(input={"command": "mix test"}, error="1 test, 1 failure"),
+        ),
+        finish="tool-calls",
+    )
+    watermark = s.messages[-1]
+    s.call("Edit", {"file_path": "/r/config/test.exs", "old_string": "a", "new_string": "b"})
+    s.call("Bash", {"command": "mix test"}, "5 tests, 0 failures")
+    s.say("Now let me add the close button to `ProjectReviewLive`.", finish="tool-calls")
+    s.call("Read", {"file_path": "/r/lib/review_live.ex"})
+    text = await _render(s, tmp_path, watermark)
+    checkpoint = text.split("# Session checkpoint")[1].split("\n# ")[0]
+    nxt = checkpoint.split("## 2. Next concrete action")[1].split("\n## ")[0]
+    assert "close button to `ProjectReviewLive`" in nxt, nxt
+    assert "secret_key_base" not in nxt
+    errors = checkpoint.split("## 8. Errors and fixes")[1].split("\n## ")[0]
+    assert "→ fixed" in errors, errors
+    assert "unresolved" not in errors, errors
+    assert "review_live.ex" in checkpoint.split("## 6.")[1].split("\n## ")[0]

@@ -13,6 +13,8 @@ writer (:mod:`mimo_ctx.checkpoint.llm`) fails.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import anyio.to_thread
 
 from mimo_ctx.checkpoint.document import render_checkpoint
@@ -24,8 +26,9 @@ from mimo_ctx.checkpoint.state import (
     fold_messages,
     fold_notes,
 )
+from mimo_ctx.session import Task
 
-__all__ = ["OfflineCheckpointWriter"]
+__all__ = ["OfflineCheckpointWriter", "render_state"]
 
 
 class OfflineCheckpointWriter:
@@ -62,16 +65,27 @@ class OfflineCheckpointWriter:
         if state is None or state.checkpoint_sha256 != checkpoint_digest(previous_text):
             state = state_from_checkpoint(previous_text)
         state = fold_notes(fold_messages(state, request.messages), request.notes)
-        rendered = render_sections(state, tasks=request.tasks, budgets=request.budgets)
-        topic = _topic(state)
-        text = render_checkpoint(topic, rendered.bodies)
+        text, extra_files = render_state(state, tasks=request.tasks, budgets=request.budgets)
         saved = state.model_copy(update={"checkpoint_sha256": checkpoint_digest(text)})
         return CheckpointDraft(
             text=text,
-            extra_files=rendered.extra_files,
+            extra_files=extra_files,
             notes_folded=bool((request.notes or "").strip()),
             state=saved.to_json(),
         )
+
+
+def render_state(
+    state: CheckpointState, *, tasks: Sequence[Task], budgets: Mapping[int, int]
+) -> tuple[str, dict[str, str]]:
+    """``checkpoint.md`` and its spill-over files as the offline writer renders ``state``.
+
+    The rebuild body uses it too, on the saved state with the messages after the
+    watermark folded in (:func:`mimo_ctx.render.gather_sources`), so the two read
+    the same.
+    """
+    rendered = render_sections(state, tasks=tasks, budgets=budgets)
+    return render_checkpoint(_topic(state), rendered.bodies), rendered.extra_files
 
 
 def _topic(state: CheckpointState) -> str:
