@@ -26,6 +26,7 @@ from mimo_ctx.checkpoint.evidence import (
     signature,
     stated_plan,
     stated_reason,
+    trailing_command,
 )
 
 
@@ -200,3 +201,19 @@ def test_call_rules_never_raise(tool: str, arguments: dict[str, object]) -> None
     signature(tool, arguments)
     plan_items(tool, arguments)
     command_of(tool, arguments)
+
+
+_COMMAND_LINE = st.text(
+    alphabet=st.characters(codec="ascii", categories=("L", "N", "P", "Zs")), min_size=1, max_size=60
+).filter(lambda t: t.strip() and not t.strip().startswith(("```", "~~~")))
+
+
+@given(said=st.sampled_from(["", "The test fails.", "I will fix the import now."]),
+       command=_COMMAND_LINE, more=st.lists(_COMMAND_LINE, max_size=3))  # fmt: skip
+def test_a_text_ending_with_a_code_block_names_its_command(
+    said: str, command: str, more: list[str]
+) -> None:
+    text = "\n".join([said, "```", command, *more, "```"])
+    assert trailing_command(text) == (command.strip(), said)
+    assert trailing_command(text + "\nDone.") is None  # the block is not last
+    assert trailing_command(said) is None

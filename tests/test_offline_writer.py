@@ -250,3 +250,48 @@ def test_a14_live_resources_have_no_stray_backslash() -> None:
     message = Message(session_id="s", role="assistant", time_created=1, finish="stop", parts=[call])
     sections = parse_checkpoint(OfflineCheckpointWriter().build(_request([message])).text)
     assert sections[9] == ["- https://api.example.dev/v1/items"]
+
+
+def _next_action(text: str) -> str:
+    return parse_checkpoint(text)[2][0]
+
+
+def test_a14_an_agent_acting_through_text_is_mid_loop_when_its_output_came_back() -> None:
+    # SWE-agent (older trajectories) writes each action as a code block ending its text
+    # and gets the output as a user message nobody typed: the checkpoint read "Nothing
+    # is open ... wait for the next instruction" in the middle of the loop.
+    def message(n: int, role: str, text: str, *, synthetic: bool = False) -> Message:
+        part = TextPart(text=text, synthetic=synthetic)
+        return Message(
+            id=f"msg_{n:04d}", session_id="ses_x", role=role,  # type: ignore[arg-type]
+            time_created=n, finish="stop" if role == "assistant" else None, parts=[part],
+        )  # fmt: skip
+
+    messages = [
+        message(1, "user", "Fix the crash when PixelRepresentation is absent."),
+        message(2, "assistant", "Let me reproduce it first.\n```\npython reproduce.py\n```"),
+        message(3, "user", "AttributeError: PixelRepresentation", synthetic=True),
+    ]
+    text = OfflineCheckpointWriter().build(_request(messages)).text
+    line = _next_action(text)
+    assert "`python reproduce.py` came back" in line, line
+    assert "Let me reproduce it first." in line
+    # Without the observation the turn did end: nothing is open.
+    text = OfflineCheckpointWriter().build(_request(messages[:2])).text
+    assert "Nothing is open" in _next_action(text)
+
+
+@pytest.mark.parametrize(
+    "name", ["pydicom__pydicom-1458.traj", "swe-agent__test-repo-i1.traj"]
+)
+def test_a14_swe_agent_trajectories_stay_mid_loop(transcripts_dir: Path, name: str) -> None:
+    path = transcripts_dir / "sweagent" / name
+    if not path.exists():
+        pytest.skip(f"{name} is not among the shared transcripts")
+    messages = [m for m in load_transcript(path).messages if m.agent == MAIN_AGENT]
+    for end in range(3, len(messages)):
+        if messages[end - 1].role != "user" or messages[end - 2].role != "assistant":
+            continue
+        text = OfflineCheckpointWriter().build(_request(messages[:end])).text
+        line = _next_action(text)
+        assert line.startswith("- Carry on (mid-task)"), (name, end, line)

@@ -36,6 +36,11 @@ not``, ``can't``/``cannot``, ``requires``, ``needs``, ``must``, ``only``,
 ``expects``, ``returns``, ``because``, ``turns out``, ``root cause``, ``is defined``, ``lives
 in``, ``is configured``, ``has no``, ``not found``, ``does not exist``.
 
+**Commands in text.** An agent that acts through text (SWE-agent's older
+trajectories) ends its message with the action in a fenced code block: the
+block's first line is its *command*, the sentence before the block what it said
+about it.
+
 **Tool calls.** A call names files through its ``file_path``/``path``/
 ``filename``/``notebook_path``/``file`` argument or, for ``apply_patch``, the
 ``*** Add/Update/Delete File:`` lines of its patch. Write-like tools
@@ -94,6 +99,7 @@ __all__ = [
     "stated_plan",
     "stated_reason",
     "strings_in",
+    "trailing_command",
 ]
 
 FileAction = Literal["created", "edited", "read"]
@@ -151,6 +157,28 @@ def sentences(text: str) -> list[str]:
             if flat:
                 out.append(flat)
     return out
+
+
+def trailing_command(text: str) -> tuple[str, str] | None:
+    """``(command, what the text said before it)`` when ``text`` ends with a code block.
+
+    Agents that act through text (SWE-agent's ``edit 287:295``, a shell block)
+    end the message with the action in a fenced block; the command is the block's
+    first non-blank line, cut near 120 characters, and what was said is the last
+    sentence before the block (``""`` when there is none). ``None`` when the text
+    does not end with a closed block.
+    """
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if len(lines) < 2 or not _FENCE.match(lines[-1]) or lines[-1].strip() not in {"```", "~~~"}:
+        return None
+    opening = next((i for i in range(len(lines) - 2, -1, -1) if _FENCE.match(lines[i])), None)
+    if opening is None:
+        return None
+    body = [line.strip() for line in lines[opening + 1 : -1] if line.strip()]
+    if not body:
+        return None
+    before = sentences("\n".join(lines[:opening]))
+    return _cut(body[0], 120), (_cut(before[-1], 300) if before else "")
 
 
 def first_sentence(text: str, limit: int = 200) -> str:

@@ -17,6 +17,9 @@ then ``b`` (with a JSON round trip in between) gives exactly the state folding
   each later substantive one becomes the latest instruction (a continuation such
   as "continue" or "yes" never replaces either); its directive sentences are
   added to the directives;
+* an untyped user message (the environment's output) right after assistant text
+  that ended with a command in a code block: the loop is still running (an agent
+  that acts through text, such as SWE-agent, gets its observations so);
 * assistant text: knowledge and decision sentences; its first sentence is the
   stated reason of the calls that follow it (in that message or the next); the
   last stated plan and the last text are kept for "next action" and "current
@@ -62,6 +65,7 @@ from mimo_ctx.checkpoint.evidence import (
     stated_plan,
     stated_reason,
     strings_in,
+    trailing_command,
 )
 from mimo_ctx.messages import (
     Message,
@@ -203,6 +207,10 @@ class CheckpointState(_Model):
         plan_said: The assistant's latest stated plan.
         conclusion: The assistant's latest text.
         last_finish: Finish reason of the newest assistant message.
+        last_command: The command a text-acting agent's newest text ended with.
+        command_said: The sentence before that command.
+        observed: The newest message is the environment's answer to that
+            command (a user message with no typed text after it).
         diagnose: Index in ``errors`` of the failure awaiting its cause.
         pending: Calls whose result has not arrived yet, by call id.
         carried: Section lines read back from a checkpoint this state did not write.
@@ -231,6 +239,9 @@ class CheckpointState(_Model):
     plan_said: str | None = None
     conclusion: str = ""
     last_finish: str | None = None
+    last_command: str | None = None
+    command_said: str = ""
+    observed: bool = False
     diagnose: int | None = None
     pending: dict[str, _Pending] = Field(default_factory=dict[str, _Pending])
     carried: dict[int, list[str]] = Field(default_factory=dict[int, list[str]])
@@ -318,7 +329,13 @@ def _quote(message: Message, text: str) -> Quote:
 def _fold_user(state: CheckpointState, message: Message) -> None:
     text = user_input_text(message)
     if text is None:
+        # An agent that acts through text gets its command's output as a user
+        # message nobody typed: the loop goes on.
+        state.observed = state.last_command is not None and any(
+            isinstance(p, TextPart) and not p.ignored and p.text.strip() for p in message.parts
+        )
         return
+    state.observed = False
     quote = _quote(message, text)
     state.last_user = quote
     state.said = ""
@@ -332,6 +349,7 @@ def _fold_user(state: CheckpointState, message: Message) -> None:
 
 def _fold_assistant(state: CheckpointState, message: Message) -> None:
     state.last_finish = message.finish
+    state.observed = False
     for part in message.parts:
         if isinstance(part, TextPart) and not part.ignored and part.text.strip():
             _fold_text(state, part.text)
@@ -361,6 +379,8 @@ def _fold_text(state: CheckpointState, text: str) -> None:
     if plan is not None:
         state.plan_said = plan
     state.conclusion = " ".join(text.split())[:600]
+    command = trailing_command(text)
+    state.last_command, state.command_said = command if command is not None else (None, "")
     _add_unique(state.knowledge, knowledge_sentences(text))
     _add_unique(state.decisions, decision_sentences(text))
     if state.diagnose is not None and state.diagnose < len(state.errors):
