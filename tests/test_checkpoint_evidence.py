@@ -13,6 +13,7 @@ from mimo_ctx.checkpoint.evidence import (
     command_of,
     commit_subject,
     decision_sentences,
+    defined_names,
     directive_sentences,
     error_line,
     file_actions,
@@ -217,3 +218,35 @@ def test_a_text_ending_with_a_code_block_names_its_command(
     assert trailing_command(text) == (command.strip(), said)
     assert trailing_command(text + "\nDone.") is None  # the block is not last
     assert trailing_command(said) is None
+
+
+@pytest.mark.parametrize(
+    ("arguments", "names"),
+    [
+        ({"old_string": "defp a do", "new_string": "defp a do\n  defmacro with_span(n) do"},
+         ["with_span"]),
+        ({"content": "export async function load() {}\nclass Store extends Base {}"},
+         ["load", "Store"]),
+        ({"content": "func (r *Repo) Save() error {\n}\ntype Repo struct {"}, ["Save", "Repo"]),
+        ({"file_text": "rand_hex() {\n  :\n}\nexport const pick = (a) => a"},
+         ["rand_hex", "pick"]),
+        ({"edits": [{"old_string": "x", "new_string": "    def run(self):"}]}, ["run"]),
+        ({"patch": "*** Update File: a.py\n-def old():\n+def old():\n+def new():"}, ["new"]),
+        ({"new_string": "the class of problems we define here"}, []),
+    ],
+)  # fmt: skip
+def test_a_change_names_what_it_defines(arguments: dict[str, object], names: list[str]) -> None:
+    assert defined_names(arguments) == names
+
+
+_NAME = st.from_regex(r"[a-z][a-z0-9_]{0,12}", fullmatch=True)
+
+
+@given(kept=st.lists(_NAME, max_size=4), added=st.lists(_NAME, max_size=8))
+def test_names_the_old_text_defined_are_never_new(kept: list[str], added: list[str]) -> None:
+    old = "\n".join(f"def {n}():" for n in kept)
+    new = "\n".join(f"def {n}():" for n in kept + added)
+    found = defined_names({"old_string": old, "new_string": new})
+    assert not set(found) & set(kept)
+    expected = list(dict.fromkeys(n for n in added if n not in kept))[:6]
+    assert found == expected

@@ -48,6 +48,7 @@ GOLDEN = (
 )
 _DIRECTIVE_WORDS = re.compile(r"\b(always|never|don't|do not|must|make sure)\b", re.I)
 _URL = re.compile(r"https?://\S+")
+_DEFINES = r"^\s*(?:def|defmodule|class|function)\s"
 
 
 def _request(messages: Sequence[Message], **extra: object) -> WriterRequest:
@@ -295,3 +296,26 @@ def test_a14_swe_agent_trajectories_stay_mid_loop(transcripts_dir: Path, name: s
         text = OfflineCheckpointWriter().build(_request(messages[:end])).text
         line = _next_action(text)
         assert line.startswith("- Carry on (mid-task)"), (name, end, line)
+
+
+
+@pytest.mark.parametrize("name", GOLDEN[:2])
+def test_a14_a_changed_file_names_what_its_changes_define(
+    transcripts_dir: Path, name: str
+) -> None:
+    # "Files and why" gave a path and a vague sentence ("The implicit try:"); the
+    # names a change defines say what the change was, in the code's own words.
+    messages = _main(transcripts_dir, name)
+    files = parse_checkpoint(OfflineCheckpointWriter().build(_request(messages)).text)[6]
+    written = {
+        str(c.state.input["file_path"]).rsplit("/", 1)[-1]
+        for c in _calls(messages)
+        if c.tool == "Write"
+        and isinstance(c.state, ToolStateCompleted)
+        and re.search(_DEFINES, str(c.state.input.get("content")), re.M)
+    }
+    assert written, name
+    for file_name in written:
+        line = next((f for f in files if f"/{file_name} — " in f or f"- {file_name} — " in f), None)
+        if line is not None:  # a file can be spilled over to checkpoint-files.md
+            assert " defines `" in line, line

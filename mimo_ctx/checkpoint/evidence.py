@@ -61,6 +61,13 @@ passed``). A plan tool is Claude Code's ``TodoWrite`` (``todos`` with
 /``update_todos``/``set_plan`` whose input holds a list of items with a text
 field and a status or ``done`` flag.
 
+**What a change defines.** A file-changing call *defines* the names on the
+lines of its new text that start with a definition keyword (``def``,
+``defmodule``, ``class``, ``function``, ``func``, ``fn``, ``interface``,
+``struct``, ``enum``, ``trait``, ``type``, ``impl`` …, after ``export``/``pub``/
+``async``), a ``const name = (…) =>`` or a shell function ``name() {``, and
+that its old text did not define.
+
 **Signatures.** Failures are matched with the later success that fixed them by a
 *signature*: for a shell call, the head of its last ``&&``/``;`` command that is
 not a ``cd``/``echo``/``export`` (before any ``|``): ``git push``, ``mix test``,
@@ -84,6 +91,7 @@ __all__ = [
     "command_of",
     "commit_subject",
     "decision_sentences",
+    "defined_names",
     "directive_sentences",
     "error_line",
     "file_actions",
@@ -432,6 +440,66 @@ def file_actions(tool: str, arguments: Mapping[str, Any]) -> list[tuple[str, Fil
         if isinstance(value, str) and value.strip() and len(value) < 1000 and "\n" not in value:
             return [(value.strip(), action)]
     return []
+
+
+_DEFINITION = re.compile(
+    r"^[ \t]*(?:export[ \t]+)?(?:default[ \t]+)?(?:pub(?:\([\w:]+\))?[ \t]+)?(?:async[ \t]+)?"
+    r"(?:def|defp|defmodule|defmacro|defmacrop|defstruct|defimpl|defprotocol|class|function"
+    r"|func|fn|interface|struct|enum|trait|type|module|impl|object|record)[ \t]+"
+    r"(?:\([^)]*\)[ \t]*)?"  # a Go method's receiver
+    r"([A-Za-z_$][\w.$!?]*)"
+    r"|^[ \t]*(?:export[ \t]+)?const[ \t]+([A-Za-z_$][\w$]*)[ \t]*=[ \t]*(?:async[ \t]*)?"
+    r"(?:\([^)\n]*\)[ \t]*=>|function\b)"  # const f = (…) => / function
+    r"|^[ \t]*(?:function[ \t]+)?([A-Za-z_][\w-]*)[ \t]*\(\)[ \t]*\{",  # a shell function
+    re.MULTILINE,
+)
+_NEW_TEXT_KEYS: Final = ("new_string", "new_str", "content", "file_text", "new_source", "code")
+_OLD_TEXT_KEYS: Final = ("old_string", "old_str")
+MAX_DEFINED: Final = 6
+
+
+def _defined(match: re.Match[str]) -> str:
+    return next(g for g in match.groups() if g is not None)
+
+
+def defined_names(arguments: Mapping[str, Any]) -> list[str]:
+    """Names a file-changing call defines that the text it replaces did not.
+
+    A definition is a line that starts (after ``export``/``pub``/``async``) with a
+    definition keyword of a common language — ``def``, ``defp``, ``defmodule``,
+    ``defmacro``, ``class``, ``function``, ``func``, ``fn``, ``interface``,
+    ``struct``, ``enum``, ``trait``, ``type``, ``module``, ``impl`` … — and the name
+    after it; or ``const name = (…) =>`` / ``= function``; or a shell function
+    ``name() {``. The new text is the call's ``new_string``/``new_str``/``content``/
+    ``file_text`` (each ``edits`` item's too, or a patch's ``+`` lines); the old
+    text its ``old_string``/``old_str`` (or the patch's ``-`` lines). At most
+    :data:`MAX_DEFINED`, first-defined first.
+    """
+    new: list[str] = []
+    old: list[str] = []
+    pieces: list[Mapping[str, Any]] = [arguments]
+    edits = arguments.get("edits")
+    if isinstance(edits, list):
+        items = cast("list[object]", edits)
+        pieces += [cast("dict[str, Any]", e) for e in items if isinstance(e, dict)]
+    for piece in pieces:
+        new += [v for k in _NEW_TEXT_KEYS if isinstance(v := piece.get(k), str)]
+        old += [v for k in _OLD_TEXT_KEYS if isinstance(v := piece.get(k), str)]
+    patch = next((v for v in arguments.values() if isinstance(v, str) and "*** " in v), None)
+    if patch is not None and not new:
+        lines = patch.splitlines()
+        new.append("\n".join(line[1:] for line in lines if line.startswith("+")))
+        old.append("\n".join(line[1:] for line in lines if line.startswith("-")))
+    before = {_defined(m) for text in old for m in _DEFINITION.finditer(text)}
+    found: dict[str, None] = {}
+    for text in new:
+        for match in _DEFINITION.finditer(text):
+            name = _defined(match).rstrip(".")
+            if name and name not in before and len(name) <= 80:
+                found.setdefault(name, None)
+                if len(found) >= MAX_DEFINED:
+                    return list(found)
+    return list(found)
 
 
 _SHELL_TOOLS: Final = frozenset(

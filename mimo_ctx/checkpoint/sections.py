@@ -23,9 +23,10 @@ What each section shows:
    items with ✅ / 🔄 / 🔵 / ❌.
 5. **Current work** — what is done, in order (``- ✓ …``), and the assistant's
    latest words.
-6. **Files and code sections** — changed files (created / edited n× / read n×)
-   with the assistant's stated reason, then the files only read, on one line;
-   paths relative to the files' common directory, which the first line names.
+6. **Files and code sections** — changed files (created / edited n× / read n×,
+   the names the changes define) with the assistant's stated reason, then the
+   files only read, on one line; paths relative to the files' common directory,
+   which the first line names.
 7. **Discovered knowledge** / 10. **Design decisions** — the assistant's own
    sentences, newest kept.
 8. **Errors and fixes** — each failure with its attempts, cause and fix, or
@@ -273,6 +274,8 @@ def _file_line(entry: FileEntry, root: str | None) -> str:
         what.append("edited" if entry.edits == 1 else f"edited {entry.edits}×")
     if entry.reads:
         what.append("read" if entry.reads == 1 else f"read {entry.reads}×")
+    if entry.defines:
+        what.append("defines " + ", ".join(f"`{name}`" for name in entry.defines))
     reason = f" — {_one_line(entry.reason, 160)}" if entry.reason else ""
     return f"- {_relative(entry.path, root)} — {', '.join(what)}{reason}"
 

@@ -26,7 +26,8 @@ then ``b`` (with a JSON round trip in between) gives exactly the state folding
   work"; the first concrete sentence after a failure is that failure's cause;
 * a tool call: a plan-tool call replaces the host plan (items that became
   completed are added to what is done); file calls count creations, edits and
-  reads per path with the latest stated reason; a successful commit, push or test
+  reads per path with the latest stated reason and the names the changes
+  define (not for prose files: ``.md``, ``.txt``, ``.rst``…); a successful commit, push or test
   run with a summary is added to what is done (a passing run right after a
   passing run of the same command replaces it); a failure opens an error under its
   signature (a repeat counts an attempt), files changed while it is open are its
@@ -52,6 +53,7 @@ from mimo_ctx.checkpoint.evidence import (
     command_of,
     commit_subject,
     decision_sentences,
+    defined_names,
     directive_sentences,
     error_line,
     file_actions,
@@ -103,6 +105,8 @@ MAX_SENTENCES: Final = 150
 MAX_RESOURCES: Final = 60
 MAX_NOTES: Final = 100
 MAX_PENDING: Final = 64
+MAX_DEFINES: Final = 8
+_PROSE_SUFFIXES: Final = (".md", ".markdown", ".txt", ".rst", ".adoc")
 _REASON_AGE: Final = 1  # a stated reason applies to calls in its message and the next
 
 _REJECTED: Final = ("doesn't want to proceed", "tool use was rejected", "user rejected")
@@ -135,6 +139,8 @@ class FileEntry(_Model):
         edits: Successful edits (a write of a file seen before counts as one).
         reads: Successful reads.
         reason: The assistant's stated reason at the latest change (or first read).
+        defines: Names its changes defined (newest last, at most
+            :data:`MAX_DEFINES`): what the change was, in the code's own words.
         touched: Order of the latest change or read (higher is newer).
     """
 
@@ -143,6 +149,7 @@ class FileEntry(_Model):
     edits: int = 0
     reads: int = 0
     reason: str = ""
+    defines: list[str] = Field(default_factory=list[str])
     touched: int = 0
 
 
@@ -508,6 +515,9 @@ def _fold_files(
                 entry.edits += 1
             if reason:
                 entry.reason = reason
+            if not path.lower().endswith(_PROSE_SUFFIXES):
+                _add_unique(entry.defines, defined_names(arguments))
+                del entry.defines[: max(0, len(entry.defines) - MAX_DEFINES)]
             changed.append(os.path.basename(path.rstrip("/")) or path)
         entry.touched = state.counter
     return changed
