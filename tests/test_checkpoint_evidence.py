@@ -250,3 +250,31 @@ def test_names_the_old_text_defined_are_never_new(kept: list[str], added: list[s
     assert not set(found) & set(kept)
     expected = list(dict.fromkeys(n for n in added if n not in kept))[:6]
     assert found == expected
+
+
+def test_a_thin_error_line_gets_the_finding_at_its_source_location() -> None:
+    # A checker's banner ("Pre-commit validation failed: [DIALYZER]") said which check
+    # failed, not what it found: the error could not be fixed from the checkpoint.
+    dialyzer = (
+        "Pre-commit validation failed:\\n\\n[DIALYZER]\\nFinding suitable PLTs\n"
+        "Total errors: 1, Skipped: 0\ndone in 0m12.17s\n"
+        "lib/web/trace_helpers.ex:57:13:pattern_match\nThe pattern can never match the type.\n"
+    )
+    assert error_line(dialyzer) == (
+        "Pre-commit validation failed: [DIALYZER] — lib/web/trace_helpers.ex:57:13:pattern_match"
+        " The pattern can never match the type."
+    )
+    credo = (
+        "Pre-commit validation failed:\\n\\n[CREDO]\\nChecking 88 source files ...\n"
+        "┃ [F] → Function is too complex (cyclomatic complexity is 13, max is 9).\n"
+        "┃       lib/web/hooks_controller.ex:144:7 #(Web.HooksController.tool_call)\n"
+    )
+    assert error_line(credo) == (
+        "Pre-commit validation failed: [CREDO] — [F] → Function is too complex (cyclomatic"
+        " complexity is 13, max is 9). lib/web/hooks_controller.ex:144:7"
+        " #(Web.HooksController.tool_call)"
+    )
+    # A line that says enough is left alone, and so is a thin one with no location.
+    full = "error: undefined function get/2 (expected Web.Test to import it)\nlib/a.ex:3\nx y z w"
+    assert error_line(full) == "error: undefined function get/2 (expected Web.Test to import it)"
+    assert error_line("File does not exist.") == "File does not exist."

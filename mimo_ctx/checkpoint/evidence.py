@@ -68,6 +68,13 @@ lines of its new text that start with a definition keyword (``def``,
 ``async``), a ``const name = (…) =>`` or a shell function ``name() {``, and
 that its old text did not define.
 
+**Errors.** A failure's line is the first line of its output that names the
+failure (the first line, else the first with an error word); one that ends with
+``:`` takes the next line too. A line that is still *thin* (under six words, or
+ending with ``:`` or ``]``, as "Pre-commit validation failed: [DIALYZER]") gets
+the first ``file.ext:N`` location further down with its explanation (the wordier
+of the lines before and after it).
+
 **Signatures.** Failures are matched with the later success that fixed them by a
 *signature*: for a shell call, the head of its last ``&&``/``;`` command that is
 not a ``cd``/``echo``/``export`` (before any ``|``): ``git push``, ``mix test``,
@@ -659,9 +666,43 @@ def error_line(error: str, limit: int = 200) -> str:
             (i for words in _ERROR_WORDS for i, line in enumerate(lines) if words.search(line)), 0
         )
     chosen = lines[at]
+    after = at + 1
     if chosen.endswith(":") and at + 1 < len(lines):
         chosen = f"{chosen} {lines[at + 1]}"  # "…the following issue:" says what next
+        after += 1
+    if _thin(chosen):
+        # "Pre-commit validation failed: [DIALYZER]" names the checker, not the
+        # finding: the finding sits at the first source location further down.
+        detail = _located_finding(lines, after)
+        if detail:
+            chosen = f"{chosen} — {detail}"
+            limit += limit // 2
     return _cut(" ".join(chosen.split()), limit)
+
+
+_LOCATION = re.compile(r"[\w./-]+\.\w{1,6}:\d+")
+_BOX = re.compile(r"^[\s┃│|>*•-]+")
+_THIN_WORDS: Final = 6
+_SCAN_LINES: Final = 400
+
+
+def _thin(line: str) -> bool:
+    return len(line.split()) < _THIN_WORDS or line.rstrip().endswith((":", "]"))
+
+
+def _located_finding(lines: Sequence[str], start: int) -> str:
+    """The first ``file.ext:N`` line after ``start`` with the line that explains it."""
+    for i in range(start, min(len(lines), start + _SCAN_LINES)):
+        if not _LOCATION.search(lines[i]):
+            continue
+        here = _BOX.sub("", lines[i])
+        before = _BOX.sub("", lines[i - 1]) if i - 1 >= start else ""
+        following = _BOX.sub("", lines[i + 1]) if i + 1 < len(lines) else ""
+        # The explanation is the wordier neighbour (Credo puts it before the
+        # location, Dialyzer after).
+        said = before if len(before.split()) >= 4 else following
+        return f"{said} {here}" if said is before and said else f"{here} {said}".strip()
+    return ""
 
 
 # -- plans -------------------------------------------------------------------------------------
