@@ -14,6 +14,7 @@ from mimo_ctx.checkpoint.evidence import (
     commit_subject,
     decision_sentences,
     defined_names,
+    delegation_report,
     directive_sentences,
     error_line,
     file_actions,
@@ -278,3 +279,16 @@ def test_a_thin_error_line_gets_the_finding_at_its_source_location() -> None:
     full = "error: undefined function get/2 (expected Web.Test to import it)\nlib/a.ex:3\nx y z w"
     assert error_line(full) == "error: undefined function get/2 (expected Web.Test to import it)"
     assert error_line("File does not exist.") == "File does not exist."
+
+
+def test_a_sub_agents_report_is_done_work() -> None:
+    # Work done by sub-agents (Claude Code's Task tool) showed only as the calls: what
+    # they built was in their reports, which no section kept.
+    report = "## Summary\n\nPerfect!\n\nI created the Next.js project with TypeScript and Tailwind."
+    arguments = {"description": "Setup Next.js project", "prompt": "Create a new project"}
+    assert delegation_report("Task", arguments, report) == (
+        "Setup Next.js project: I created the Next.js project with TypeScript and Tailwind."
+    )
+    assert delegation_report("Agent", {"prompt": "Check the schema"}, "The schema has two tables.")
+    assert delegation_report("Bash", {"description": "x"}, report) is None
+    assert delegation_report("Task", arguments, "## Done\n\nOk.") is None

@@ -319,3 +319,16 @@ def test_a14_a_changed_file_names_what_its_changes_define(
         line = next((f for f in files if f"/{file_name} — " in f or f"- {file_name} — " in f), None)
         if line is not None:  # a file can be spilled over to checkpoint-files.md
             assert " defines `" in line, line
+
+
+def test_a14_work_done_by_sub_agents_is_in_current_work(transcripts_dir: Path) -> None:
+    messages = _main(transcripts_dir, "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl")
+    delegated = [
+        str(c.state.input["description"])
+        for c in _calls(messages)
+        if c.tool == "Task" and isinstance(c.state, ToolStateCompleted)
+    ]
+    assert delegated
+    done = parse_checkpoint(OfflineCheckpointWriter().build(_request(messages)).text)[5]
+    for description in delegated:
+        assert any(line.startswith(f"- ✓ Sub-agent {description}: ") for line in done), done

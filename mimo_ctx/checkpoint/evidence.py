@@ -75,6 +75,11 @@ ending with ``:`` or ``]``, as "Pre-commit validation failed: [DIALYZER]") gets
 the first ``file.ext:N`` location further down with its explanation (the wordier
 of the lines before and after it).
 
+**Delegation.** A finished call of a sub-agent tool (``Task``, ``Agent``,
+``spawn_agent``, ``delegate`` …) is done work: what was delegated (its
+``description``) and the first sentence of five words or more of the
+sub-agent's report.
+
 **Signatures.** Failures are matched with the later success that fixed them by a
 *signature*: for a shell call, the head of its last ``&&``/``;`` command that is
 not a ``cd``/``echo``/``export`` (before any ``|``): ``git push``, ``mix test``,
@@ -99,6 +104,7 @@ __all__ = [
     "commit_subject",
     "decision_sentences",
     "defined_names",
+    "delegation_report",
     "directive_sentences",
     "error_line",
     "file_actions",
@@ -703,6 +709,39 @@ def _located_finding(lines: Sequence[str], start: int) -> str:
         said = before if len(before.split()) >= 4 else following
         return f"{said} {here}" if said is before and said else f"{here} {said}".strip()
     return ""
+
+
+# -- delegation ---------------------------------------------------------------------------
+
+_DELEGATION_TOOLS: Final = frozenset(
+    {"task", "agent", "spawn_agent", "subagent", "sub_agent", "delegate", "dispatch_agent"}
+)
+_DELEGATION_LABEL_KEYS: Final = ("description", "title", "name", "task", "prompt")
+_REPORT_MIN_WORDS: Final = 5
+
+
+def delegation_report(tool: str, arguments: Mapping[str, Any], output: str) -> str | None:
+    """``<what was delegated>: <what the sub-agent reported>`` for a finished sub-agent call.
+
+    A delegation tool is Claude Code's ``Task``/``Agent`` or one named ``spawn_agent``,
+    ``subagent``, ``delegate``, ``dispatch_agent``; what was delegated is its
+    ``description`` (else ``title``/``name``/``task``/``prompt``, cut near 80
+    characters); the report is the first sentence of the output with at least five
+    words (headings and "Perfect!" skipped), cut near 200. ``None`` for other calls
+    or an empty report.
+    """
+    if _tool_key(tool) not in _DELEGATION_TOOLS:
+        return None
+    label = next(
+        (v for k in _DELEGATION_LABEL_KEYS if isinstance(v := arguments.get(k), str) and v.strip()),
+        None,
+    )
+    said = next(
+        (s for s in sentences(output[:20_000]) if len(s.split()) >= _REPORT_MIN_WORDS), None
+    )
+    if label is None or said is None:
+        return None
+    return f"{_cut(' '.join(label.split()), 80)}: {_cut(said, 200)}"
 
 
 # -- plans -------------------------------------------------------------------------------------

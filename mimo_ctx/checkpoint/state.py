@@ -27,9 +27,10 @@ then ``b`` (with a JSON round trip in between) gives exactly the state folding
 * a tool call: a plan-tool call replaces the host plan (items that became
   completed are added to what is done); file calls count creations, edits and
   reads per path with the latest stated reason and the names the changes
-  define (not for prose files: ``.md``, ``.txt``, ``.rst``…); a successful commit, push or test
-  run with a summary is added to what is done (a passing run right after a
-  passing run of the same command replaces it); a failure opens an error under its
+  define (not for prose files: ``.md``, ``.txt``, ``.rst``…); a successful
+  commit, push, test run with a summary or sub-agent call (its report's first
+  sentence) is added to what is done (a passing run right after a passing run of
+  the same command replaces it); a failure opens an error under its
   signature (a repeat counts an attempt), files changed while it is open are its
   fix, and the next success with the same signature marks it fixed; a call the
   user rejected is an open note; URLs and ``localhost`` ports in the input (and in
@@ -54,6 +55,7 @@ from mimo_ctx.checkpoint.evidence import (
     commit_subject,
     decision_sentences,
     defined_names,
+    delegation_report,
     directive_sentences,
     error_line,
     file_actions,
@@ -446,6 +448,9 @@ def _fold_call(
     if items is not None:
         _fold_plan(state, tool, items)
         return
+    report = delegation_report(tool, arguments, output)
+    if report is not None:
+        state.done.append(f"Sub-agent {report}")
     changed = _fold_files(state, tool, arguments, reason)
     key = signature(tool, arguments)
     open_errors = [e for e in state.errors if e.status == "unresolved"]
