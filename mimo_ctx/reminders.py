@@ -10,7 +10,10 @@
   pointer to the next open plan item or task otherwise, and when nothing is open
   a closing that says the last request was answered instead of "resume" (the
   original told the model to resume, and it re-ran finished work). An unanswered
-  user message at the end gets a closing that says so.
+  user message at the end gets a closing that says so; a user message nobody
+  typed that answers the command an assistant's text ended with (an agent that
+  acts through text, such as SWE-agent) is mid-loop, and so is such a text
+  once the tail shows the agent works so.
 * The per-turn reminder (SPEC R8.3, A12, wording ours), appended in memory only
   to the last user message of every request; a fixed marker line makes it
   recognisable so it is never added twice.
@@ -20,11 +23,13 @@ Everything here is pure: functions build new values and never modify inputs.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from mimo_ctx.messages import Message, TextPart, ToolPart
+from mimo_ctx.checkpoint.evidence import trailing_command
+from mimo_ctx.messages import Message, TextPart, ToolPart, user_input_text
 
 __all__ = [
     "AUTONOMOUS_LOOP_REMINDER",
@@ -155,12 +160,16 @@ class LastMessageInfo:
         finish: The assistant's finish reason, if any.
         message_id: The message's id.
         has_tool_calls: The message holds at least one tool call.
+        observation: A user message nobody typed that answers the command the
+            assistant's text ended with (an agent that acts through text, such as
+            SWE-agent, gets its command's output so): mid-loop, not a request.
     """
 
     role: str
     finish: str | None = None
     message_id: str | None = None
     has_tool_calls: bool = False
+    observation: bool = False
 
     @property
     def mid_loop(self) -> bool:
@@ -171,7 +180,7 @@ class LastMessageInfo:
         finish reason (cut off while calling tools), and a ``tool`` message
         (provider-format results waiting for the model's answer).
         """
-        if self.role == "tool":
+        if self.role == "tool" or self.observation:
             return True
         if self.role != "assistant":
             return False
@@ -190,7 +199,38 @@ def compute_last_message_info(messages: Sequence[Message]) -> LastMessageInfo | 
         finish=last.finish,
         message_id=last.id,
         has_tool_calls=any(isinstance(p, ToolPart) for p in last.parts),
+        observation=_answers_a_text_command(messages),
     )
+
+
+def _answers_a_text_command(messages: Sequence[Message]) -> bool:
+    """The loop of an agent that acts through text is waiting on or answering a command.
+
+    True when the last message is untyped user text right after assistant text
+    that ended with a command in a code block (the command's output), or when the
+    last message is such assistant text and an earlier pair of the tail shows the
+    agent works so (its command has not run yet).
+    """
+    if len(messages) >= 2 and _observation_pair(messages[-2], messages[-1]):
+        return True
+    last = messages[-1]
+    return (
+        last.role == "assistant"
+        and _text_command(last)
+        and any(_observation_pair(a, b) for a, b in itertools.pairwise(messages))
+    )
+
+
+def _text_command(message: Message) -> bool:
+    said = [p.text for p in message.parts if isinstance(p, TextPart) and not p.ignored]
+    return bool(said) and trailing_command(said[-1]) is not None
+
+
+def _observation_pair(before: Message, last: Message) -> bool:
+    if before.role != "assistant" or last.role != "user" or user_input_text(last) is not None:
+        return False
+    shown = any(isinstance(p, TextPart) and not p.ignored and p.text.strip() for p in last.parts)
+    return shown and _text_command(before)
 
 
 def reminder_for(info: LastMessageInfo | None, work: OpenWork | None = None) -> str:
@@ -243,7 +283,7 @@ def closing_text(
         between the last section and this text.
     """
     clause = _ACTIVITY_CLAUSE if has_activity else ""
-    if info is not None and info.role == "user":
+    if info is not None and info.role == "user" and not info.observation:
         line = CLOSING_ANSWER_USER.format(clause)
     elif (
         info is not None

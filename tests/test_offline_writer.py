@@ -280,6 +280,10 @@ def test_a14_an_agent_acting_through_text_is_mid_loop_when_its_output_came_back(
     # Without the observation the turn did end: nothing is open.
     text = OfflineCheckpointWriter().build(_request(messages[:2])).text
     assert "Nothing is open" in _next_action(text)
+    # Once the agent is seen acting so, a text ending with a command awaits its output.
+    messages.append(message(4, "assistant", "Now fix it.\n```\nedit 3:4\n```"))
+    line = _next_action(OfflineCheckpointWriter().build(_request(messages)).text)
+    assert "`edit 3:4` has not returned yet" in line, line
 
 
 @pytest.mark.parametrize(
@@ -290,8 +294,11 @@ def test_a14_swe_agent_trajectories_stay_mid_loop(transcripts_dir: Path, name: s
     if not path.exists():
         pytest.skip(f"{name} is not among the shared transcripts")
     messages = [m for m in load_transcript(path).messages if m.agent == MAIN_AGENT]
+    seen = False
     for end in range(3, len(messages)):
-        if messages[end - 1].role != "user" or messages[end - 2].role != "assistant":
+        observation = messages[end - 1].role == "user" and messages[end - 2].role == "assistant"
+        seen = seen or observation
+        if not seen:
             continue
         text = OfflineCheckpointWriter().build(_request(messages[:end])).text
         line = _next_action(text)

@@ -164,6 +164,32 @@ def test_an_unanswered_user_message_is_named_in_the_closing() -> None:
     assert closing_text(False, user, OpenWork()) == CLOSING_ANSWER_USER.format("")
 
 
+def test_an_agent_acting_through_text_is_mid_loop_not_asked_to_answer_the_user() -> None:
+    # SWE-agent writes its action as a code block and gets the output as a user
+    # message nobody typed: the closing said "the user's latest message … answer it".
+    task = _msg(1, "user", [TextPart(text="Fix the crash")])
+    act = _msg(
+        2, "assistant", [TextPart(text="Reproduce it.\n```\npython r.py\n```")], finish="stop"
+    )
+    output = _msg(3, "user", [TextPart(text="Traceback …", synthetic=True)])
+    again = _msg(4, "assistant", [TextPart(text="Fix it.\n```\nedit 3:4\n```")], finish="stop")
+    for tail in ([task, act, output], [task, act, output, again]):
+        info = compute_last_message_info(tail)
+        assert info is not None
+        assert info.mid_loop, tail[-1].id
+        assert closing_text(True, info, OpenWork()) == (
+            f"{CLOSING_WITH_ACTIVITY}\n\n{AUTONOMOUS_LOOP_REMINDER}"
+        )
+    # The same text with no earlier command answered is an ordinary finished turn, and
+    # a typed reply is the user's.
+    info = compute_last_message_info([task, act])
+    assert info is not None
+    assert not info.mid_loop
+    info = compute_last_message_info([task, act, _msg(3, "user", [TextPart(text="thanks")])])
+    assert info is not None
+    assert not info.mid_loop
+
+
 # ---------------------------------------------------------------- R8.3 per-turn reminder
 
 MEMORY_DIR = "/home/me/.mimo/sessions/ses_0196f3a1b2c3d4Ab3dE9fGh1Jk2Lm"

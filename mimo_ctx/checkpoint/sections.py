@@ -15,7 +15,8 @@ What each section shows:
 2. **Next concrete action** — the first that applies: answer the user's newest
    message when it is the last thing folded; carry on with the stated plan when
    the assistant was mid-loop; act on the output of its last command when an
-   agent acting through text got it back (the newest message); the plan item
+   agent acting through text got it back (the newest message), or await it when
+   that agent's newest text ended with one; the plan item
    in progress, else the next pending one; the first open task of the registry;
    the newest unresolved error; else "nothing is open".
 3. **Directives** — the user's standing instructions, verbatim.
@@ -200,11 +201,12 @@ def _next_action(state: CheckpointState, tasks: Sequence[Task]) -> list[str]:
         )
     elif state.last_finish in {"tool-calls", "tool_calls", "tool_use"} and state.plan_said:
         lines.append(f"- Carry on (mid-task): {state.plan_said}")
-    elif state.observed and state.last_command is not None:
+    elif state.last_command is not None and (state.observed or state.acts_through_text):
         said = f" It said: {state.command_said}" if state.command_said else ""
+        what = "came back; act on it" if state.observed else "has not returned yet: await it"
         lines.append(
             f"- Carry on (mid-task): the output of the assistant's last command "
-            f"`{state.last_command}` came back; act on it.{said}"
+            f"`{state.last_command}` {what}.{said}"
         )
     if doing is not None:
         lines.append(f"- Continue the plan item in progress: {doing.text}")

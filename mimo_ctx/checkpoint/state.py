@@ -220,6 +220,8 @@ class CheckpointState(_Model):
         command_said: The sentence before that command.
         observed: The newest message is the environment's answer to that
             command (a user message with no typed text after it).
+        acts_through_text: Such an answer was seen: the agent acts through
+            text, so a text ending with a command awaits its output.
         diagnose: Index in ``errors`` of the failure awaiting its cause.
         pending: Calls whose result has not arrived yet, by call id.
         carried: Section lines read back from a checkpoint this state did not write.
@@ -251,6 +253,7 @@ class CheckpointState(_Model):
     last_command: str | None = None
     command_said: str = ""
     observed: bool = False
+    acts_through_text: bool = False
     diagnose: int | None = None
     pending: dict[str, _Pending] = Field(default_factory=dict[str, _Pending])
     carried: dict[int, list[str]] = Field(default_factory=dict[int, list[str]])
@@ -343,6 +346,7 @@ def _fold_user(state: CheckpointState, message: Message) -> None:
         state.observed = state.last_command is not None and any(
             isinstance(p, TextPart) and not p.ignored and p.text.strip() for p in message.parts
         )
+        state.acts_through_text = state.acts_through_text or state.observed
         return
     state.observed = False
     quote = _quote(message, text)
