@@ -28,6 +28,7 @@ from mimo_ctx.checkpoint.evidence import (
     signature,
     stated_plan,
     stated_reason,
+    text_command_files,
     trailing_command,
 )
 
@@ -292,3 +293,22 @@ def test_a_sub_agents_report_is_done_work() -> None:
     assert delegation_report("Agent", {"prompt": "Check the schema"}, "The schema has two tables.")
     assert delegation_report("Bash", {"description": "x"}, report) is None
     assert delegation_report("Task", arguments, "## Done\n\nOk.") is None
+
+
+@pytest.mark.parametrize(
+    ("command", "open_file", "found"),
+    [
+        ("open pydicom/handlers/numpy_handler.py 293", None,
+         [("pydicom/handlers/numpy_handler.py", "read")]),
+        ("create reproduce.py", None, [("reproduce.py", "created")]),
+        ("edit 287:295", "src/a.py", [("src/a.py", "edited")]),
+        ("edit 287:295", None, []),
+        ("python reproduce.py", "src/a.py", []),
+        ("find_file numpy_handler.py", None, []),
+        ("submit", "src/a.py", []),
+    ],
+)  # fmt: skip
+def test_a_text_command_names_the_file_it_touches(
+    command: str, open_file: str | None, found: list[tuple[str, str]]
+) -> None:
+    assert text_command_files(command, open_file) == found

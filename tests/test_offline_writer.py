@@ -284,6 +284,16 @@ def test_a14_an_agent_acting_through_text_is_mid_loop_when_its_output_came_back(
     messages.append(message(4, "assistant", "Now fix it.\n```\nedit 3:4\n```"))
     line = _next_action(OfflineCheckpointWriter().build(_request(messages)).text)
     assert "`edit 3:4` has not returned yet" in line, line
+    # Its file commands are file calls: an edit without a path changes the file
+    # opened last.
+    messages = [
+        messages[0],
+        message(2, "assistant", "Look at the handler.\n```\nopen src/handler.py 40\n```"),
+        message(3, "user", "[File: src/handler.py (300 lines total)]", synthetic=True),
+        message(4, "assistant", "Now fix it.\n```\nedit 3:4\n```"),
+    ]
+    files = parse_checkpoint(OfflineCheckpointWriter().build(_request(messages)).text)[6]
+    assert any(line.startswith("- src/handler.py — edited, read") for line in files), files
 
 
 @pytest.mark.parametrize(

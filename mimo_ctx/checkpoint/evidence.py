@@ -39,7 +39,10 @@ in``, ``is configured``, ``has no``, ``not found``, ``does not exist``.
 **Commands in text.** An agent that acts through text (SWE-agent's older
 trajectories) ends its message with the action in a fenced code block: the
 block's first line is its *command*, the sentence before the block what it said
-about it.
+about it. A command whose first word is a file verb of the tool-call rules below
+(``open``/``cat``/``view`` read, ``create`` creates, ``edit``/``insert`` edit)
+touches its first argument with a ``.`` or ``/`` in it; an edit without one, the
+file opened or created last.
 
 **Tool calls.** A call names files through its ``file_path``/``path``/
 ``filename``/``notebook_path``/``file`` argument or, for ``apply_patch``, the
@@ -120,6 +123,7 @@ __all__ = [
     "stated_plan",
     "stated_reason",
     "strings_in",
+    "text_command_files",
     "trailing_command",
 ]
 
@@ -200,6 +204,25 @@ def trailing_command(text: str) -> tuple[str, str] | None:
         return None
     before = sentences("\n".join(lines[:opening]))
     return _cut(body[0], 120), (_cut(before[-1], 300) if before else "")
+
+
+def text_command_files(command: str, open_file: str | None) -> list[tuple[str, FileAction]]:
+    """The file a text command (see :func:`trailing_command`) touches, and how.
+
+    Its first word is the verb, read as a tool name by :func:`file_actions`
+    (``open``/``cat``/``view`` read, ``create`` creates, ``edit``/``insert``/
+    ``str_replace`` edit); the path is its first argument with a ``.`` or ``/`` in
+    it, else, for an edit, ``open_file`` (SWE-agent's ``edit 287:295`` changes the
+    file opened last). ``[]`` for any other command.
+    """
+    words = command.split()
+    if not words:
+        return []
+    path = next((w.strip("\"'") for w in words[1:] if "." in w or "/" in w), None)
+    verb = words[0]
+    if path is None and file_actions(verb, {"path": "x"}) == [("x", "edited")]:
+        path = open_file
+    return file_actions(verb, {"path": path}) if path else []
 
 
 def first_sentence(text: str, limit: int = 200) -> str:

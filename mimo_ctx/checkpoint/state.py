@@ -19,7 +19,8 @@ then ``b`` (with a JSON round trip in between) gives exactly the state folding
   added to the directives;
 * an untyped user message (the environment's output) right after assistant text
   that ended with a command in a code block: the loop is still running (an agent
-  that acts through text, such as SWE-agent, gets its observations so);
+  that acts through text, such as SWE-agent, gets its observations so), and
+  the file its command opens, creates or edits counts as a file call;
 * assistant text: knowledge and decision sentences; its first sentence is the
   stated reason of the calls that follow it (in that message or the next); the
   last stated plan and the last text are kept for "next action" and "current
@@ -69,6 +70,7 @@ from mimo_ctx.checkpoint.evidence import (
     stated_plan,
     stated_reason,
     strings_in,
+    text_command_files,
     trailing_command,
 )
 from mimo_ctx.messages import (
@@ -222,6 +224,8 @@ class CheckpointState(_Model):
             command (a user message with no typed text after it).
         acts_through_text: Such an answer was seen: the agent acts through
             text, so a text ending with a command awaits its output.
+        open_file: The file such an agent opened or created last (its edits
+            without a path change it).
         diagnose: Index in ``errors`` of the failure awaiting its cause.
         pending: Calls whose result has not arrived yet, by call id.
         carried: Section lines read back from a checkpoint this state did not write.
@@ -254,6 +258,7 @@ class CheckpointState(_Model):
     command_said: str = ""
     observed: bool = False
     acts_through_text: bool = False
+    open_file: str | None = None
     diagnose: int | None = None
     pending: dict[str, _Pending] = Field(default_factory=dict[str, _Pending])
     carried: dict[int, list[str]] = Field(default_factory=dict[int, list[str]])
@@ -394,6 +399,11 @@ def _fold_text(state: CheckpointState, text: str) -> None:
     state.conclusion = " ".join(text.split())[:600]
     command = trailing_command(text)
     state.last_command, state.command_said = command if command is not None else (None, "")
+    if command is not None:
+        for path, action in text_command_files(command[0], state.open_file):
+            _fold_files(state, command[0].split()[0], {"path": path}, command[1])
+            if action != "edited":
+                state.open_file = path
     _add_unique(state.knowledge, knowledge_sentences(text))
     _add_unique(state.decisions, decision_sentences(text))
     if state.diagnose is not None and state.diagnose < len(state.errors):
