@@ -333,3 +333,22 @@ def test_sections_stay_within_their_budgets_and_are_deterministic(
         tokens = estimate_text_tokens("\n".join(lines))
         index_only = len(lines) <= 2 and any(line.startswith("- See checkpoint-") for line in lines)
         assert tokens <= budget or index_only, (number, tokens, budget, lines)
+
+
+def test_a_plan_stated_before_the_user_spoke_again_is_not_the_next_action() -> None:
+    # The next action carried on with "Let me check the MCP servers status." after
+    # the user had asked for something else and the assistant was working on it.
+    h = _History()
+    h.user("start the server in the background")
+    h.call("Bash", {"command": "mix phx.server &"}, text="Let me check the MCP servers status.")
+    h.user("scrolling in the terminal still does not work, search the web for it")
+    h.call("WebSearch", {"query": "xterm.js scroll"})
+    action = _bodies(_fold(h.messages))[2]
+    assert action[0].startswith("- Carry on (mid-task) with the user's newest message"), action
+    assert "scrolling in the terminal still does not work" in action[0]
+    assert "MCP" not in " ".join(action)
+    h.call("Read", {"file_path": "/r/term.js"}, text="Let me look at the terminal hook.")
+    assert (
+        _bodies(_fold(h.messages))[2][0]
+        == "- Carry on (mid-task): Let me look at the terminal hook."
+    )

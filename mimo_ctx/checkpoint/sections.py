@@ -14,7 +14,8 @@ What each section shows:
    head and an elision line naming the message for the history tool.
 2. **Next concrete action** — the first that applies: answer the user's newest
    message when it is the last thing folded; carry on with the stated plan when
-   the assistant was mid-loop; act on the output of its last command when an
+   the assistant was mid-loop (a plan stated since the newest typed message;
+   with none, carry on with that message); act on the output of its last command when an
    agent acting through text got it back (the newest message), or await it when
    that agent's newest text ended with one; the plan item
    in progress, else the next pending one; the first open task of the registry;
@@ -180,6 +181,7 @@ def _intent(state: CheckpointState, budget: int) -> list[str]:
 
 # -- §2 ------------------------------------------------------------------------------------
 
+_TOOL_CALL_FINISHES: Final = frozenset({"tool-calls", "tool_calls", "tool_use"})
 _OPEN_TASK_ORDER: Final = ("in_progress", "dispatched", "open", "blocked", "human_review")
 
 
@@ -199,8 +201,14 @@ def _next_action(state: CheckpointState, tasks: Sequence[Task]) -> list[str]:
             f"- Answer the user's newest message (user message {state.last_user.id}): "
             f'"{_one_line(state.last_user.text, 160)}"'
         )
-    elif state.last_finish in {"tool-calls", "tool_calls", "tool_use"} and state.plan_said:
+    elif state.last_finish in _TOOL_CALL_FINISHES and state.plan_said:
         lines.append(f"- Carry on (mid-task): {state.plan_said}")
+    elif state.last_finish in _TOOL_CALL_FINISHES and state.last_user is not None:
+        # Mid-loop on the newest message without a word of plan since it.
+        lines.append(
+            f"- Carry on (mid-task) with the user's newest message (user message "
+            f'{state.last_user.id}): "{_one_line(state.last_user.text, 160)}"'
+        )
     elif state.last_command is not None and (state.observed or state.acts_through_text):
         said = f" It said: {state.command_said}" if state.command_said else ""
         what = "came back; act on it" if state.observed else "has not returned yet: await it"

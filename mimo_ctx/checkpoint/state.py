@@ -215,7 +215,8 @@ class CheckpointState(_Model):
         resources: URLs, ports, branches.
         notes: Open notes (folded ``notes.md`` lines, rejected calls).
         said: The assistant's latest stated reason and the counter it was said at.
-        plan_said: The assistant's latest stated plan.
+        plan_said: The assistant's latest stated plan since the newest typed
+            user message.
         conclusion: The assistant's latest text.
         last_finish: Finish reason of the newest assistant message.
         last_command: The command a text-acting agent's newest text ended with.
@@ -357,6 +358,9 @@ def _fold_user(state: CheckpointState, message: Message) -> None:
     quote = _quote(message, text)
     state.last_user = quote
     state.said = ""
+    # A plan stated before the user spoke again is not what the assistant is doing
+    # about the new message.
+    state.plan_said = None
     if not is_continuation(text):
         if state.request is None:
             state.request = quote
