@@ -312,3 +312,10 @@ def test_a_text_command_names_the_file_it_touches(
     command: str, open_file: str | None, found: list[tuple[str, str]]
 ) -> None:
     assert text_command_files(command, open_file) == found
+
+
+def test_a_sub_agents_report_prefers_a_sentence_that_names_something() -> None:
+    report = "I now have all the information I need. The `opentelemetry_api` package is at 1.5."
+    assert delegation_report("Task", {"description": "Versions"}, report) == (
+        "Versions: The `opentelemetry_api` package is at 1.5."
+    )

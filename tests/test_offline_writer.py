@@ -349,3 +349,21 @@ def test_a14_work_done_by_sub_agents_is_in_current_work(transcripts_dir: Path) -
     done = parse_checkpoint(OfflineCheckpointWriter().build(_request(messages)).text)[5]
     for description in delegated:
         assert any(line.startswith(f"- ✓ Sub-agent {description}: ") for line in done), done
+
+
+def test_a14_the_topic_skips_a_task_templates_lead_in() -> None:
+    # A SWE-agent task opens with "We're currently solving the following issue …
+    # Here's the issue text:" and "ISSUE:": every such session had that as its topic.
+    text = (
+        "We're currently solving the following issue. Here's the issue text:\n"
+        "ISSUE:\nPixel Representation should be optional for the pixel data handler\n"
+        "INSTRUCTIONS:\nSolve it."
+    )
+    message = Message(
+        id="msg_0001", session_id="ses_x", role="user", time_created=1,
+        parts=[TextPart(text=text)],
+    )  # fmt: skip
+    draft = OfflineCheckpointWriter().build(_request([message]))
+    assert draft.text.startswith(
+        "Topic: Pixel Representation should be optional for the pixel data handler\n"
+    )

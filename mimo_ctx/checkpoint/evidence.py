@@ -80,8 +80,8 @@ of the lines before and after it).
 
 **Delegation.** A finished call of a sub-agent tool (``Task``, ``Agent``,
 ``spawn_agent``, ``delegate`` …) is done work: what was delegated (its
-``description``) and the first sentence of five words or more of the
-sub-agent's report.
+``description``) and the first concrete sentence among the first four of five
+words or more of the sub-agent's report (else the first).
 
 **Signatures.** Failures are matched with the later success that fixed them by a
 *signature*: for a shell call, the head of its last ``&&``/``;`` command that is
@@ -749,8 +749,9 @@ def delegation_report(tool: str, arguments: Mapping[str, Any], output: str) -> s
     A delegation tool is Claude Code's ``Task``/``Agent`` or one named ``spawn_agent``,
     ``subagent``, ``delegate``, ``dispatch_agent``; what was delegated is its
     ``description`` (else ``title``/``name``/``task``/``prompt``, cut near 80
-    characters); the report is the first sentence of the output with at least five
-    words (headings and "Perfect!" skipped), cut near 200. ``None`` for other calls
+    characters); the report is the first concrete sentence among the output's
+    first four of at least five words (else the first of them; headings and
+    "Perfect!" skipped), cut near 200. ``None`` for other calls
     or an empty report.
     """
     if _tool_key(tool) not in _DELEGATION_TOOLS:
@@ -759,9 +760,10 @@ def delegation_report(tool: str, arguments: Mapping[str, Any], output: str) -> s
         (v for k in _DELEGATION_LABEL_KEYS if isinstance(v := arguments.get(k), str) and v.strip()),
         None,
     )
-    said = next(
-        (s for s in sentences(output[:20_000]) if len(s.split()) >= _REPORT_MIN_WORDS), None
-    )
+    found = [s for s in sentences(output[:20_000]) if len(s.split()) >= _REPORT_MIN_WORDS]
+    # "I now have all the information needed." says nothing: a sentence that names
+    # something (module rules) is preferred among the first few.
+    said = next((s for s in found[:4] if _concrete(s)), found[0] if found else None)
     if label is None or said is None:
         return None
     return f"{_cut(' '.join(label.split()), 80)}: {_cut(said, 200)}"

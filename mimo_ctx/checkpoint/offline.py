@@ -89,10 +89,18 @@ def render_state(
 
 
 def _topic(state: CheckpointState) -> str:
-    """The task-defining request's first line, else the carried topic or the plan's step."""
+    """The task-defining request's first line that is not a lead-in, else the carried topic.
+
+    A line ending with ``:`` is a lead-in or a label and is skipped (the first line
+    is used when all are); without a request, the carried topic or the plan item
+    in progress.
+    """
     if state.request is not None:
-        first = next((line for line in state.request.text.splitlines() if line.strip()), "")
-        return _fold(first, 100)
+        lines = [line for line in state.request.text.splitlines() if line.strip()]
+        # A lead-in ("Here's the issue text:") or a label ("ISSUE:") names no topic: a
+        # task template's first line that says something does.
+        said = next((line for line in lines if not line.rstrip().endswith(":")), None)
+        return _fold(said or (lines[0] if lines else ""), 100)
     if state.carried_topic:
         return state.carried_topic
     plan = next((i.text for i in state.plan if i.status == "in_progress"), None)
