@@ -352,3 +352,26 @@ def test_a_plan_stated_before_the_user_spoke_again_is_not_the_next_action() -> N
         _bodies(_fold(h.messages))[2][0]
         == "- Carry on (mid-task): Let me look at the terminal hook."
     )
+
+
+def test_a_reason_that_names_the_file_outlives_one_that_does_not() -> None:
+    # The file lines said "Use the underscore prefix for the unused variable:" for the
+    # controller the session built: the latest change's reason, which named nothing.
+    h = _History()
+    h.call(
+        "Write",
+        {"file_path": "/repo/lib/trace_helpers.ex", "content": "x"},
+        text="Now create the trace_helpers.ex module with the span macros.",
+    )
+    h.call(
+        "Edit", {"file_path": "/repo/lib/trace_helpers.ex"}, text="Prefix the unused `tool_call`:"
+    )
+    files = _bodies(_fold(h.messages))[6]
+    assert files[0].endswith("— Create the trace_helpers.ex module with the span macros."), files
+    h.call(
+        "Edit",
+        {"file_path": "/repo/lib/trace_helpers.ex"},
+        text="Let me make `trace_helpers` return the trace id too.",
+    )
+    files = _bodies(_fold(h.messages))[6]
+    assert files[0].endswith("— Make `trace_helpers` return the trace id too."), files

@@ -27,7 +27,8 @@ then ``b`` (with a JSON round trip in between) gives exactly the state folding
   work"; the first concrete sentence after a failure is that failure's cause;
 * a tool call: a plan-tool call replaces the host plan (items that became
   completed are added to what is done); file calls count creations, edits and
-  reads per path with the latest stated reason and the names the changes
+  reads per path with the latest stated reason (one that names the file is
+  kept until another that names it) and the names the changes
   define (not for prose files: ``.md``, ``.txt``, ``.rst``…); a successful
   commit, push, test run with a summary or sub-agent call (its report's first
   sentence) is added to what is done (a passing run right after a passing run of
@@ -536,7 +537,9 @@ def _fold_files(
                 entry.created = True
             else:
                 entry.edits += 1
-            if reason:
+            if reason and (_names_file(reason, path) or not _names_file(entry.reason, path)):
+                # A reason that names the file says why it matters; a later one that
+                # does not ("Fix the quoting:") does not replace it.
                 entry.reason = reason
             if not path.lower().endswith(_PROSE_SUFFIXES):
                 _add_unique(entry.defines, defined_names(arguments))
@@ -544,6 +547,16 @@ def _fold_files(
             changed.append(os.path.basename(path.rstrip("/")) or path)
         entry.touched = state.counter
     return changed
+
+
+def _names_file(text: str, path: str) -> bool:
+    """``text`` names the file: its name, or its stem when that has 4+ characters."""
+    if not text:
+        return False
+    name = os.path.basename(path.rstrip("/")).lower()
+    stem = name.rsplit(".", 1)[0]
+    lowered = text.lower()
+    return bool(name) and (name in lowered or (len(stem) >= 4 and stem in lowered))
 
 
 def _fold_command(state: CheckpointState, command: str, output: str) -> None:
