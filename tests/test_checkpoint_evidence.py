@@ -19,6 +19,7 @@ from mimo_ctx.checkpoint.evidence import (
     error_line,
     file_actions,
     is_continuation,
+    is_vague,
     knowledge_sentences,
     passing_test_run,
     plan_items,
@@ -319,3 +320,12 @@ def test_a_sub_agents_report_prefers_a_sentence_that_names_something() -> None:
     assert delegation_report("Task", {"description": "Versions"}, report) == (
         "Versions: The `opentelemetry_api` package is at 1.5."
     )
+
+
+@pytest.mark.parametrize(
+    ("sentence", "vague"),
+    [("Let me rewrite it to be a macro:", True), ("Fix this properly.", True),
+     ("Let me rewrite `with_span` as a macro.", False), ("Rewrite the helper.", False)],
+)  # fmt: skip
+def test_a_sentence_that_only_points_is_vague(sentence: str, vague: bool) -> None:
+    assert is_vague(sentence) is vague

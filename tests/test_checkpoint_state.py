@@ -375,3 +375,21 @@ def test_a_reason_that_names_the_file_outlives_one_that_does_not() -> None:
     )
     files = _bodies(_fold(h.messages))[6]
     assert files[0].endswith("— Make `trace_helpers` return the trace id too."), files
+
+
+def test_a_decision_that_says_it_gets_the_file_it_was_about() -> None:
+    # Design decisions read "Let me rewrite it to be a macro:" with nothing saying
+    # what "it" was.
+    h = _History()
+    h.call(
+        "Edit",
+        {"file_path": "/repo/lib/trace_helpers.ex"},
+        text="The do block is passed as an argument. Let me rewrite it to be a macro:",
+    )
+    h.call("Edit", {"file_path": "/repo/lib/other.ex"})
+    assert _bodies(_fold(h.messages))[10] == [
+        "- Let me rewrite it to be a macro (trace_helpers.ex)"
+    ]
+    h.say("I chose to keep `TraceStore` in memory.")
+    h.call("Edit", {"file_path": "/repo/lib/store.ex"})
+    assert _bodies(_fold(h.messages))[10][1] == "- I chose to keep `TraceStore` in memory."

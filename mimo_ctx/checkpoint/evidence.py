@@ -36,6 +36,10 @@ not``, ``can't``/``cannot``, ``requires``, ``needs``, ``must``, ``only``,
 ``expects``, ``returns``, ``because``, ``turns out``, ``root cause``, ``is defined``, ``lives
 in``, ``is configured``, ``has no``, ``not found``, ``does not exist``.
 
+A decision that names nothing and points with a pronoun (``it``, ``this``,
+``that``, ``them``…: "Let me rewrite it to be a macro") is *vague*: the file the
+next file change touches is added to it in parentheses.
+
 **Commands in text.** An agent that acts through text (SWE-agent's older
 trajectories) ends its message with the action in a fenced code block: the
 block's first line is its *command*, the sentence before the block what it said
@@ -113,6 +117,7 @@ __all__ = [
     "file_actions",
     "first_sentence",
     "is_continuation",
+    "is_vague",
     "knowledge_sentences",
     "passing_test_run",
     "plan_items",
@@ -359,6 +364,14 @@ _MAX_CHARS: Final = 260
 
 def _concrete(sentence: str) -> bool:
     return _CONCRETE.search(sentence) is not None
+
+
+_PRONOUN = re.compile(r"\b(?:it|this|that|them|these|those)\b", re.IGNORECASE)
+
+
+def is_vague(sentence: str) -> bool:
+    """True when ``sentence`` names nothing concrete and points with a pronoun (it, this…)."""
+    return not _concrete(sentence) and _PRONOUN.search(sentence) is not None
 
 
 def _candidate(sentence: str) -> bool:

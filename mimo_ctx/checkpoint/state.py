@@ -21,8 +21,9 @@ then ``b`` (with a JSON round trip in between) gives exactly the state folding
   that ended with a command in a code block: the loop is still running (an agent
   that acts through text, such as SWE-agent, gets its observations so), and
   the file its command opens, creates or edits counts as a file call;
-* assistant text: knowledge and decision sentences; its first sentence is the
-  stated reason of the calls that follow it (in that message or the next); the
+* assistant text: knowledge and decision sentences (a decision that names
+  nothing and says "it"/"this" gets the file the next file change touches); its
+  first sentence is the stated reason of the calls that follow it (in that message or the next); the
   last stated plan and the last text are kept for "next action" and "current
   work"; the first concrete sentence after a failure is that failure's cause;
 * a tool call: a plan-tool call replaces the host plan (items that became
@@ -62,6 +63,7 @@ from mimo_ctx.checkpoint.evidence import (
     error_line,
     file_actions,
     is_continuation,
+    is_vague,
     knowledge_sentences,
     passing_test_run,
     plan_items,
@@ -228,6 +230,8 @@ class CheckpointState(_Model):
             text, so a text ending with a command awaits its output.
         open_file: The file such an agent opened or created last (its edits
             without a path change it).
+        vague: How many of the newest decisions name nothing yet: the next file
+            change (before more assistant text) names its file in them.
         diagnose: Index in ``errors`` of the failure awaiting its cause.
         pending: Calls whose result has not arrived yet, by call id.
         carried: Section lines read back from a checkpoint this state did not write.
@@ -261,6 +265,7 @@ class CheckpointState(_Model):
     observed: bool = False
     acts_through_text: bool = False
     open_file: str | None = None
+    vague: int = 0
     diagnose: int | None = None
     pending: dict[str, _Pending] = Field(default_factory=dict[str, _Pending])
     carried: dict[int, list[str]] = Field(default_factory=dict[int, list[str]])
@@ -410,7 +415,10 @@ def _fold_text(state: CheckpointState, text: str) -> None:
             if action != "edited":
                 state.open_file = path
     _add_unique(state.knowledge, knowledge_sentences(text))
+    before = len(state.decisions)
     _add_unique(state.decisions, decision_sentences(text))
+    added = state.decisions[before:]
+    state.vague = len(added) if added and all(is_vague(d) for d in added) else 0
     if state.diagnose is not None and state.diagnose < len(state.errors):
         entry = state.errors[state.diagnose]
         found = knowledge_sentences(text) or decision_sentences(text)
@@ -471,6 +479,12 @@ def _fold_call(
     if report is not None:
         state.done.append(f"Sub-agent {report}")
     changed = _fold_files(state, tool, arguments, reason)
+    if changed and state.vague:
+        # "Let me rewrite it to be a macro:" says what "it" is only with the file.
+        count = min(state.vague, len(state.decisions))
+        for index in range(len(state.decisions) - count, len(state.decisions)):
+            state.decisions[index] = f"{state.decisions[index].rstrip(' :')} ({changed[0]})"
+        state.vague = 0
     key = signature(tool, arguments)
     open_errors = [e for e in state.errors if e.status == "unresolved"]
     if changed and open_errors:
