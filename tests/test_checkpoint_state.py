@@ -393,3 +393,20 @@ def test_a_decision_that_says_it_gets_the_file_it_was_about() -> None:
     h.say("I chose to keep `TraceStore` in memory.")
     h.call("Edit", {"file_path": "/repo/lib/store.ex"})
     assert _bodies(_fold(h.messages))[10][1] == "- I chose to keep `TraceStore` in memory."
+
+
+def test_a_typed_message_followed_only_by_untyped_text_is_still_to_answer() -> None:
+    # "/init" and then the command's expansion (a user message nobody typed): the next
+    # action read "(none)" because the newest message folded was not the typed one.
+    h = _History()
+    typed = h.user("/init")
+    h.messages.append(
+        h.messages[-1].model_copy(
+            update={
+                "id": typed.id + "x",
+                "parts": [TextPart(text="Please analyze this codebase.", synthetic=True)],
+            }
+        )
+    )
+    action = _bodies(_fold(h.messages))[2]
+    assert action[0].startswith(f"- Answer the user's newest message (user message {typed.id})")

@@ -13,7 +13,7 @@ What each section shows:
    it is a continuation. A quote longer than its share of the budget keeps its
    head and an elision line naming the message for the history tool.
 2. **Next concrete action** — the first that applies: answer the user's newest
-   message when it is the last thing folded; carry on with the stated plan when
+   message when no assistant message came after it; carry on with the stated plan when
    the assistant was mid-loop (a plan stated since the newest typed message;
    with none, carry on with that message); act on the output of its last command when an
    agent acting through text got it back (the newest message), or await it when
@@ -195,7 +195,9 @@ def _next_action(state: CheckpointState, tasks: Sequence[Task]) -> list[str]:
     )
     unresolved = [e for e in state.errors if e.status == "unresolved"]
     lines: list[str] = []
-    last_user_last = state.last_user is not None and state.last_user.id == state.upto
+    last_user_last = state.last_user is not None and (
+        state.unanswered or state.last_user.id == state.upto
+    )
     if last_user_last and state.last_user is not None:
         lines.append(
             f"- Answer the user's newest message (user message {state.last_user.id}): "

@@ -230,6 +230,9 @@ class CheckpointState(_Model):
             text, so a text ending with a command awaits its output.
         open_file: The file such an agent opened or created last (its edits
             without a path change it).
+        unanswered: No assistant message came after the newest typed user
+            message (untyped user text after it, a command's expansion, does not
+            answer it).
         vague: How many of the newest decisions name nothing yet: the next file
             change (before more assistant text) names its file in them.
         diagnose: Index in ``errors`` of the failure awaiting its cause.
@@ -266,6 +269,7 @@ class CheckpointState(_Model):
     acts_through_text: bool = False
     open_file: str | None = None
     vague: int = 0
+    unanswered: bool = False
     diagnose: int | None = None
     pending: dict[str, _Pending] = Field(default_factory=dict[str, _Pending])
     carried: dict[int, list[str]] = Field(default_factory=dict[int, list[str]])
@@ -361,6 +365,7 @@ def _fold_user(state: CheckpointState, message: Message) -> None:
         state.acts_through_text = state.acts_through_text or state.observed
         return
     state.observed = False
+    state.unanswered = True
     quote = _quote(message, text)
     state.last_user = quote
     state.said = ""
@@ -378,6 +383,7 @@ def _fold_user(state: CheckpointState, message: Message) -> None:
 def _fold_assistant(state: CheckpointState, message: Message) -> None:
     state.last_finish = message.finish
     state.observed = False
+    state.unanswered = False
     for part in message.parts:
         if isinstance(part, TextPart) and not part.ignored and part.text.strip():
             _fold_text(state, part.text)
