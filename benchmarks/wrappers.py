@@ -1,7 +1,8 @@
 """Wrappers and integrations: the per-call overhead of mimo_ctx against the bare call.
 
-For each way in (``wrap_openai`` chat completions, ``wrap_anthropic``
-messages, the pydantic-ai capability, the LangChain middleware) and each host
+For each way in (``wrap_openai`` chat completions, plain and streamed, and
+Responses; ``wrap_anthropic`` messages, plain and through ``messages.stream()``;
+the pydantic-ai capability; the LangChain middleware) and each host
 history of 100, 1,000 and 5,000 messages, a host runs its usual turn: it sends
 its whole list, appends the answer and its next message, sends again. The bare
 call (the same SDK client, agent or graph without mimo_ctx) and the managed call
@@ -20,6 +21,7 @@ per-pair differences). Targets (issue 16): the overhead at 5,000 messages within
 
 from __future__ import annotations
 
+import json
 import shutil
 import statistics
 import tempfile
@@ -42,9 +44,18 @@ TITLE = "Wrappers and integrations: per-call overhead against the bare call"
 
 SIZES = (100, 1_000, 5_000)
 QUICK_SIZES = (20, 40)
-SAMPLES = 21
+SAMPLES = 31
 QUICK_SAMPLES = 3
-WAYS = ("openai", "anthropic", "pydantic-ai", "langchain")
+WAYS = (
+    "openai",
+    "openai stream",
+    "openai responses",
+    "anthropic",
+    "anthropic stream",
+    "pydantic-ai",
+    "langchain",
+)
+_SDK_WAYS = frozenset(w for w in WAYS if w.startswith(("openai", "anthropic")))
 _TEXT = "Read the module, then explain what its public functions do and why. " * 3
 _LIMITS = ModelLimits(10_000_000, input_limit=10_000_000)
 
@@ -120,14 +131,125 @@ def _anthropic_answer(number: int) -> dict[str, Any]:
     }
 
 
-def _transport(answer: Callable[[int], dict[str, Any]]) -> Any:
+def _responses_answer(number: int) -> dict[str, Any]:
+    text = {"type": "output_text", "text": f"Reply {number}.", "annotations": [], "logprobs": []}
+    return {
+        "id": f"resp_{number}",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "model": "gpt-test",
+        "output": [
+            {
+                "type": "message",
+                "id": f"msg_{number}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [text],
+            }
+        ],
+        "parallel_tool_calls": True,
+        "temperature": 1.0,
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "usage": {
+            "input_tokens": 100,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 5,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 105,
+        },
+    }
+
+
+def _sse(data: dict[str, Any] | str, event: str | None = None) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+def _openai_stream(number: int) -> bytes:
+    """A Chat Completions stream of the answer: role, two text pieces, finish, [DONE]."""
+    base = {
+        "id": f"chatcmpl-{number}",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": "gpt-test",
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return _sse({**base, "choices": [choice]})
+
+    return b"".join(
+        [
+            chunk({"role": "assistant", "content": ""}),
+            chunk({"content": "Reply "}),
+            chunk({"content": f"{number}."}),
+            chunk({}, "stop"),
+            _sse("[DONE]"),
+        ]
+    )
+
+
+def _anthropic_stream(number: int) -> bytes:
+    """A Messages stream of the answer: start, one text block in two deltas, delta, stop."""
+    start = {**_anthropic_answer(number), "content": [], "stop_reason": None}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "Reply "},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": f"{number}."},
+            },
+        ),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 5},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return b"".join(_sse(data, event) for event, data in events)
+
+
+def _transport(answer: Callable[[int], dict[str, Any] | bytes]) -> Any:
     import httpx2
 
     counter = [0]
 
     def handler(request: httpx2.Request) -> httpx2.Response:
         counter[0] += 1
-        return httpx2.Response(200, json=answer(counter[0]))
+        body = answer(counter[0])
+        if isinstance(body, bytes):
+            return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+        return httpx2.Response(200, json=body)
 
     return httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
 
@@ -161,6 +283,42 @@ def _anthropic_history(size: int) -> list[dict[str, Any]]:
     return out[:size] if out[min(size, len(out)) - 1]["role"] == "assistant" else out[: size - 1]
 
 
+def _responses_history(size: int) -> list[dict[str, Any]]:
+    """The chat history of :func:`_openai_history` as Responses input items."""
+    out: list[dict[str, Any]] = []
+    for message in _openai_history(size):
+        if message["role"] == "tool":
+            out.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message["tool_call_id"],
+                    "output": message["content"],
+                }
+            )
+        elif message.get("tool_calls"):
+            for call in message["tool_calls"]:
+                out.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call["id"],
+                        "name": call["function"]["name"],
+                        "arguments": call["function"]["arguments"],
+                    }
+                )
+        else:
+            out.append({"role": message["role"], "content": message["content"]})
+    return out
+
+
+async def _drain_chat(stream: Any) -> str:
+    """Read a Chat Completions stream to its end, as a host does; its text."""
+    text = ""
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+    return text
+
+
 async def _sdk_way(way: str, size: int, samples: int, root: Path) -> _Pair:
     import anthropic
     import openai
@@ -168,48 +326,81 @@ async def _sdk_way(way: str, size: int, samples: int, root: Path) -> _Pair:
     from mimo_ctx.providers import wrap_anthropic, wrap_openai
 
     store = await SQLiteStore.open(root / f"{way}-{size}.db")
+    session = f"ses-{way.replace(' ', '-')}-{size}"
     try:
         async with ContextMiddleware(store, root / "memory", model=_LIMITS) as mw:
-            if way == "openai":
+            if way.startswith("openai"):
+                answer = {
+                    "openai": _openai_answer,
+                    "openai stream": _openai_stream,
+                    "openai responses": _responses_answer,
+                }[way]
                 raw: Any = openai.AsyncOpenAI(
                     api_key="sk",
                     base_url="http://fake/v1",
                     max_retries=0,
-                    http_client=_transport(_openai_answer),
+                    http_client=_transport(answer),
                 )
-                managed: Any = wrap_openai(raw, mw, session_id=f"ses-{way}-{size}")
-                host: list[Any] = _openai_history(size)
-
-                async def bare_call() -> Any:
-                    return await raw.chat.completions.create(model="gpt-test", messages=host)
-
-                async def managed_call() -> Any:
-                    return await managed.chat.completions.create(model="gpt-test", messages=host)
-
-                def answer_of(reply: Any) -> Any:
-                    return {"role": "assistant", "content": reply.choices[0].message.content}
+                managed: Any = wrap_openai(raw, mw, session_id=session)
             else:
+                answer = _anthropic_stream if way == "anthropic stream" else _anthropic_answer
                 raw = anthropic.AsyncAnthropic(
                     api_key="sk",
                     base_url="http://fake",
                     max_retries=0,
-                    http_client=_transport(_anthropic_answer),
+                    http_client=_transport(answer),
                 )
-                managed = wrap_anthropic(raw, mw, session_id=f"ses-{way}-{size}")
+                managed = wrap_anthropic(raw, mw, session_id=session)
+            host: list[Any]
+            call: Callable[[Any], Awaitable[Any]]
+            if way == "openai":
+                host = _openai_history(size)
+
+                async def call(client: Any) -> Any:
+                    reply = await client.chat.completions.create(model="gpt-test", messages=host)
+                    return reply.choices[0].message.content
+            elif way == "openai stream":
+                host = _openai_history(size)
+
+                async def call(client: Any) -> Any:
+                    stream = await client.chat.completions.create(
+                        model="gpt-test", messages=host, stream=True
+                    )
+                    return await _drain_chat(stream)
+            elif way == "openai responses":
+                host = _responses_history(size)
+
+                async def call(client: Any) -> Any:
+                    reply = await client.responses.create(model="gpt-test", input=host)
+                    return reply.output_text
+            elif way == "anthropic":
                 host = _anthropic_history(size)
 
-                async def bare_call() -> Any:
-                    return await raw.messages.create(
+                async def call(client: Any) -> Any:
+                    reply = await client.messages.create(
                         model="claude-test", max_tokens=64, messages=host
                     )
+                    return reply.content[0].text
+            else:
+                host = _anthropic_history(size)
 
-                async def managed_call() -> Any:
-                    return await managed.messages.create(
+                async def call(client: Any) -> Any:
+                    async with client.messages.stream(
                         model="claude-test", max_tokens=64, messages=host
-                    )
+                    ) as stream:
+                        async for _ in stream.text_stream:
+                            pass
+                        final = await stream.get_final_message()
+                    return final.content[0].text
 
-                def answer_of(reply: Any) -> Any:
-                    return {"role": "assistant", "content": reply.content[0].text}
+            async def bare_call() -> Any:
+                return await call(raw)
+
+            async def managed_call() -> Any:
+                return await call(managed)
+
+            def answer_of(text: Any) -> Any:
+                return {"role": "assistant", "content": text}
 
             return await _pairs(host, bare_call, managed_call, answer_of, samples)
     finally:
@@ -478,9 +669,10 @@ async def _measure(quick: bool) -> dict[str, dict[int, _Pair]]:
         for way in WAYS:
             out[way] = {}
             for size in sizes:
-                if way in ("openai", "anthropic"):
+                if way in _SDK_WAYS:
                     out[way][size] = await _sdk_way(way, size, samples, root)
-                    out[way][size].alone = await _alone(way, size, samples, root)
+                    if way in ("openai", "anthropic"):
+                        out[way][size].alone = await _alone(way, size, samples, root)
                 elif way == "pydantic-ai":
                     out[way][size] = await _pydantic_ai_way(size, samples, root)
                 else:

@@ -8,9 +8,13 @@ the pure modules may use them. The async helpers are in :mod:`mimo_ctx._aio`.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from typing import TypeVar
 
-__all__ = ["ago", "now_ms", "one_line", "package_version"]
+_T = TypeVar("_T")
+
+__all__ = ["ago", "follow_copy", "now_ms", "one_line", "package_version"]
 
 _DISTRIBUTION = "mimo-ctx"
 
@@ -18,6 +22,30 @@ _DISTRIBUTION = "mimo-ctx"
 def now_ms() -> int:
     """The wall clock in Unix milliseconds (the unit of every stored time)."""
     return time.time_ns() // 1_000_000
+
+
+def follow_copy(mine: list[_T], known: int, new: Sequence[_T]) -> tuple[int, bool]:
+    """Compare a list a caller sends again and again (append-mostly) with one's own copy.
+
+    ``mine[:known]`` is the copy of the last list (entries after ``known`` are left by a
+    call that failed, and dropped). Returns how many leading items of ``new`` are those
+    (the same objects, or equal), and whether ``mine`` now is a copy of all of ``new``.
+    A list that only grew costs O(new items): the copy is extended in place and compared
+    with ``new`` as lists of one length, identities first, touching no item; no copy of
+    the whole list is made. Otherwise ``mine`` is left as the old copy.
+    """
+    del mine[known:]
+    if isinstance(new, list) and known <= len(new):
+        mine.extend(new[known:])
+        if mine == new:
+            return known, True
+        del mine[known:]
+    count = 0
+    for a, b in zip(new, mine, strict=False):
+        if a is not b and a != b:
+            break
+        count += 1
+    return count, False
 
 
 def one_line(text: str) -> str:

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 import anyio
 
+from mimo_ctx._util import follow_copy
 from mimo_ctx.convert import MessageDraft, build_messages
 from mimo_ctx.errors import ConversationMismatchError, StoreError
 from mimo_ctx.messages import Message, Part, ToolPart, ToolResultPart
@@ -117,13 +118,18 @@ class Reconciled:
 
 @dataclass(slots=True)
 class _Seen:
-    """The last host list: its items (kept as they are), fingerprints, chains and seed."""
+    """The last host list: its items (kept as they are), fingerprints, chains and seed.
+
+    ``items`` is the reconciler's own list, extended in place by the next call
+    (:meth:`HostHistory._snapshot`); its first ``size`` entries are the last list.
+    """
 
     items: list[object]
     fingerprints: list[str | None]
     chains: list[str | None]
     seed: str
     skipped: list[int]
+    size: int
 
 
 class HostHistory:
@@ -236,9 +242,8 @@ class HostHistory:
             InvalidRequestError: ``convert`` rejected an item; nothing was stored.
             StoreError: The store failed, or other workers kept winning the race.
         """
-        host: list[object] = list(items)
         async with self.lock:
-            same = self._unchanged(host)
+            host, same = self._snapshot(items)
             fingerprints = _prefix(self._seen.fingerprints if self._seen is not None else [], same)
             fingerprints.extend(fingerprint(item) for item in items[same:])
             typed_convert: Callable[[Sequence[object]], Sequence[MessageDraft]] = convert  # type: ignore[assignment]
@@ -252,20 +257,15 @@ class HostHistory:
             f"gave up after {_RETRIES} attempts"
         )
 
-    def _unchanged(self, host: list[object]) -> int:
-        """How many leading host items are the ones (or equal to the ones) seen last time."""
+    def _snapshot(self, items: Sequence[object]) -> tuple[list[object], int]:
+        """This call's own copy of the host's list, and how many leading items are the
+        ones (or equal to the ones) the last call saw: O(new items) for a host list
+        that only grew (:func:`~mimo_ctx._util.follow_copy`)."""
         seen = self._seen
         if seen is None:
-            return 0
-        known = len(seen.items)
-        if known <= len(host) and host[:known] == seen.items:  # C speed, identity first
-            return known
-        count = 0
-        for new, old in zip(host, seen.items, strict=False):
-            if new is not old and new != old:
-                break
-            count += 1
-        return count
+            return list(items), 0
+        same, current = follow_copy(seen.items, seen.size, items)
+        return (seen.items if current else list(items)), same
 
     def _chains(self, same: int, fingerprints: list[str | None]) -> tuple[list[str | None], str]:
         """The chain of every host item, and the parent of the first history item."""
@@ -344,7 +344,7 @@ class HostHistory:
         while end and chains[end - 1] is None:
             end -= 1
         if not end:
-            self._seen = _Seen(host, fingerprints, chains, seed, skipped)
+            self._seen = _Seen(host, fingerprints, chains, seed, skipped, len(host))
             return Reconciled(head=None, chains=chains, skipped=skipped, unchanged=same)
         head = chains[end - 1]
         assert head is not None
@@ -387,7 +387,7 @@ class HostHistory:
             for node in nodes:
                 self._nodes[node.chain] = node
             self._set_head(head)
-        self._seen = _Seen(host, fingerprints, chains, seed, skipped)
+        self._seen = _Seen(host, fingerprints, chains, seed, skipped, len(host))
         return Reconciled(
             head=head,
             chains=chains,

@@ -16,7 +16,7 @@ import pytest
 
 from mimo_ctx._util import now_ms
 from mimo_ctx.convert import MessageDraft
-from mimo_ctx.errors import ConversationMismatchError
+from mimo_ctx.errors import ConversationMismatchError, InvalidRequestError
 from mimo_ctx.messages import (
     Message,
     TextPart,
@@ -165,6 +165,51 @@ async def test_a_call_fingerprints_only_the_messages_it_has_not_seen(tmp_path: P
         done = await history.reconcile(host, fingerprint=counting, convert=_convert)
         assert seen == [("user", "new")]
         assert _texts(done.appended) == ["new"]
+
+
+async def test_a_host_list_grown_in_place_fingerprints_only_what_is_new(tmp_path: Path) -> None:
+    """A host that appends to one list object: each call fingerprints the new items only, and
+    an item replaced in place is still seen (the reconciler compares with its own copy)."""
+    seen: list[Item] = []
+
+    def counting(item: Item) -> str | None:
+        seen.append(item)
+        return _fp(item)
+
+    async with _middleware(tmp_path) as mw:
+        history = mw.host_history(SID)
+        host: list[Item] = [("user", f"m{i}") for i in range(100)]
+        await history.reconcile(host, fingerprint=counting, convert=_convert)
+        for turn in range(3):
+            seen.clear()
+            host.append(("user", f"more {turn}"))
+            done = await history.reconcile(host, fingerprint=counting, convert=_convert)
+            assert seen == [("user", f"more {turn}")]
+            assert _texts(done.appended) == [f"more {turn}"]
+        host[50] = ("user", "edited")  # the same list, one item replaced
+        seen.clear()
+        done = await history.reconcile(host, fingerprint=counting, convert=_convert)
+        assert seen[0] == ("user", "edited")
+        assert done.unchanged == 50
+        assert "edited" in _texts(done.appended)
+
+
+async def test_a_call_that_failed_leaves_the_next_call_right(tmp_path: Path) -> None:
+    def strict(run: Sequence[Item]) -> list[MessageDraft]:
+        if any(text == "bad" for _, text in run):
+            raise InvalidRequestError("a bad message")
+        return _convert(run)
+
+    async with _middleware(tmp_path) as mw:
+        history = mw.host_history(SID)
+        host: list[Item] = [("user", "a"), ("assistant", "b")]
+        await history.reconcile(host, fingerprint=_fp, convert=strict)
+        with pytest.raises(InvalidRequestError, match="bad"):
+            await history.reconcile([*host, ("user", "bad")], fingerprint=_fp, convert=strict)
+        done = await history.reconcile([*host, ("user", "good")], fingerprint=_fp, convert=strict)
+        assert done.unchanged == 2
+        assert _texts(done.appended) == ["good"]
+        assert _texts(await mw.store.list_messages(SID)) == ["a", "b", "good"]
 
 
 async def test_two_middlewares_on_one_store_serve_alternate_turns(tmp_path: Path) -> None:

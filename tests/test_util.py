@@ -5,12 +5,13 @@ from __future__ import annotations
 import importlib.metadata
 import io
 import time
+from collections.abc import Sequence
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 import mimo_ctx
-from mimo_ctx._util import ago, now_ms, one_line
+from mimo_ctx._util import ago, follow_copy, now_ms, one_line
 from mimo_ctx.cli import main
 
 
@@ -49,3 +50,27 @@ def test_ago_picks_the_largest_whole_unit() -> None:
     assert ago(86_399_999) == "23h ago"
     assert ago(86_400_000) == "1d ago"
     assert ago(10 * 86_400_000) == "10d ago"
+
+
+@given(
+    old=st.lists(st.integers(0, 3), max_size=12),
+    failed=st.lists(st.integers(0, 3), max_size=3),
+    cut=st.integers(0, 12),
+    tail=st.lists(st.integers(0, 3), max_size=5),
+    as_tuple=st.booleans(),
+)
+def test_follow_copy_finds_the_common_prefix(
+    old: list[int], failed: list[int], cut: int, tail: list[int], as_tuple: bool
+) -> None:
+    """The count is the longest common prefix with the last list; the copy is the new list
+    exactly when it says so, else still the last list (what a failed call left is dropped)."""
+    mine = [*old, *failed]
+    new_list = [*old[:cut], *tail]
+    new: Sequence[int] = tuple(new_list) if as_tuple else new_list
+    count, current = follow_copy(mine, len(old), new)
+    expected = 0
+    while expected < min(len(old), len(new)) and old[expected] == new[expected]:
+        expected += 1
+    assert count == expected
+    assert mine == (new_list if current else old)
+    assert current == (not as_tuple and count == len(old))

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from mimo_ctx._util import follow_copy
 from mimo_ctx.messages import CheckpointPart, CompactionPart, Message, Part, TextPart
 from mimo_ctx.providers.validate import RequestFormat, RequestValidator, ValidatorMark
 from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER, COMPACTION_SUMMARY_HEADER
@@ -99,7 +100,9 @@ class PayloadBuilder:
         self._convert = convert
         self._merges_fn = merges
         self._mark = mark
-        self._messages: list[Message] = []
+        self._messages: list[Message] = []  # the builder's own copy of the last view
+        self._size = 0  # how many of them the last build covered (a failed one may add more)
+        self._current = False  # the copy was extended to the view being built
         self._boundary: str | None = None
         self._key: object = None
         self._entries: list[Any] = []
@@ -127,10 +130,9 @@ class PayloadBuilder:
         Raises:
             InvalidRequestError: The payload breaks the provider's rules.
         """
+        self._current = False
         same = (
-            0
-            if boundary_id != self._boundary or key != self._key
-            else _common_prefix(messages, self._messages)
+            0 if boundary_id != self._boundary or key != self._key else self._same_prefix(messages)
         )
         batches = self._batches
         while batches and batches[-1].end > same:
@@ -167,8 +169,9 @@ class PayloadBuilder:
             batches.append(_Batch(start, len(messages), len(self._entries), after))
             if len(batches) > _KEEP_MARKS:
                 batches[-_KEEP_MARKS - 1].mark = None
-        # Kept, not copied: the view's list is built for this call and not changed after.
-        self._messages = messages if isinstance(messages, list) else list(messages)
+        if not self._current:
+            self._messages = list(messages)
+        self._size = len(messages)
         self._boundary = boundary_id
         self._key = key
         self.converted = len(run)
@@ -183,23 +186,16 @@ class PayloadBuilder:
             and merges(self._entries[kept - 1], fresh[0])
         )
 
+    def _same_prefix(self, messages: Sequence[Message]) -> int:
+        """How many leading messages of ``messages`` are the ones (or equal to the ones)
+        of the last build: O(new messages) for a view that only grew
+        (:func:`~mimo_ctx._util.follow_copy`)."""
+        same, self._current = follow_copy(self._messages, self._size, messages)
+        return same
+
     def _forget(self) -> None:
         self._messages, self._entries, self._batches = [], [], []
+        self._size = 0
         self._boundary = None
         if self._validator is not None:
             self._validator.reset(self._start)
-
-
-def _common_prefix(new: Sequence[Message], old: Sequence[Message]) -> int:
-    """How many leading messages of ``new`` are the very objects of ``old``."""
-    known = len(old)
-    # C speed, identity first; messages equal without being the same object convert
-    # to the same entries, so taking them as the same is right too.
-    if known <= len(new) and list(new[:known]) == old:
-        return known
-    count = 0
-    for a, b in zip(new, old, strict=False):
-        if a is not b and a != b:
-            break
-        count += 1
-    return count

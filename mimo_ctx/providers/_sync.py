@@ -418,7 +418,8 @@ class SessionBinding:
             prefix: The system items -> (system prompt, tools) of a session this
                 call creates.
         """
-        host = list(items)
+        # Not copied (O(new) per call): the reconciler takes its own copy of what it keeps.
+        host = items
         session_id = self.session_id
         first: str | None = None
         if self.conversations == "per-first-message":
@@ -439,7 +440,7 @@ class SessionBinding:
     async def _sync(
         self,
         session_id: str,
-        host: list[_T],
+        host: Sequence[_T],
         fingerprint: Callable[[_T], str | None],
         convert: Callable[[Sequence[_T]], Sequence[MessageDraft]],
         prefix: Callable[[Sequence[_T]], tuple[str, Sequence[dict[str, Any]]]],

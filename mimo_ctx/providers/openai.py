@@ -475,8 +475,28 @@ def _responses_assistant(
     return items
 
 
+def _responses_shorthand(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Message items of one plain text with the text as their content (the API's
+    shorthand, what hosts send): the same request, far less for the SDK to walk."""
+    for index, item in enumerate(items):
+        if item.get("type") != "message" or len(item["content"]) != 1:
+            continue
+        part = item["content"][0]
+        role = item["role"]
+        if role == "user" and part.keys() == {"type", "text"} and part["type"] == "input_text":
+            items[index] = {"role": "user", "content": part["text"]}
+        elif (
+            role == "assistant"
+            and part.keys() == {"type", "text", "annotations"}
+            and part["type"] == "output_text"
+            and not part["annotations"]
+        ):
+            items[index] = {"role": "assistant", "content": part["text"]}
+    return items
+
+
 def to_openai_responses(
-    messages: Sequence[Message], *, system: str | None = None
+    messages: Sequence[Message], *, system: str | None = None, shorthand: bool = False
 ) -> list[dict[str, Any]]:
     """Internal history -> Responses API ``input`` items (see the module docs).
 
@@ -484,6 +504,10 @@ def to_openai_responses(
         messages: The history to send, oldest first.
         system: System prompt, sent first as a ``system`` message item when not
             empty (or pass it as ``instructions=`` and leave this None).
+        shorthand: A user or assistant message of one plain text is sent as
+            ``{"role": ..., "content": "<text>"}`` (the API's shorthand; what hosts
+            send): the same request, and the OpenAI SDK's request building walks a
+            third of the structure.
 
     Returns:
         The ``input`` list, valid for :func:`~mimo_ctx.providers.validate.validate_request`
@@ -508,7 +532,7 @@ def to_openai_responses(
             content = _responses_user_content(message.parts, boundary=message.id in boundaries)
             if content:
                 out.append({"type": "message", "role": "user", "content": content})
-    return out
+    return _responses_shorthand(out) if shorthand else out
 
 
 # --------------------------------------------------------------------------- #

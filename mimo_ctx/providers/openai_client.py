@@ -695,7 +695,9 @@ class _Responses:
             items, fingerprint=_responses_item_fingerprint, convert=_responses_drafts, prefix=prefix
         )
         streaming = kwargs.get("stream") is True
-        builder = turn.builder("openai-responses", lambda run, previous: to_openai_responses(run))
+        builder = turn.builder(
+            "openai-responses", lambda run, previous: to_openai_responses(run, shorthand=True)
+        )
 
         def build(view: RequestView) -> dict[str, Any]:
             converted = builder.build(view.messages, view.boundary_id)

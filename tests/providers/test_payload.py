@@ -179,3 +179,62 @@ def test_validator_fed_in_pieces_equals_the_whole_check(kinds: list[int], cut: i
     except InvalidRequestError as exc:
         pieces = str(exc)
     assert pieces == whole
+
+
+def test_a_view_list_changed_in_place_after_a_build_is_seen() -> None:
+    """The builder compares with its own copy of the last view, not the caller's list."""
+    convert, _ = FORMATS["openai-chat"]
+    builder = PayloadBuilder("openai-chat", convert)
+    view = apply_send_rules([m for n in range(4) for m in _turn(n, "text")])
+    builder.build(view, None)
+    view[2] = view[2].model_copy(update={"parts": [TextPart(text="edited")]})
+    assert builder.build(view, None) == convert(view, None)
+    view.extend(apply_send_rules(_turn(4, "text")))
+    assert builder.build(view, None) == convert(view, None)
+    assert builder.converted == 2
+
+
+def test_a_build_that_failed_after_growing_leaves_the_next_one_right() -> None:
+    convert, _ = FORMATS["openai-chat"]
+    failing = [True]
+
+    def flaky(run: Any, previous: Any) -> list[Any]:
+        if failing[0] and any(m.parts and getattr(m.parts[0], "text", "") == "u3" for m in run):
+            raise InvalidRequestError("not now")
+        return convert(run, previous)
+
+    builder = PayloadBuilder("openai-chat", flaky)
+    stored = [m for n in range(3) for m in _turn(n, "text")]
+    view = apply_send_rules(stored)
+    builder.build(view, None)
+    grown = [*view, *apply_send_rules(_turn(3, "text"))]
+    with pytest.raises(InvalidRequestError, match="not now"):
+        builder.build(grown, None)
+    failing[0] = False
+    other = [*view, *apply_send_rules(_turn(9, "text"))]  # the host went another way
+    assert builder.build(other, None) == convert(other, None)
+    assert builder.converted == 2
+
+
+def test_responses_shorthand_is_the_same_request() -> None:
+    """One plain text per message goes as the API's shorthand; the rest is unchanged, and
+    reading the shorthand back gives the same history."""
+    from mimo_ctx.providers.openai import drafts_from_openai_responses
+
+    view = apply_send_rules(
+        [m for n, k in enumerate(["text", "tool", "text"]) for m in _turn(n, k)]
+    )
+    long = to_openai_responses(view)
+    short = to_openai_responses(view, shorthand=True)
+    assert short[0] == {"role": "user", "content": "u0"}
+    assert short[1] == {"role": "assistant", "content": "a0"}
+    assert [i for i in short if "type" in i] == [i for i in long if i.get("role") is None]
+    validate_request(short, format="openai-responses")
+
+    def texts(items: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+        return [
+            (d.role, [getattr(p, "text", type(p).__name__) for p in d.parts])
+            for d in drafts_from_openai_responses(items)[1]
+        ]
+
+    assert texts(short) == texts(long)

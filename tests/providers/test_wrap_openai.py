@@ -522,11 +522,8 @@ async def test_r8_1_responses_bodies_before_and_after_rebuild(tmp_path: Path) ->
             "model": MODEL,
             "instructions": INSTRUCTIONS,
             "input": [
-                {
-                    "type": "message",
-                    "role": "user",
-                    "content": [{"type": "input_text", "text": boundary_text(boundary)}],
-                },
+                # One plain text: sent in the API's shorthand, as hosts send it.
+                {"role": "user", "content": boundary_text(boundary)},
                 user_item("Now c.py."),
             ],
         }
@@ -560,11 +557,7 @@ async def test_r8_1_responses_stream_bodies_and_events(tmp_path: Path) -> None:
             "model": MODEL,
             "stream": True,
             "input": [
-                {
-                    "type": "message",
-                    "role": "user",
-                    "content": [{"type": "input_text", "text": boundary_text(boundary)}],
-                },
+                {"role": "user", "content": boundary_text(boundary)},  # the shorthand
                 {
                     "type": "message",
                     "role": "user",
