@@ -506,8 +506,8 @@ def to_openai_responses(
             empty (or pass it as ``instructions=`` and leave this None).
         shorthand: A user or assistant message of one plain text is sent as
             ``{"role": ..., "content": "<text>"}`` (the API's shorthand; what hosts
-            send): the same request, and the OpenAI SDK's request building walks a
-            third of the structure.
+            send): the same request, with far less for the OpenAI SDK's request
+            building to walk.
 
     Returns:
         The ``input`` list, valid for :func:`~mimo_ctx.providers.validate.validate_request`

@@ -270,11 +270,19 @@ def test_wrappers_quick_issue_16(quick: Callable[[str], dict[str, Any]]) -> None
     result = quick("wrappers")
     _check_shape(result, "wrappers")
     ways = result["data"]["ways"]
-    assert set(ways) == {"openai", "anthropic", "pydantic-ai", "langchain"}
+    assert set(ways) == {
+        "openai",
+        "openai stream",
+        "openai responses",
+        "anthropic",
+        "anthropic stream",
+        "pydantic-ai",
+        "langchain",
+    }
     for figures in ways.values():
         assert len(figures) == 2  # the quick sizes
         assert all(f["samples"] >= 3 and f["bare_ms"] > 0 for f in figures.values())
-    assert len(result["targets"]) == 10  # two per way, and "alone" for the two SDKs
+    assert len(result["targets"]) == 16  # two per way, and "alone" for the two plain SDK calls
 
 
 def _summary(text: str) -> str:

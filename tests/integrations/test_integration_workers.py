@@ -10,10 +10,6 @@ conversation is stored exactly once, in order, every tool call once.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,56 +20,23 @@ import pytest
 from mimo_ctx.messages import Message, TextPart, ToolPart, ToolResultPart
 from mimo_ctx.store import SQLiteStore, Store
 from tests.pg_support import SchemaNames, require_pg_dsn
+from tests.worker_process import WorkerProcess
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 SID = "s-workers"
 TURNS = 50
 
 
-class _Worker:
+class _Worker(WorkerProcess):
     """An agent with mimo_ctx in its own OS process."""
 
     def __init__(self, framework: str, store: str, memory: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                str(HERE / "_framework_worker.py"),
-                framework,
-                store,
-                SID,
-                str(memory),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert json.loads(self._read()) == {"ready": True}
-
-    def _read(self) -> str:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        assert line, "the worker process died"
-        return line
+        super().__init__(HERE / "_framework_worker.py", framework, store, SID, str(memory))
 
     def run(self, history: list[Any], prompt: str, turn: int, tool: bool) -> list[Any]:
-        assert self.process.stdin is not None
         request = {"history": history, "prompt": prompt, "turn": turn, "tool": tool}
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        answer = json.loads(self._read())
-        assert "error" not in answer, answer
-        out: list[Any] = answer["history"]
+        out: list[Any] = self.ask(request)["history"]
         return out
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
-        self.process.stdout.close()
 
 
 def _alternate(framework: str, store: str, memory: Path) -> list[Any]:

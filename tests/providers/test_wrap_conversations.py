@@ -16,9 +16,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -47,6 +44,7 @@ from mimo_ctx.providers.anthropic import mark_conversation_cache
 from mimo_ctx.store import SQLiteStore, Store
 from mimo_ctx.view import INTERRUPTED_TOOL_ERROR
 from tests.pg_support import SchemaNames, require_pg_dsn
+from tests.worker_process import WorkerProcess
 
 SID = "ses_conversations"
 MODEL = "gpt-test"
@@ -54,7 +52,6 @@ SYSTEM = {"role": "system", "content": "You are a careful agent."}
 ALICE = "Alice: my account password hint is BLUE-42"
 BOB = "Bob: what is the weather like?"
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 
 
 @pytest.fixture
@@ -205,48 +202,15 @@ async def test_anthropic_regenerate_and_edit_send_exactly_the_host_list(
 # --------------------------------------------------------------------------- workers
 
 
-class _Worker:
+class _Worker(WorkerProcess):
     """A wrapped client in its own OS process (tests/providers/_conversation_worker.py)."""
 
     def __init__(self, store: str, base_url: str, memory: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                str(HERE / "_conversation_worker.py"),
-                store,
-                base_url,
-                SID,
-                str(memory),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert json.loads(self._read()) == {"ready": True}
-
-    def _read(self) -> str:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        assert line, "the worker process died"
-        return line
+        super().__init__(HERE / "_conversation_worker.py", store, base_url, SID, str(memory))
 
     def turn(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"messages": messages}) + "\n")
-        self.process.stdin.flush()
-        answer = json.loads(self._read())
-        assert "error" not in answer, answer
-        message: dict[str, Any] = answer["message"]
+        message: dict[str, Any] = self.ask({"messages": messages})["message"]
         return message
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        self.process.stdin.close()
-        self.process.wait(timeout=30)
-        self.process.stdout.close()
 
 
 def _alternate_turns(
