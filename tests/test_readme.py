@@ -86,3 +86,53 @@ def test_readme_image_is_committed_and_regenerated_by_the_documented_command(
     # comes from the transcript file's time) may differ.
     differing = (abs(fresh - image.imread(committed)).sum(axis=2) > 0.01).mean()
     assert differing < 0.01
+
+
+def _section(text: str, heading: str) -> str:
+    """The text under ``heading`` up to the next heading of the same or a higher level."""
+    level = heading.split(" ", 1)[0]
+    body = text.split(f"\n{heading}\n", 1)[1]
+    return re.split(rf"\n#{{1,{len(level)}}} ", body, maxsplit=1)[0]
+
+
+def _item(text: str, start: str) -> str:
+    """The list item (bullet or numbered) that starts with ``start``, with its wrapped lines."""
+    return re.findall(rf"^(?:\* |\d+\. ){re.escape(start)}.*?(?=^\S|\Z)", text, re.M | re.S)[0]
+
+
+def test_docs_describe_the_two_writers_and_when_to_choose_each() -> None:
+    """Issue 19: the README says what each writer is for; the provider docs show the
+    one-line constructions; both point at each other."""
+    choice = _section(README.read_text(), "## Checkpoint writers: offline or model")
+    assert "**The offline writer** (the default)" in choice
+    assert "**`LLMCheckpointWriter`** asks a model" in choice
+    assert choice.count("Prefer it") == 2  # when to take one, when the other
+    for factory in ("from_openai", "from_anthropic", "from_pydantic_ai", "from_langchain"):
+        assert f"`{factory}`" in choice
+    assert "examples/llm_writer.py" in choice
+    providers = (README.parent / "docs" / "providers.md").read_text()
+    on_client = _section(providers, "## Checkpoint writer on your client")
+    assert "LLMCheckpointWriter.from_openai(client, model=" in on_client
+    assert "LLMCheckpointWriter.from_anthropic(client, model=" in on_client
+    assert '"Checkpoint\nwriters: offline or model"' in on_client
+
+
+def test_docs_citing_a3_state_what_the_writer_reads() -> None:
+    """SPEC A3 as amended (the writer reads what the model sees, not the history),
+    wherever the docs say what a writer run reads."""
+    readme = README.read_text()
+    providers = (README.parent / "docs" / "providers.md").read_text()
+    items = [
+        _item(readme, "**Writer** (A3)"),
+        _item(_section(readme, "## Checkpoint writers: offline or model"), "**Bounded.**"),
+        _item(_section(providers, "## Checkpoint writer on your client"), "**Standalone**"),
+    ]
+    for item in items:
+        flat = " ".join(item.split())
+        assert "SPEC A3 as amended" in flat, item
+        assert (
+            "the previous checkpoint plus the messages from the newest boundary or the "
+            "previous watermark, whichever is later, up to" in flat
+        ), item
+    for doc in (readme, providers, (README.parent / "docs" / "reliability.md").read_text()):
+        assert "checkpoints the history" not in " ".join(doc.split())

@@ -396,8 +396,41 @@ async def test_another_model_is_not_forked(tmp_path: Path, scene: Scene) -> None
 # --------------------------------------------------------------------------- bounded input
 
 
+async def _session_turns(
+    sdk_name: str, client: Any, history_rounds: int, new_rounds: int
+) -> AsyncIterator[None]:
+    """The turns of the size test through ``client`` (``openai`` or ``anthropic``).
+
+    ``history_rounds`` rounds, a request over the trigger line, a request the
+    rebuild rewrites, then ``new_rounds`` more rounds and one request; each step
+    yields once, after its request, for the caller's checks.
+    """
+    if sdk_name == "openai":
+        host: list[Any] = [{"role": "user", "content": REQUEST}]
+        host += chat_rounds(0, history_rounds, 1500)
+        answer = await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
+        host.append(answer.choices[0].message)
+        host.append({"role": "user", "content": "Go on with the tokenizer."})
+        await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
+        yield
+        host += chat_rounds(history_rounds, new_rounds, 1500)
+        await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
+        yield
+        return
+    host = [{"role": "user", "content": REQUEST}, *anthropic_rounds(0, history_rounds, 1500)]
+    kwargs: dict[str, Any] = {"model": MODEL, "max_tokens": 1024, "tools": ANTHROPIC_TOOLS}
+    answer = await client.messages.create(messages=host, **kwargs)
+    host.append({"role": "assistant", "content": answer.content})
+    host.append({"role": "user", "content": "Go on with the tokenizer."})
+    await client.messages.create(messages=host, **kwargs)
+    yield
+    host += anthropic_rounds(history_rounds, new_rounds, 1500)
+    await client.messages.create(messages=host, **kwargs)
+    yield
+
+
 async def _writer_request_size(
-    tmp_path: Path, scene: Scene, *, history_rounds: int, fork: bool | None
+    tmp_path: Path, scene: Scene, *, sdk_name: str, history_rounds: int, fork: bool | None
 ) -> int:
     """Bytes of the writer request after a rebuild, with ``history_rounds`` stored before it.
 
@@ -405,21 +438,21 @@ async def _writer_request_size(
     checkpoint the fake wrote, the one user request, a digest of the tail) and the
     same five new rounds.
     """
-    sdk = openai_sdk(scene)
-    writer = LLMCheckpointWriter.from_openai(sdk, model=MODEL, fork=fork)
+    if sdk_name == "openai":
+        sdk: Any = openai_sdk(scene)
+        writer = LLMCheckpointWriter.from_openai(sdk, model=MODEL, fork=fork)
+    else:
+        sdk = anthropic_sdk(scene)
+        writer = LLMCheckpointWriter.from_anthropic(sdk, model=MODEL, fork=fork)
     async with middleware(tmp_path, scene, writer, sdk) as mw:
-        client = wrap_openai(sdk, mw, session_id=SID)
-        host: list[Any] = [{"role": "user", "content": REQUEST}]
-        host += chat_rounds(0, history_rounds, 1500)
+        wrap = wrap_openai if sdk_name == "openai" else wrap_anthropic
+        client = wrap(sdk, mw, session_id=SID)
         scene.fake.add(Reply(text="Planned.", input_tokens=OVER_THE_LINE))
-        answer = await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
-        host.append(answer.choices[0].message)
-        host.append({"role": "user", "content": "Go on with the tokenizer."})
-        await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
+        turns = _session_turns(sdk_name, client, history_rounds, 5)
+        await anext(turns)
         assert await mw.store.latest_boundary(SID) is not None  # the rebuild ran
-        host += chat_rounds(history_rounds, 5, 1500)
         scene.fake.add(Reply(text="Tokenizer split.", input_tokens=10_000))
-        await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
+        await anext(turns)
         before = len(scene.writer_requests())
         assert await mw.start_writer(SID) == "started"
         assert await mw.wait_for_writer(SID, timeout=60) == "finished"
@@ -429,9 +462,10 @@ async def _writer_request_size(
     return runs[0].size
 
 
+@pytest.mark.parametrize("sdk_name", ["openai", "anthropic"])
 @pytest.mark.parametrize("fork", [None, False], ids=["forked", "standalone"])
 async def test_writer_request_does_not_grow_with_the_stored_history(
-    tmp_path: Path, fork: bool | None
+    tmp_path: Path, fork: bool | None, sdk_name: str
 ) -> None:
     """Ten times the history before the last rebuild, the same view: the writer's
     request stays within 1.3x (forked: the view; standalone: the previous checkpoint
@@ -448,7 +482,11 @@ async def test_writer_request_does_not_grow_with_the_stored_history(
             fake.route = route
             sizes.append(
                 await _writer_request_size(
-                    tmp_path / str(rounds), scene, history_rounds=rounds, fork=fork
+                    tmp_path / str(rounds),
+                    scene,
+                    sdk_name=sdk_name,
+                    history_rounds=rounds,
+                    fork=fork,
                 )
             )
     small, large = sizes
@@ -500,19 +538,31 @@ RUN_TIMEOUT = 1.0
     ],
     ids=["hang", "error", "garbage", "nul", "empty"],
 )
+@pytest.mark.parametrize("sdk_name", ["openai", "anthropic"])
 async def test_a_failing_writer_model_falls_back_to_the_offline_checkpoint(
-    tmp_path: Path, scene: Scene, reply: Hang | Reply | ErrorReply, reason: str
+    tmp_path: Path, scene: Scene, reply: Hang | Reply | ErrorReply, reason: str, sdk_name: str
 ) -> None:
     """A model that hangs, errors or answers garbage: the offline checkpoint is on disk
     within ``run_timeout`` + 1 s of the writer's start, and an event says why."""
-    sdk = openai_sdk(scene)
-    writer = LLMCheckpointWriter.from_openai(sdk, model=MODEL)
+    if isinstance(reply, ErrorReply) and sdk_name == "anthropic":
+        reply = ErrorReply(500, {"type": "error", "error": {"type": "api_error", "message": "x"}})
     scene.fake.route = lambda path, body: reply if is_writer(body) else None
     config = RebuildConfig(writer=WriterConfig(run_timeout=RUN_TIMEOUT))
+    if sdk_name == "openai":
+        sdk: Any = openai_sdk(scene)
+        writer = LLMCheckpointWriter.from_openai(sdk, model=MODEL)
+    else:
+        sdk = anthropic_sdk(scene)
+        writer = LLMCheckpointWriter.from_anthropic(sdk, model=MODEL)
     async with middleware(tmp_path, scene, writer, sdk, config=config) as mw:
-        client = wrap_openai(sdk, mw, session_id=SID)
-        host: list[Any] = [{"role": "user", "content": REQUEST}, *chat_rounds(0, 14, 1500)]
-        await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
+        if sdk_name == "openai":
+            client = wrap_openai(sdk, mw, session_id=SID)
+            host: list[Any] = [{"role": "user", "content": REQUEST}, *chat_rounds(0, 14, 1500)]
+            await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
+        else:
+            client = wrap_anthropic(sdk, mw, session_id=SID)
+            host = [{"role": "user", "content": REQUEST}, *anthropic_rounds(0, 14, 1500)]
+            await client.messages.create(model=MODEL, max_tokens=1024, messages=host)
         started = anyio.current_time()
         await mw.start_writer(SID)
         assert await mw.wait_for_writer(SID, timeout=30) == "finished"
@@ -524,12 +574,35 @@ async def test_a_failing_writer_model_falls_back_to_the_offline_checkpoint(
     assert (failed.writer, failed.reason) == ("llm", reason)
     assert failed.calls == 1
     assert failed.tokens_sent > 0  # what the call sent counts even without an answer
+    assert failed.forked  # the session's own client and model: the fork was tried
     (done,) = scene.finished()
     assert done.writer == "offline"
     checkpoint = (tmp_path / "mem" / "sessions" / SID / "checkpoint.md").read_text()
     assert "Bad Gateway" not in checkpoint
     assert "\x00" not in checkpoint
     assert REQUEST in checkpoint
+
+
+async def test_the_answers_checkpoint_appears_in_the_next_rebuild_openai(
+    tmp_path: Path, scene: Scene
+) -> None:
+    sdk = openai_sdk(scene)
+    writer = LLMCheckpointWriter.from_openai(sdk, model=MODEL)
+    async with middleware(tmp_path, scene, writer, sdk) as mw:
+        client = wrap_openai(sdk, mw, session_id=SID)
+        host: list[Any] = [{"role": "user", "content": REQUEST}, *chat_rounds(0, 14, 1500)]
+        first = await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
+        await mw.start_writer(SID)
+        assert await mw.wait_for_writer(SID, timeout=30) == "finished"
+        host += [first.choices[0].message, {"role": "user", "content": "And now the tokenizer."}]
+        scene.fake.add(Reply(text="On it.", input_tokens=OVER_THE_LINE))
+        second = await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
+        host += [second.choices[0].message, {"role": "user", "content": "Status?"}]
+        await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
+    (boundary, *_) = scene.session_requests()[-1].body["messages"]
+    assert boundary["role"] == "user"
+    assert MARK in json.dumps(boundary["content"])  # the boundary, from the model's checkpoint
+    assert len(scene.writer_requests()) == 1  # the rebuild used it, no second writer run
 
 
 async def test_the_answers_checkpoint_appears_in_the_next_rebuild(
