@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -96,6 +97,7 @@ __all__ = [
     "Turn",
     "client_origin",
     "fingerprint",
+    "has_async_method",
     "incomplete",
     "native_context_parameter",
     "plain",
@@ -361,6 +363,18 @@ def client_origin(client: object) -> str | None:
     """The base URL an SDK client sends to (``None`` when it has none)."""
     url = getattr(client, "base_url", None)
     return str(url).rstrip("/") if url is not None else None
+
+
+def has_async_method(client: object, *path: str) -> bool:
+    """True when ``client.<path>`` is a coroutine function (an async SDK client's call).
+
+    The SDKs' sync and async clients look alike from outside; this is how a
+    wrapper or a writer model tells them apart (decorators unwrapped first).
+    """
+    target: object = client
+    for name in path:
+        target = getattr(target, name, None)
+    return target is not None and inspect.iscoroutinefunction(inspect.unwrap(target))  # pyright: ignore[reportArgumentType]
 
 
 class SessionBinding:

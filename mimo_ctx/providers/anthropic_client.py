@@ -61,7 +61,6 @@ Our choices, documented:
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -81,6 +80,7 @@ from mimo_ctx.providers._sync import (
     Turn,
     client_origin,
     fingerprint,
+    has_async_method,
     plain,
     refuse_native_context,
 )
@@ -533,8 +533,7 @@ def wrap_anthropic(
         ConfigError: ``client`` is a sync client, or ``session_id`` is empty.
     """
     _require_anthropic()
-    create = getattr(getattr(client, "messages", None), "create", None)
-    if create is None or not inspect.iscoroutinefunction(inspect.unwrap(create)):
+    if not has_async_method(client, "messages", "create"):
         raise ConfigError(
             "wrap_anthropic needs an async client (anthropic.AsyncAnthropic; "
             f"messages.create must be async), got {type(client).__name__}"

@@ -31,7 +31,6 @@ Usage: the provider's input tokens (cached included), cached tokens (OpenAI
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, cast
 
@@ -40,7 +39,7 @@ from mimo_ctx.checkpoint.protocol import SentApi, SentRequest
 from mimo_ctx.errors import ConfigError
 from mimo_ctx.messages import Message, TokenUsage
 from mimo_ctx.providers._payload import mark_boundary
-from mimo_ctx.providers._sync import ClientWrapper, client_origin, plain
+from mimo_ctx.providers._sync import ClientWrapper, client_origin, has_async_method, plain
 from mimo_ctx.providers.anthropic import mark_conversation_cache, to_anthropic
 from mimo_ctx.providers.anthropic_client import ANTHROPIC_EXTRA, anthropic_usage
 from mimo_ctx.providers.openai import to_openai_chat, to_openai_responses
@@ -66,6 +65,7 @@ _CHAT_DROP: Final = frozenset(
     {"stream", "stream_options", "n", "logprobs", "top_logprobs", "prediction", "audio"}
 )
 _RESPONSES_DROP: Final = frozenset({"stream", "stream_options", "background"})
+_ANTHROPIC_DROP: Final = frozenset({"stream"})
 
 
 def _unwrapped(client: object) -> Any:
@@ -106,7 +106,65 @@ def _structured(value: object, key: str) -> bool:
     return isinstance(data, Mapping) and cast("Mapping[str, Any]", data).get("type") != "text"
 
 
-class OpenAIWriterModel:
+def _resent(
+    fork: SentRequest, api: SentApi, key: str, drop: frozenset[str], user: object
+) -> dict[str, Any] | None:
+    """The session's request as a wrapped client sent it, ``user`` appended to ``key``.
+
+    Every keyword argument is kept but those in ``drop``; ``None`` when ``fork``
+    holds no payload of ``api`` (the request is then built from the view).
+    """
+    payload = fork.payload
+    if fork.api != api or payload is None:
+        return None
+    body: dict[str, Any] = {k: v for k, v in payload.items() if k not in drop}
+    body[key] = [*cast("Sequence[Any]", payload[key]), user]
+    return body
+
+
+class _SdkWriterModel:
+    """What the SDK writer models share: the client, the model, its endpoint, forking.
+
+    A subclass checks its client first (each SDK has its own async client).
+    """
+
+    def __init__(
+        self, client: Any, *, model: str, sent_api: SentApi, timeout: float, owns_client: bool
+    ) -> None:
+        if not model:
+            raise ConfigError("model: expected a model name")
+        self._client = client
+        self._model = model
+        self._sent_api: SentApi = sent_api
+        self._origin = client_origin(client)
+        self._timeout = timeout
+        self._owns_client = owns_client
+
+    async def aclose(self) -> None:
+        """Close the SDK client when this model made it (:func:`writer_from_spec`)."""
+        if self._owns_client:
+            await self._client.close()
+
+    @property
+    def sent_api(self) -> SentApi:
+        """The API name a wrapped client records for requests of this kind."""
+        return self._sent_api
+
+    def forks(self, sent: SentRequest) -> bool:
+        """True when ``sent`` went through the same API to the same model and endpoint."""
+        return (
+            sent.api == self._sent_api
+            and sent.payload is not None
+            and sent.payload.get("model") == self._model
+            and _same_origin(sent.origin, self._origin)
+        )
+
+    def can_fork(self) -> bool:
+        """Always: it can resend a session's request."""
+        return True
+
+
+class OpenAIWriterModel(_SdkWriterModel):
     """A checkpoint-writer model on an ``openai.AsyncOpenAI`` client.
 
     Args:
@@ -137,13 +195,8 @@ class OpenAIWriterModel:
                 f"the OpenAI checkpoint writer needs the openai SDK: {OPENAI_EXTRA}"
             ) from exc
         client = _unwrapped(client)
-        create = getattr(
-            getattr(getattr(client, "chat", None), "completions", None), "create", None
-        )
-        if (
-            isinstance(client, openai.OpenAI)
-            or create is None
-            or not inspect.iscoroutinefunction(inspect.unwrap(create))
+        if isinstance(client, openai.OpenAI) or not has_async_method(
+            client, "chat", "completions", "create"
         ):
             raise ConfigError(
                 f"the OpenAI checkpoint writer needs an openai.AsyncOpenAI client, got "
@@ -151,42 +204,19 @@ class OpenAIWriterModel:
             )
         if api not in ("chat", "responses"):
             raise ConfigError(f"api: expected 'chat' or 'responses', got {api!r}")
-        if not model:
-            raise ConfigError("model: expected a model name")
-        self._client = client
-        self._model = model
+        super().__init__(
+            client,
+            model=model,
+            sent_api="openai-chat" if api == "chat" else "openai-responses",
+            timeout=timeout,
+            owns_client=owns_client,
+        )
         self._api: OpenAIApi = api
-        self._origin = client_origin(client)
-        self._timeout = timeout
-        self._owns_client = owns_client
-
-    async def aclose(self) -> None:
-        """Close the SDK client when this model made it (:func:`writer_from_spec`)."""
-        if self._owns_client:
-            await self._client.close()
 
     @property
     def name(self) -> str:
         """``openai-chat:<model>`` or ``openai-responses:<model>``."""
         return f"openai-{self._api}:{self._model}"
-
-    @property
-    def sent_api(self) -> SentApi:
-        """The API name a wrapped client records for requests of this kind."""
-        return "openai-chat" if self._api == "chat" else "openai-responses"
-
-    def forks(self, sent: SentRequest) -> bool:
-        """True when ``sent`` went through the same API to the same model and endpoint."""
-        return (
-            sent.api == self.sent_api
-            and sent.payload is not None
-            and sent.payload.get("model") == self._model
-            and _same_origin(sent.origin, self._origin)
-        )
-
-    def can_fork(self) -> bool:
-        """Always: it can resend a session's request."""
-        return True
 
     def body(self, prompt: WriterPrompt) -> dict[str, Any]:
         """The keyword arguments of the SDK call for ``prompt``."""
@@ -230,11 +260,8 @@ class OpenAIWriterModel:
                 "messages": [{"role": "system", "content": prompt.system}, user],
                 "max_completion_tokens": prompt.max_output_tokens,
             }
-        if fork.api == "openai-chat" and fork.payload is not None:
-            payload = fork.payload
-            body: dict[str, Any] = {k: v for k, v in payload.items() if k not in _CHAT_DROP}
-            body["messages"] = [*cast("Sequence[Any]", payload["messages"]), user]
-        else:
+        body: dict[str, Any] | None = _resent(fork, "openai-chat", "messages", _CHAT_DROP, user)
+        if body is None:
             system = (
                 [{"role": "system", "content": fork.prefix.system}] if fork.prefix.system else []
             )
@@ -263,11 +290,10 @@ class OpenAIWriterModel:
                 "input": [user],
                 "max_output_tokens": prompt.max_output_tokens,
             }
-        if fork.api == "openai-responses" and fork.payload is not None:
-            payload = fork.payload
-            body: dict[str, Any] = {k: v for k, v in payload.items() if k not in _RESPONSES_DROP}
-            body["input"] = [*cast("Sequence[Any]", payload["input"]), user]
-        else:
+        body: dict[str, Any] | None = _resent(
+            fork, "openai-responses", "input", _RESPONSES_DROP, user
+        )
+        if body is None:
             body = {
                 "model": self._model,
                 "input": [*to_openai_responses(_view(fork)), user],
@@ -285,7 +311,7 @@ class OpenAIWriterModel:
         return body
 
 
-class AnthropicWriterModel:
+class AnthropicWriterModel(_SdkWriterModel):
     """A checkpoint-writer model on an ``anthropic.AsyncAnthropic`` client.
 
     Args:
@@ -314,42 +340,19 @@ class AnthropicWriterModel:
                 f"the Anthropic checkpoint writer needs the anthropic SDK: {ANTHROPIC_EXTRA}"
             ) from exc
         client = _unwrapped(client)
-        create = getattr(getattr(client, "messages", None), "create", None)
-        if create is None or not inspect.iscoroutinefunction(inspect.unwrap(create)):
+        if not has_async_method(client, "messages", "create"):
             raise ConfigError(
                 "the Anthropic checkpoint writer needs an anthropic.AsyncAnthropic client, got "
                 f"{type(client).__name__}"
             )
-        if not model:
-            raise ConfigError("model: expected a model name")
-        self._client = client
-        self._model = model
-        self._origin = client_origin(client)
-        self._timeout = timeout
-        self._owns_client = owns_client
-
-    async def aclose(self) -> None:
-        """Close the SDK client when this model made it (:func:`writer_from_spec`)."""
-        if self._owns_client:
-            await self._client.close()
+        super().__init__(
+            client, model=model, sent_api="anthropic", timeout=timeout, owns_client=owns_client
+        )
 
     @property
     def name(self) -> str:
         """``anthropic:<model>``."""
         return f"anthropic:{self._model}"
-
-    def forks(self, sent: SentRequest) -> bool:
-        """True when ``sent`` went through the Messages API to the same model and endpoint."""
-        return (
-            sent.api == "anthropic"
-            and sent.payload is not None
-            and sent.payload.get("model") == self._model
-            and _same_origin(sent.origin, self._origin)
-        )
-
-    def can_fork(self) -> bool:
-        """Always: it can resend a session's request."""
-        return True
 
     def body(self, prompt: WriterPrompt) -> dict[str, Any]:
         """The keyword arguments of the SDK call for ``prompt``."""
@@ -362,18 +365,16 @@ class AnthropicWriterModel:
                 "messages": [user],
                 "max_tokens": prompt.max_output_tokens,
             }
-        if fork.api == "anthropic" and fork.payload is not None:
-            payload = fork.payload
-            body: dict[str, Any] = {k: v for k, v in payload.items() if k != "stream"}
-            # As sent, the conversation breakpoint included: the cache entry the
-            # session's request wrote is the one this request reads.
-            body["messages"] = [*cast("Sequence[Any]", payload["messages"]), user]
-            session_limit = payload.get("max_tokens")
+        # As sent, the conversation breakpoint included: the cache entry the
+        # session's request wrote is the one this request reads.
+        body: dict[str, Any] | None = _resent(fork, "anthropic", "messages", _ANTHROPIC_DROP, user)
+        if body is not None:
+            session_limit = body.get("max_tokens")
             floor = session_limit if isinstance(session_limit, int) else 0
             body["max_tokens"] = max(floor, prompt.max_output_tokens)
         else:
             _, converted = to_anthropic(_view(fork))
-            body: dict[str, Any] = {
+            body = {
                 "model": self._model,
                 "messages": [*mark_conversation_cache(converted), user],
             }

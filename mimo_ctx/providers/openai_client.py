@@ -62,7 +62,6 @@ Our choices, documented:
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar, cast
@@ -81,6 +80,7 @@ from mimo_ctx.providers._sync import (
     Turn,
     client_origin,
     fingerprint,
+    has_async_method,
     plain,
     refuse_native_context,
 )
@@ -771,8 +771,7 @@ def wrap_openai(
             f"wrap_openai needs an async client (openai.AsyncOpenAI), got {type(client).__name__}: "
             "the middleware is async"
         )
-    create = getattr(getattr(getattr(client, "chat", None), "completions", None), "create", None)
-    if create is None or not inspect.iscoroutinefunction(inspect.unwrap(create)):
+    if not has_async_method(client, "chat", "completions", "create"):
         raise ConfigError(
             "wrap_openai needs an openai.AsyncOpenAI client "
             f"(chat.completions.create must be async), got {type(client).__name__}"
