@@ -410,3 +410,46 @@ def test_a_typed_message_followed_only_by_untyped_text_is_still_to_answer() -> N
     )
     action = _bodies(_fold(h.messages))[2]
     assert action[0].startswith(f"- Answer the user's newest message (user message {typed.id})")
+
+
+def test_a_message_listed_after_one_with_a_newer_id_is_folded() -> None:
+    """Across workers, ids and listing order (time, then id) can disagree by a few
+    milliseconds: the writer is handed ``[a, b]`` where ``b`` lists later but has
+    the older id. Both are folded, and folding again changes nothing. Before the
+    fix ``b`` was skipped as already folded (its id was not newer than ``a``'s)."""
+    base = 1_700_000_000_000
+    a = Message(
+        id=make_id("msg", (base + 5) * 4096),
+        session_id=SESSION,
+        role="assistant",
+        time_created=base + 1,
+        finish="tool-calls",
+        parts=[
+            ToolPart(
+                call_id="call_a",
+                tool="Read",
+                state=ToolStateCompleted(input={"file_path": "/r/a.py"}, output="ok"),
+            )
+        ],
+    )
+    b = Message(
+        id=make_id("msg", (base + 3) * 4096),  # older id, later time: lists after a
+        session_id=SESSION,
+        role="assistant",
+        time_created=base + 2,
+        finish="tool-calls",
+        parts=[
+            ToolPart(
+                call_id="call_b",
+                tool="Read",
+                state=ToolStateCompleted(input={"file_path": "/r/b.py"}, output="ok"),
+            )
+        ],
+    )
+    assert b.id < a.id
+    state = _fold([a, b])
+    assert "/r/a.py" in state.files
+    assert "/r/b.py" in state.files
+    restored = CheckpointState.from_json(state.to_json())
+    assert restored is not None
+    assert fold_messages(restored, [a, b]) == state

@@ -83,6 +83,7 @@ from mimo_ctx.messages import (
     ToolResultPart,
     ToolStateCompleted,
     ToolStateError,
+    message_key,
     user_input_text,
 )
 
@@ -200,7 +201,11 @@ class CheckpointState(_Model):
 
     Attributes:
         version: :data:`STATE_VERSION`.
-        upto: Id of the newest message folded in; later runs skip ids up to it.
+        upto: Id of the newest message folded in (in listing order).
+        upto_time: Its ``time_created``: later runs skip the messages that list up
+            to it (time, then id). Listing order, not id order: across workers a
+            message can list after one with a newer id, and is still new.
+            ``None`` in a state saved before this field: ids decide then.
         checkpoint_sha256: Digest of the ``checkpoint.md`` rendered from this state,
             so a checkpoint written by another writer is noticed.
         counter: Orders events (files touched).
@@ -243,6 +248,7 @@ class CheckpointState(_Model):
 
     version: int = STATE_VERSION
     upto: str | None = None
+    upto_time: int | None = None
     checkpoint_sha256: str | None = None
     counter: int = 0
     request: Quote | None = None
@@ -305,21 +311,23 @@ def checkpoint_digest(text: str) -> str:
 
 
 def fold_messages(state: CheckpointState, messages: Iterable[Message]) -> CheckpointState:
-    """Return ``state`` with ``messages`` folded in (those after ``state.upto``).
+    """Return ``state`` with ``messages`` folded in (those listed after ``state.upto``).
 
-    ``state`` is not changed. Boundary messages (earlier rebuilds and compactions)
-    carry no new evidence and are skipped; so is every message whose id is not
-    newer than ``state.upto``.
+    ``messages`` come in listing order (time, then id). ``state`` is not changed.
+    Boundary messages (earlier rebuilds and compactions) carry no new evidence and
+    are skipped; so is every message that lists at or before the newest one
+    folded in.
     """
     new = state.model_copy(deep=True)
     for message in messages:
-        if new.upto is not None and message.id <= new.upto:
+        if _folded(new, message):
             continue
         if message.is_boundary:
             # A boundary is back-dated next to its watermark but has the newest id:
             # it must not move ``upto`` past the messages listed after it.
             continue
         new.upto = message.id
+        new.upto_time = message.time_created
         new.counter += 1
         if message.role == "user":
             _fold_user(new, message)
@@ -330,6 +338,15 @@ def fold_messages(state: CheckpointState, messages: Iterable[Message]) -> Checkp
                 _fold_result(new, part)
         _bound(new)
     return new
+
+
+def _folded(state: CheckpointState, message: Message) -> bool:
+    """True when ``message`` lists at or before the newest message ``state`` folded in."""
+    if state.upto is None:
+        return False
+    if state.upto_time is None:
+        return message.id <= state.upto  # a state saved before upto_time
+    return message_key(message) <= (state.upto_time, state.upto)
 
 
 def fold_notes(state: CheckpointState, notes: str | None) -> CheckpointState:
