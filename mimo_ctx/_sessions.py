@@ -17,14 +17,14 @@ from typing import Any
 from mimo_ctx._util import now_ms
 from mimo_ctx._window import LiveSession
 from mimo_ctx.checkpoint.protocol import SentApi, SentRequest
-from mimo_ctx.errors import StoreError
+from mimo_ctx.errors import MimoCtxError, StoreError
 from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import Message
 from mimo_ctx.reconcile import HostHistory
 from mimo_ctx.session import RequestPrefix, Session
 from mimo_ctx.store.base import Store
 
-__all__ = ["SessionRegistry", "open_session"]
+__all__ = ["SessionRegistry", "known_session", "open_session"]
 
 
 async def open_session(
@@ -66,6 +66,14 @@ async def open_session(
         if existing is None:
             raise
         return existing
+    return session
+
+
+async def known_session(store: Store, session_id: str) -> Session:
+    """The stored session; an unknown one is the caller's mistake, said as such."""
+    session = await store.get_session(session_id)
+    if session is None:
+        raise MimoCtxError(f"unknown session {session_id!r}: call open_session() first")
     return session
 
 

@@ -27,6 +27,7 @@ step runs under.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -38,10 +39,10 @@ from typing import Any, Final, Literal, Self
 import anyio
 from anyio.abc import TaskGroup
 
-from mimo_ctx._sessions import SessionRegistry
+from mimo_ctx._sessions import SessionRegistry, known_session
 from mimo_ctx._sessions import open_session as _open_session
 from mimo_ctx._util import now_ms
-from mimo_ctx._window import LiveSession, LiveWindow, Windows
+from mimo_ctx._window import LiveSession, LiveWindow, Windows, WindowView
 from mimo_ctx.boundary import scale_tail
 from mimo_ctx.checkpoint import (
     CheckpointWriter,
@@ -211,6 +212,7 @@ class ContextMiddleware:
             limits=self._limits,
             last_request=self._sessions.last_request,
         )
+        self._session = functools.partial(known_session, store)
         self._windows = Windows(store, layout, self._session)
         self._rebuilder = Rebuilder(
             windows=self._windows,
@@ -311,18 +313,9 @@ class ContextMiddleware:
     ) -> bool | None:
         task_group, self._task_group = self._task_group, None
         self._coordinator.attach(None)
-        if task_group is None:
-            return None
-        # Writers still running are cancelled (a model writer's call is aborted): a
-        # checkpoint is only persisted, atomically, when a writer completes. The body's
-        # exception is not handed to the task group: it propagates unwrapped.
-        task_group.cancel_scope.cancel()
-        try:
-            await task_group.__aexit__(None, None, None)
-        finally:
-            self._events.close()
-            if self._own_index:
-                await self._memory_index.aclose()
+        if task_group is not None:
+            owned = self._memory_index if self._own_index else None
+            await _shut_down(task_group, self._events, owned)
         return None
 
     # -- sessions -----------------------------------------------------------------
@@ -352,12 +345,6 @@ class ContextMiddleware:
             tools=tools,
             title=title,
         )
-
-    async def _session(self, session_id: str) -> Session:
-        session = await self._store.get_session(session_id)
-        if session is None:
-            raise MimoCtxError(f"unknown session {session_id!r}: call open_session() first")
-        return session
 
     def _require_running(self) -> None:
         if self._task_group is None:
@@ -392,13 +379,7 @@ class ContextMiddleware:
         self, session_id: str, text: str, *, agent: str = MAIN_AGENT
     ) -> Message:
         """Append a user message typed by a person."""
-        message = Message(
-            session_id=session_id,
-            role="user",
-            agent=agent,
-            time_created=now_ms(),
-            parts=[TextPart(text=text)],
-        )
+        message = _typed_by_user(session_id, text, agent)
         await self._store.append_messages([message])
         return message
 
@@ -463,16 +444,8 @@ class ContextMiddleware:
         async with state.lock:
             window = await self._windows.refresh(session_id, state, agent)
             view = await self._windows.view(session_id, state, window)
-        return break_down(
-            view.messages,
-            view.prefix,
-            session_id=session_id,
-            agent=agent,
-            boundary_id=window.boundary.id if window.boundary is not None else None,
-            window=effective_window(self._limits, self._config),
-            trigger_tokens=self._usable,
-            last_usage=usage_tokens(window.last_finished),
-        )
+        effective = effective_window(self._limits, self._config)
+        return _usage_of(session_id, view, window, effective, self._usable)
 
     async def on_error(
         self,
@@ -539,22 +512,12 @@ class ContextMiddleware:
                 of the request's usage (no loop), or after three retries.
             Exception: Any other error of ``call``, unchanged.
         """
-        view = await self.prepare(session_id, agent=agent)
-        retries = 0
-        while True:
-            try:
-                reply = await call(view)
-                break
-            except Exception as exc:
-                if retries == _TURN_RETRIES and is_context_overflow(exc):
-                    raise ContextOverflowError(
-                        f"session {session_id}: the request still overflows after "
-                        f"{_TURN_RETRIES} retries on rebuilt contexts"
-                    ) from exc
-                if not await self.on_error(session_id, exc, agent=agent, view=view):
-                    raise
-            retries += 1
-            view = await self.prepare(session_id, agent=agent)
+        reply = await _call_with_retries(
+            call,
+            await self.prepare(session_id, agent=agent),
+            prepare=lambda: self.prepare(session_id, agent=agent),
+            recover=lambda exc, sent: self.on_error(session_id, exc, agent=agent, view=sent),
+        )
         await self.record(reply)
         return reply
 
@@ -573,14 +536,7 @@ class ContextMiddleware:
             trigger: Trigger = "manual" if manual else "usage"
             report = await self._rebuilder.rebuild(session_id, state, trigger=trigger, focus=focus)
         if manual:
-            await self._events.emit(
-                StatusChanged(
-                    session_id=session_id,
-                    time=now_ms(),
-                    status=describe_rebuild(report),
-                    level="info" if report.boundary_id else "warning",
-                )
-            )
+            await self._events.emit(_rebuild_status(session_id, report))
         return report
 
     # -- checkpoint writers ------------------------------------------------------------
@@ -637,6 +593,68 @@ def _view_attributes(
     if usage is not None:
         figures["mimo_ctx.usage"] = usage
     return figures
+
+
+async def _call_with_retries(
+    call: Callable[[RequestView], Awaitable[Message]],
+    view: RequestView,
+    *,
+    prepare: Callable[[], Awaitable[RequestView]],
+    recover: Callable[[Exception, RequestView], Awaitable[bool]],
+) -> Message:
+    """The calls of :meth:`ContextMiddleware.turn`: every failure goes to ``recover``
+    (``on_error``), and the request is prepared afresh, at most ``_TURN_RETRIES`` times."""
+    retries = 0
+    while True:
+        try:
+            return await call(view)
+        except Exception as exc:
+            if retries == _TURN_RETRIES and is_context_overflow(exc):
+                raise ContextOverflowError(
+                    f"session {view.session_id}: the request still overflows after "
+                    f"{_TURN_RETRIES} retries on rebuilt contexts"
+                ) from exc
+            if not await recover(exc, view):
+                raise
+        retries += 1
+        view = await prepare()
+
+
+def _typed_by_user(session_id: str, text: str, agent: str) -> Message:
+    """The message :meth:`ContextMiddleware.add_user_message` stores, stamped now."""
+    return Message(
+        session_id=session_id,
+        role="user",
+        agent=agent,
+        time_created=now_ms(),
+        parts=[TextPart(text=text)],
+    )
+
+
+def _rebuild_status(session_id: str, report: RebuildReport) -> StatusChanged:
+    """The status event announcing a manual rebuild's outcome."""
+    return StatusChanged(
+        session_id=session_id,
+        time=now_ms(),
+        status=describe_rebuild(report),
+        level="info" if report.boundary_id else "warning",
+    )
+
+
+def _usage_of(
+    session_id: str, view: WindowView, window: LiveWindow, effective: int, trigger: int
+) -> ContextUsage:
+    """What :meth:`ContextMiddleware.context_usage` returns for ``view`` of ``window``."""
+    return break_down(
+        view.messages,
+        view.prefix,
+        session_id=session_id,
+        agent=window.agent,
+        boundary_id=window.boundary.id if window.boundary is not None else None,
+        window=effective,
+        trigger_tokens=trigger,
+        last_usage=usage_tokens(window.last_finished),
+    )
 
 
 async def _request_view(
@@ -700,6 +718,20 @@ def _fallback_writer(
         return fallback_writer
     offline = OfflineCheckpointWriter()
     return offline if writer is not None and writer.name != offline.name else None
+
+
+async def _shut_down(task_group: TaskGroup, events: EventBus, index: MemoryIndex | None) -> None:
+    """Leave the middleware's task group; close the event bus and an index it owns."""
+    # Writers still running are cancelled (a model writer's call is aborted): a
+    # checkpoint is only persisted, atomically, when a writer completes. The body's
+    # exception is not handed to the task group: it propagates unwrapped.
+    task_group.cancel_scope.cancel()
+    try:
+        await task_group.__aexit__(None, None, None)
+    finally:
+        events.close()
+        if index is not None:
+            await index.aclose()
 
 
 async def _reconcile_quietly(

@@ -27,17 +27,31 @@ import heapq
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
 import anyio
 
+from mimo_ctx._rebuild_report import (
+    REBUILD_COMMAND,
+    REBUILD_OUTCOMES,
+    OverflowAnswer,
+    RebuildCommand,
+    RebuildOutcome,
+    RebuildReport,
+    Trigger,
+    describe_rebuild,
+    rebuild_command,
+    rebuilt_event,
+    report_attributes,
+    span_start,
+)
 from mimo_ctx._util import now_ms
 from mimo_ctx._window import LiveSession, SentOn, Windows
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
-from mimo_ctx.checkpoint import OfflineCheckpointWriter, WriterRequest
+from mimo_ctx.checkpoint import OfflineCheckpointWriter
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
-from mimo_ctx.checkpoint.document import is_index_line, render_checkpoint, section_budgets
-from mimo_ctx.checkpoint.state import CheckpointState, checkpoint_digest
+from mimo_ctx.checkpoint._files import offline_checkpoint_on_disk
+from mimo_ctx.checkpoint._summary import SUMMARY_MARGIN, compaction_summary
 from mimo_ctx.compaction import (
     build_boundary_message,
     build_compaction_message,
@@ -46,10 +60,8 @@ from mimo_ctx.compaction import (
     open_tool_round,
 )
 from mimo_ctx.config import RebuildConfig
-from mimo_ctx.errors import PathEscapeError
 from mimo_ctx.events import (
     AutoRebuildDisabled,
-    ContextRebuilt,
     EventBus,
     StatusChanged,
     UsagePending,
@@ -64,7 +76,7 @@ from mimo_ctx.hooks import (
     run_after_rebuild,
     run_before_rebuild,
 )
-from mimo_ctx.memory import MemoryLayout, read_text
+from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
     MAIN_AGENT,
@@ -84,9 +96,8 @@ from mimo_ctx.tokens import (
     TokenCounter,
     estimate_message_tokens,
     estimate_part_tokens,
-    estimate_text_tokens,
 )
-from mimo_ctx.tracing import NO_TRACER, SPAN_REBUILD, Attributes, Tracer
+from mimo_ctx.tracing import NO_TRACER, SPAN_REBUILD, Tracer
 from mimo_ctx.triggers import usage_tokens
 from mimo_ctx.view import apply_send_rules
 
@@ -104,87 +115,8 @@ __all__ = [
     "rebuild_command",
 ]
 
-Trigger = Literal["usage", "overflow", "manual"]
-"""What started a rebuild: the trigger line, a provider overflow error, or ``/rebuild``."""
-
 OPEN_ROUND_SHARE = 0.25
 """A mid-loop rebuild keeps the open tool round live only up to this share of ``usable``."""
-
-_STATE_CHARS: Final = 8_000_000
-"""The offline writer's state and checkpoint are compared up to this many characters."""
-
-RebuildOutcome = Literal[
-    "rebuilt",
-    "writer-failed",
-    "insert-failed",
-    "memory-write-off",
-    "checkpoint-off",
-    "compacted",
-    "already-recovered",
-    "auto-disabled",
-    "not-main-agent",
-    "cancelled",
-]
-"""How a rebuild ended.
-
-The first five are the original's (SPEC A3). Ours: ``compacted`` (a plain
-compaction was inserted instead: sub-agents, and the fallback of the outcomes
-that allow it), ``already-recovered`` (R1.4: another task or worker recovered
-this usage first), ``auto-disabled`` (the loop guard stopped automatic rebuilds),
-``not-main-agent`` (only the main agent is rebuilt, R3.1), ``cancelled`` (the
-host's ``before_rebuild`` hook cancelled an automatic rebuild, :mod:`mimo_ctx.hooks`).
-"""
-
-REBUILD_OUTCOMES: Final[tuple[str, ...]] = RebuildOutcome.__args__  # type: ignore[attr-defined]
-
-
-@dataclass(frozen=True, slots=True)
-class RebuildReport:
-    """What a rebuild did.
-
-    Attributes:
-        outcome: How it ended (see :data:`RebuildOutcome`).
-        trigger: ``usage`` (trigger line), ``overflow`` (provider error) or ``manual``.
-        boundary_id: The inserted boundary (or compaction) message, if any.
-        watermark: The watermark the checkpoint covers.
-        tokens_before: Estimated request tokens before the rebuild.
-        tokens_after: Estimated request tokens after it.
-        compacted_results: Tool results micro-compaction cleared.
-        sections: Per-section figures of the rendered body.
-        fallback: ``compaction`` when a plain compaction was inserted instead.
-        over_line: The rebuilt request is still estimated above the trigger line:
-            what stays live after the watermark (the user's own messages, an open
-            tool round) leaves no room, so even the smallest body cannot fit. The
-            next automatic rebuild would not help either; the loop guard sees it.
-        cancel_reason: Why the host's ``before_rebuild`` hook cancelled it.
-    """
-
-    outcome: RebuildOutcome
-    trigger: Trigger
-    boundary_id: str | None = None
-    watermark: str | None = None
-    tokens_before: int | None = None
-    tokens_after: int | None = None
-    compacted_results: int = 0
-    sections: RenderedBody | None = None
-    fallback: Literal["compaction"] | None = None
-    over_line: bool = False
-    cancel_reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OverflowAnswer:
-    """What to do about a provider overflow (:meth:`Rebuilder.overflow`).
-
-    Attributes:
-        retry: Send the request again, prepared afresh.
-        reason: Why not, when ``retry`` is false.
-        report: The rebuild that ran for it, if one ran.
-    """
-
-    retry: bool
-    reason: str = ""
-    report: RebuildReport | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,51 +141,6 @@ class _Result:
 
     report: RebuildReport
     committed: _Committed | None = None
-
-
-REBUILD_COMMAND: Final = "/rebuild"
-"""The manual rebuild command a user types; ``/rebuild <focus>`` gives it a focus."""
-
-
-@dataclass(frozen=True, slots=True)
-class RebuildCommand:
-    """A ``/rebuild`` command typed by the user.
-
-    Attributes:
-        focus: The text after the command (what the rebuild should keep in view),
-            or ``None`` when there is none.
-    """
-
-    focus: str | None = None
-
-
-def rebuild_command(text: str) -> RebuildCommand | None:
-    """Read ``/rebuild`` or ``/rebuild <focus>`` (the whole message); else ``None``.
-
-    The command must open the message (surrounding whitespace aside) and stand as a
-    word of its own: ``/rebuilding`` is not it. The focus keeps its lines.
-    """
-    stripped = text.strip()
-    if not stripped.startswith(REBUILD_COMMAND):
-        return None
-    rest = stripped[len(REBUILD_COMMAND) :]
-    if rest and not rest[0].isspace():
-        return None
-    return RebuildCommand(rest.strip() or None)
-
-
-def describe_rebuild(report: RebuildReport) -> str:
-    """One line saying how a rebuild ended, for a status or a command's reply.
-
-    ``Context rebuild: rebuilt (52,950 -> 2,814 tokens)``; a cancelled one gives the
-    host's reason.
-    """
-    text = f"Context rebuild: {report.outcome}"
-    if report.cancel_reason is not None:
-        return f"{text} ({report.cancel_reason})"
-    if report.tokens_before is not None and report.tokens_after is not None:
-        return f"{text} ({report.tokens_before:,} -> {report.tokens_after:,} tokens)"
-    return text
 
 
 class Rebuilder:
@@ -318,10 +205,10 @@ class Rebuilder:
         The host's hooks run around it (:mod:`mimo_ctx.hooks`); ``focus`` (a manual
         rebuild's) is kept verbatim in the body and handed to the checkpoint writer.
         """
-        first = _span_start(session_id, MAIN_AGENT, trigger)
+        first = span_start(session_id, MAIN_AGENT, trigger)
         with self._tracer.span(SPAN_REBUILD, {**first, "mimo_ctx.focus": bool(focus)}) as span:
             report = await self._with_hooks(session_id, state, trigger=trigger, focus=focus)
-            span.set_attributes(_report_attributes(report))
+            span.set_attributes(report_attributes(report))
         return report
 
     async def _with_hooks(
@@ -418,7 +305,7 @@ class Rebuilder:
 
     async def compact_agent(self, session_id: str, state: LiveSession, agent: str) -> RebuildReport:
         """Insert a plain compaction into a sub-agent's history (only the main agent is rebuilt)."""
-        with self._tracer.span(SPAN_REBUILD, _span_start(session_id, agent, "usage")) as span:
+        with self._tracer.span(SPAN_REBUILD, span_start(session_id, agent, "usage")) as span:
             window = state.windows[agent]
             before = (await self._windows.view(session_id, state, window)).tokens
             result = await self._compact(
@@ -431,7 +318,7 @@ class Rebuilder:
                 prefix_tokens=state.prefix_tokens or 0,
             )
             report = await self._adopt(session_id, state, result)
-            span.set_attributes(_report_attributes(report))
+            span.set_attributes(report_attributes(report))
         return report
 
     async def _adopt(self, session_id: str, state: LiveSession, result: _Result) -> RebuildReport:
@@ -537,7 +424,7 @@ class Rebuilder:
             elif (
                 not coordinator.in_flight(session_id)
                 and isinstance(coordinator.writer, OfflineCheckpointWriter)
-                and await self._offline_checkpoint_on_disk(session_id)
+                and await offline_checkpoint_on_disk(self._layout, session_id)
             ):
                 # Beyond the original: the offline writer's checkpoint (its state file
                 # beside it) is extended in milliseconds with only what is new, so it
@@ -586,11 +473,9 @@ class Rebuilder:
         """Insert a plain compaction (SPEC R1.4a): sub-agents, and the fallback of A3.
 
         The summary is the offline writer's over the history up to a freshly
-        computed watermark; nothing is inserted when no watermark can be found.
-        Like a rebuild body (R5.9 beyond) the summary gets only the room the live
-        messages after the watermark leave under the trigger line: the writer's
-        section budgets shrink in proportion, and the spill-over index lines are
-        dropped (a compaction writes no spill-over file for them to name).
+        computed watermark, in the room the live messages after it leave under the
+        trigger line (:func:`~mimo_ctx.checkpoint._summary.compaction_summary`);
+        nothing is inserted when no watermark can be found.
         """
         session = await self._session(session_id)
         store = self._store
@@ -608,28 +493,15 @@ class Rebuilder:
             + sum(estimate_message_tokens(m) for m in apply_send_rules(live))
             + self._reminder_tokens(session_id)
         )
-        budgets = _fitted_budgets(
-            section_budgets(self._config.push_caps), self._usable - fixed - _SUMMARY_MARGIN
+        summary = await compaction_summary(
+            session,
+            covered,
+            watermark=boundary_id,
+            tasks=await store.list_tasks(session_id),
+            layout=self._layout,
+            push_caps=self._config.push_caps,
+            room=self._usable - fixed - SUMMARY_MARGIN,
         )
-        layout = self._layout
-        # Off the event loop: the offline writer's build is CPU work (a thread).
-        draft = await OfflineCheckpointWriter().write(
-            WriterRequest(
-                session_id=session_id,
-                project_id=session.project_id,
-                watermark=boundary_id,
-                messages=covered,
-                previous_checkpoint=None,
-                notes=None,
-                tasks=await store.list_tasks(session_id),
-                checkpoint_path=layout.checkpoint_path(session_id),
-                project_memory_path=layout.project_memory_path(session.project_id),
-                notes_path=layout.notes_path(session_id),
-                tasks_dir=layout.tasks_dir(session_id),
-                budgets=budgets,
-            )
-        )
-        summary = "\n".join(line for line in draft.text.split("\n") if not is_index_line(line))
         message = build_compaction_message(
             watermark=watermark,
             summary=summary,
@@ -671,27 +543,6 @@ class Rebuilder:
             before=before,
             prefix_tokens=prefix_tokens,
         )
-
-    async def _offline_checkpoint_on_disk(self, session_id: str) -> bool:
-        """True when ``checkpoint.md`` is the one the offline writer's state file wrote.
-
-        Read within the memory root and bounded; anything unreadable, or a
-        checkpoint another writer (or anything else) put there, answers ``False``.
-        """
-        layout = self._layout
-        try:
-            saved = await read_text(
-                layout.checkpoint_state_path(session_id), max_chars=_STATE_CHARS, root=layout.root
-            )
-            state = CheckpointState.from_json(saved)
-            if state is None or state.checkpoint_sha256 is None:
-                return False
-            text = await read_text(
-                layout.checkpoint_path(session_id), max_chars=_STATE_CHARS, root=layout.root
-            )
-        except (OSError, PathEscapeError):
-            return False
-        return text is not None and checkpoint_digest(text) == state.checkpoint_sha256
 
     async def _wait_for_writer(self, session_id: str, timeout: float) -> None:  # noqa: ASYNC109
         """R3.2: wait for the in-flight writer; on timeout or failure use what is on disk."""
@@ -909,22 +760,7 @@ class Rebuilder:
         changes: list[tuple[StoredState, StoredState]] = []
 
         def change(stored: StoredState) -> StoredState:
-            fractions = [*stored.freed_fractions, freed][-5:]
-            # The loop guard (R5.9 beyond): two rebuilds in a row that each freed
-            # too little stop automatic rebuilds; a manual one never does.
-            disable = (
-                not manual
-                and len(fractions) >= 2
-                and all(f < config.min_freed_fraction for f in fractions[-2:])
-            )
-            new = stored.model_copy(
-                update={
-                    "crossed_thresholds": [],
-                    "rebuilds": stored.rebuilds + 1,
-                    "freed_fractions": fractions,
-                    "auto_rebuild_disabled": stored.auto_rebuild_disabled or disable,
-                }
-            )
+            new = stored.after_rebuild(freed, manual=manual, min_freed=config.min_freed_fraction)
             changes.append((stored, new))
             return new
 
@@ -939,20 +775,7 @@ class Rebuilder:
         )
         if not stored:
             return _Result(RebuildReport(outcome="already-recovered", trigger=report.trigger))
-        await self._events.emit(
-            ContextRebuilt(
-                session_id=session.id,
-                time=now_ms(),
-                outcome=report.outcome,
-                manual=report.trigger == "manual",
-                boundary_id=boundary.id,
-                watermark=report.watermark,
-                tokens_before=report.tokens_before,
-                tokens_after=report.tokens_after,
-                compacted_results=report.compacted_results,
-                over_line=report.over_line,
-            )
-        )
+        await self._events.emit(rebuilt_event(session.id, report, boundary.id))
         # The state this commit changed: did it turn the loop guard on?
         disabled_now = bool(changes) and (
             changes[-1][1].auto_rebuild_disabled and not changes[-1][0].auto_rebuild_disabled
@@ -979,45 +802,3 @@ _INDEX_HEAD_CHARS: Final = 16_384
 
 _FIT_ATTEMPTS: Final = 3
 """Times the body is assembled to fit under the trigger line (its JSON escaping varies)."""
-
-_SUMMARY_MARGIN: Final = 64
-"""Tokens kept free under the line for the summary message's own framing."""
-
-
-def _span_start(session_id: str, agent: str, trigger: Trigger) -> dict[str, str | bool]:
-    return {"mimo_ctx.session_id": session_id, "mimo_ctx.agent": agent, "mimo_ctx.trigger": trigger}
-
-
-def _report_attributes(report: RebuildReport) -> Attributes:
-    """The ``mimo_ctx.rebuild`` span's outcome and figures (ids and numbers, no text)."""
-    figures: dict[str, str | int | bool] = {
-        "mimo_ctx.outcome": report.outcome,
-        "mimo_ctx.compacted_results": report.compacted_results,
-        "mimo_ctx.over_line": report.over_line,
-        "mimo_ctx.cancelled": report.cancel_reason is not None,
-    }
-    optional = {
-        "mimo_ctx.boundary_id": report.boundary_id,
-        "mimo_ctx.tokens_before": report.tokens_before,
-        "mimo_ctx.tokens_after": report.tokens_after,
-        "mimo_ctx.fallback": report.fallback,
-    }
-    figures.update({key: value for key, value in optional.items() if value is not None})
-    return figures
-
-
-def _fitted_budgets(budgets: dict[int, int], room: int) -> dict[int, int]:
-    """Section budgets shrunk in proportion so the bodies add up to at most ``room``.
-
-    The skeleton (topic, headings, instruction lines) comes on top: a summary
-    never fits in less than that, and ``room`` below it leaves every body empty.
-    """
-    total = sum(budgets.values())
-    room = max(0, room - _SKELETON_TOKENS)
-    if total <= room:
-        return budgets
-    return {number: budget * room // total for number, budget in budgets.items()}
-
-
-_SKELETON_TOKENS: Final = estimate_text_tokens(render_checkpoint("", {}))
-"""Tokens of an empty A14 checkpoint: the part of a summary no budget shrinks."""

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,11 +56,9 @@ from typing import Final, Literal
 import anyio
 import anyio.to_thread
 
+from mimo_ctx._budget_cache import budgeted
 from mimo_ctx.budget import (
-    SectionCap,
     checkpoint_section_caps,
-    read_budgeted,
-    read_budgeted_section_aware,
 )
 from mimo_ctx.checkpoint.document import section_budgets
 from mimo_ctx.checkpoint.evidence import PlanItem, is_continuation, plan_items
@@ -568,7 +565,7 @@ def assemble_body(
                     _TOPIC_LINE.sub("", text, count=1), quoted, USER_QUOTED_WHERE
                 )
             caps_for = checkpoint_section_caps(caps) if refer else None
-            body = _budgeted(
+            body = budgeted(
                 text, cap, source.path, counter, section_aware=section_aware, section_caps=caps_for
             )
             return render_section(heading, body, file_path=source.path) if body.strip() else ""
@@ -750,61 +747,6 @@ def assemble_body(
         sections=figures,
         tokens=count(text),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class _BudgetedEntry:
-    text: str
-    counter: TokenCounter | None
-    output: str
-
-
-_BUDGET_CACHE_ENTRIES: Final = 32
-_BUDGET_CACHE_CHARS: Final = 24_000_000
-_budget_cache: OrderedDict[
-    tuple[str, int, bool, tuple[SectionCap, ...] | None, int], _BudgetedEntry
-] = OrderedDict()
-
-
-def _budgeted(
-    text: str,
-    cap: int,
-    path: str,
-    counter: TokenCounter | None,
-    *,
-    section_aware: bool,
-    section_caps: tuple[SectionCap, ...] | None,
-) -> str:
-    """``read_budgeted[_section_aware]`` through a small LRU of earlier results.
-
-    Budgeting a 1 MB memory file parses it line by line; project and global
-    ``MEMORY.md`` rarely change between rebuilds (and are shared by every session
-    of a project), so the result is reused while the text is the same. The entry
-    holds the text it was computed from and is used only on an exact match (same
-    counter object too), so a cache hit returns exactly what a fresh call would.
-    """
-    key = (path, cap, section_aware, section_caps, id(counter))
-    entry = _budget_cache.get(key)
-    if entry is not None and entry.counter is counter and entry.text == text:
-        _budget_cache.move_to_end(key)
-        return entry.output
-    if section_aware:
-        output = read_budgeted_section_aware(
-            text, cap, path=path, counter=counter, section_caps=section_caps
-        )
-    else:
-        output = read_budgeted(text, cap, path=path, counter=counter)
-    _budget_cache[key] = _BudgetedEntry(text, counter, output)
-    _budget_cache.move_to_end(key)
-    # Bounded memory: at most so many entries and so many characters of source text
-    # (an entry keeps its text alive; entries of one rebuild usually share it).
-    held = sum(len(e.text) for e in _budget_cache.values())
-    while len(_budget_cache) > 1 and (
-        len(_budget_cache) > _BUDGET_CACHE_ENTRIES or held > _BUDGET_CACHE_CHARS
-    ):
-        _, dropped = _budget_cache.popitem(last=False)
-        held -= len(dropped.text)
-    return output
 
 
 async def _read_memory_file(path: Path, layout: MemoryLayout) -> MemoryFile:

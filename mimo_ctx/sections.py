@@ -60,7 +60,7 @@ from mimo_ctx.budget import scan_fences
 from mimo_ctx.errors import ConfigError, PathEscapeError
 from mimo_ctx.messages import Message, user_input_text
 from mimo_ctx.session import ACTIVE_ACTOR_STATUSES, Actor, Task
-from mimo_ctx.tokens import TokenCounter, estimate_text_tokens
+from mimo_ctx.tokens import TokenCounter, count_with, utf16_head, utf16_tail
 
 __all__ = [
     "ACTORS_PART_HEADING",
@@ -207,10 +207,6 @@ _OTHER_BREAKS = re.compile("\r\n?|[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 # -- small helpers -----------------------------------------------------------------------
-
-
-def _counter_fn(counter: TokenCounter | None) -> Callable[[str], int]:
-    return estimate_text_tokens if counter is None else counter.count
 
 
 def _check_tokens(value: int, name: str) -> None:
@@ -527,7 +523,7 @@ def render_active_actors_section(
         f'- {one_line(a.id)} — {a.status}, "{one_line(a.description)}" (agent={one_line(a.agent)})'
         for a in _active_actors(actors, session_id)
     ]
-    kept = _fit_lines(lines, budget, _counter_fn(counter))
+    kept = _fit_lines(lines, budget, count_with(counter))
     return render_section(HEADING_ACTIVE_ACTORS, "\n".join(kept)) if kept else ""
 
 
@@ -569,27 +565,6 @@ def render_active_actors_part(actors: Sequence[Actor], *, session_id: str, now_m
 # -- 4. recent user input --------------------------------------------------------------------
 
 
-def _utf16_head(text: str, units: int) -> str:
-    """The longest prefix of ``text`` within ``units`` UTF-16 code units (A7).
-
-    The original counts JavaScript string length: an emoji is two units. Python
-    slices code points, so a code point (a surrogate pair) is never split.
-    """
-    if text.isascii():
-        return text[:units]
-    used = 0
-    for index, char in enumerate(text):
-        used += 2 if ord(char) > 0xFFFF else 1
-        if used > units:
-            return text[:index]
-    return text
-
-
-def _utf16_tail(text: str, units: int) -> str:
-    """The longest suffix of ``text`` within ``units`` UTF-16 code units."""
-    return _utf16_head(text[::-1], units)[::-1]
-
-
 def _elide(text: str, message_id: str, cap: int, count: Callable[[str], int]) -> str:
     """Keep the head and tail of a message over ``cap`` tokens (A7).
 
@@ -598,17 +573,17 @@ def _elide(text: str, message_id: str, cap: int, count: Callable[[str], int]) ->
     """
     head_tokens, tail_tokens = cap * 6 // 10, cap * 3 // 10
     head_units, tail_units = head_tokens * 4, tail_tokens * 4
-    head = _utf16_head(text, head_units)
+    head = utf16_head(text, head_units)
     # With the default estimator these cuts are within the token shares; a real
     # tokenizer can count more per character, so shrink until they are.
     while head and count(head) > head_tokens:
         head_units = head_units * 9 // 10
-        head = _utf16_head(text, head_units)
+        head = utf16_head(text, head_units)
     rest = text[len(head) :]
-    tail = _utf16_tail(rest, tail_units)
+    tail = utf16_tail(rest, tail_units)
     while tail and count(tail) > tail_tokens:
         tail_units = tail_units * 9 // 10
-        tail = _utf16_tail(rest, tail_units)
+        tail = utf16_tail(rest, tail_units)
     elided = max(0, count(text) - count(head) - count(tail))
     line = ELISION_LINE.format(tokens=elided, message_id=one_line(message_id))
     return "\n".join(p for p in (head, line, tail) if p)
@@ -707,7 +682,7 @@ def recent_user_input(
     _check_tokens(per_message_cap, "per_message_cap")
     if budget == 0:
         return RecentUserInput("", frozenset())
-    count = _counter_fn(counter)
+    count = count_with(counter)
     texts = [(p, t) for p, t in enumerate(map(user_input_text, messages)) if t is not None]
     wanted = set(pinned)
     order = [e for e in texts if messages[e[0]].id in wanted]
@@ -767,7 +742,7 @@ def render_focus(focus: str, *, budget: int, counter: TokenCounter | None = None
     head and says how much was cut (the checkpoint writer had it in full).
     """
     _check_tokens(budget, "rebuild_focus budget")
-    count = _counter_fn(counter)
+    count = count_with(counter)
     if not focus.strip() or budget == 0:
         return ""
     room = budget - count(f"# {HEADING_REBUILD_FOCUS}\n{FOCUS_INTRO}\n")
@@ -786,7 +761,7 @@ def render_host_section(
     ``""`` for a blank text or a zero budget; over the budget the head is kept.
     """
     _check_tokens(budget, "host_section budget")
-    count = _counter_fn(counter)
+    count = count_with(counter)
     if not text.strip() or budget == 0:
         return ""
     room = budget - count(f"# {heading}\n")
@@ -833,7 +808,7 @@ def render_memory_keys_index(
         if path not in seen:
             seen.add(path)
             lines.append(f"- {_escape_breaks(path)}")
-    kept = _fit_lines(lines, budget, _counter_fn(counter))
+    kept = _fit_lines(lines, budget, count_with(counter))
     return render_section(HEADING_MEMORY_KEYS, "\n".join(kept)) if kept else ""
 
 

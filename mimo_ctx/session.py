@@ -132,6 +132,24 @@ class SessionState(_Model):
     freed_fractions: list[float] = Field(default_factory=list[float])
     rebuilds: int = 0
 
+    def after_rebuild(self, freed: float, *, manual: bool, min_freed: float) -> SessionState:
+        """The state after a committed rebuild that freed ``freed`` of the request.
+
+        Thresholds are cleared and the rebuild counted. The loop guard (R5.9
+        **beyond**): two rebuilds in a row that each freed less than ``min_freed``
+        stop automatic rebuilds; a manual one never does.
+        """
+        fractions = [*self.freed_fractions, freed][-5:]
+        disable = not manual and len(fractions) >= 2 and all(f < min_freed for f in fractions[-2:])
+        return self.model_copy(
+            update={
+                "crossed_thresholds": [],
+                "rebuilds": self.rebuilds + 1,
+                "freed_fractions": fractions,
+                "auto_rebuild_disabled": self.auto_rebuild_disabled or disable,
+            }
+        )
+
     @model_validator(mode="before")
     @classmethod
     def _drop_retired_fields(cls, data: object) -> object:

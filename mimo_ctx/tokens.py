@@ -19,7 +19,7 @@ import hashlib
 import importlib.resources
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
 
@@ -37,11 +37,14 @@ __all__ = [
     "TiktokenCounter",
     "TiktokenEncodingName",
     "TokenCounter",
+    "count_with",
     "estimate_message_tokens",
     "estimate_part_tokens",
     "estimate_text_tokens",
     "js_json",
+    "utf16_head",
     "utf16_length",
+    "utf16_tail",
 ]
 
 UNSERIALISABLE_PART_TOKENS: Final = 1000
@@ -70,6 +73,32 @@ def utf16_length(text: str) -> int:
     # surrogatepass: a lone surrogate (a string cut inside an emoji, common in tool
     # output) is one UTF-16 code unit in JavaScript too; a strict encode would raise.
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def utf16_head(text: str, units: int) -> str:
+    """The longest prefix of ``text`` within ``units`` UTF-16 code units (A7).
+
+    The original counts JavaScript string length: an emoji is two units. Python
+    slices code points, so a code point (a surrogate pair) is never split.
+    """
+    if text.isascii():
+        return text[:units]
+    used = 0
+    for index, char in enumerate(text):
+        used += 2 if ord(char) > 0xFFFF else 1
+        if used > units:
+            return text[:index]
+    return text
+
+
+def utf16_tail(text: str, units: int) -> str:
+    """The longest suffix of ``text`` within ``units`` UTF-16 code units."""
+    return utf16_head(text[::-1], units)[::-1]
+
+
+def count_with(counter: TokenCounter | None) -> Callable[[str], int]:
+    """The function counting a text's tokens: ``counter``'s, or the estimate without one."""
+    return estimate_text_tokens if counter is None else counter.count
 
 
 def estimate_text_tokens(text: str) -> int:

@@ -13,14 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mimo_ctx._section_caps import cap_list, check_budget
 from mimo_ctx.budget import (
     _INDEX_LINE,
     CUT_THRESHOLD_TOKENS,
     SectionCap,
     SectionCaps,
-    _cap_list,
-    _check_budget,
-    _counter_fn,
     _cut_at_line,
     _finish,
     _printable_path,
@@ -29,7 +27,7 @@ from mimo_ctx.budget import (
     read_budgeted,
     scan_fences,
 )
-from mimo_ctx.tokens import TokenCounter
+from mimo_ctx.tokens import TokenCounter, count_with
 
 _HEADING_PREFIX = "## "
 
@@ -260,11 +258,11 @@ def reference_section_aware(
     Raises:
         ConfigError: ``budget`` or a cap is negative, or ``section_caps`` is malformed.
     """
-    _check_budget(budget)
-    caps = _cap_list(section_caps)
+    check_budget(budget)
+    caps = cap_list(section_caps)
     if not text:
         return ""
-    count = _counter_fn(counter)
+    count = count_with(counter)
     preamble, sections = _parse(text)
     if not sections:
         return read_budgeted(text, budget, path=path, counter=counter)

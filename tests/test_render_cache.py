@@ -6,7 +6,7 @@ call returns: the entry is used only for the same text, cap, path and counter.
 
 from __future__ import annotations
 
-from mimo_ctx import render
+from mimo_ctx import _budget_cache
 from mimo_ctx.budget import read_budgeted, read_budgeted_section_aware
 from mimo_ctx.tokens import CharEstimator
 
@@ -19,11 +19,11 @@ def _doc(word: str, lines: int = 400) -> str:
 def test_r6_2_cache_hit_equals_fresh_call_and_changed_text_is_recomputed() -> None:
     first, second = _doc("alpha"), _doc("bravo")
     for _ in range(2):  # the second pass is served from the cache
-        assert render._budgeted(  # pyright: ignore[reportPrivateUsage]
+        assert _budget_cache.budgeted(
             first, 500, "/m/MEMORY.md", None, section_aware=True, section_caps=None
         ) == read_budgeted_section_aware(first, 500, path="/m/MEMORY.md")
     # Same path and cap, new content (a rewritten file): never the stale result.
-    got = render._budgeted(  # pyright: ignore[reportPrivateUsage]
+    got = _budget_cache.budgeted(
         second, 500, "/m/MEMORY.md", None, section_aware=True, section_caps=None
     )
     assert got == read_budgeted_section_aware(second, 500, path="/m/MEMORY.md")
@@ -34,11 +34,11 @@ def test_r6_2_cache_hit_equals_fresh_call_and_changed_text_is_recomputed() -> No
 def test_r6_1_cache_keys_on_counter_and_kind() -> None:
     text = _doc("charlie")
     counter = CharEstimator()
-    proportional = render._budgeted(  # pyright: ignore[reportPrivateUsage]
+    proportional = _budget_cache.budgeted(
         text, 300, "/m/notes.md", counter, section_aware=False, section_caps=None
     )
     assert proportional == read_budgeted(text, 300, path="/m/notes.md", counter=counter)
-    aware = render._budgeted(  # pyright: ignore[reportPrivateUsage]
+    aware = _budget_cache.budgeted(
         text, 300, "/m/notes.md", counter, section_aware=True, section_caps=None
     )
     assert aware == read_budgeted_section_aware(text, 300, path="/m/notes.md", counter=counter)
@@ -46,8 +46,8 @@ def test_r6_1_cache_keys_on_counter_and_kind() -> None:
 
 
 def test_cache_stays_bounded() -> None:
-    for i in range(3 * render._BUDGET_CACHE_ENTRIES):  # pyright: ignore[reportPrivateUsage]
-        render._budgeted(  # pyright: ignore[reportPrivateUsage]
+    for i in range(3 * _budget_cache.CACHE_ENTRIES):
+        _budget_cache.budgeted(
             _doc(f"w{i}", 5), 50, f"/m/{i}.md", None, section_aware=True, section_caps=None
         )
-    assert len(render._budget_cache) <= render._BUDGET_CACHE_ENTRIES  # pyright: ignore[reportPrivateUsage]
+    assert _budget_cache.cached_entries() <= _budget_cache.CACHE_ENTRIES

@@ -337,3 +337,41 @@ def test_r2_2_message_estimate_is_cached(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_r2_2_empty_message_estimates_zero() -> None:
     assert estimate_message_tokens(_message()) == 0
+
+
+# -- UTF-16 cuts (A7's head and tail) ------------------------------------------------------
+
+
+@given(st.text(), st.integers(min_value=0, max_value=64))
+def test_utf16_head_is_the_longest_prefix_within_the_units(text: str, units: int) -> None:
+    head = tokens.utf16_head(text, units)
+    assert text.startswith(head)
+    assert tokens.utf16_length(head) <= units
+    # One more code point would not fit (or there is none).
+    longer = text[: len(head) + 1]
+    assert longer == head or tokens.utf16_length(longer) > units
+
+
+@given(st.text(), st.integers(min_value=0, max_value=64))
+def test_utf16_tail_is_the_longest_suffix_within_the_units(text: str, units: int) -> None:
+    tail = tokens.utf16_tail(text, units)
+    assert text.endswith(tail)
+    assert tokens.utf16_length(tail) <= units
+    longer = text[len(text) - len(tail) - 1 :] if len(tail) < len(text) else tail
+    assert longer == tail or tokens.utf16_length(longer) > units
+
+
+def test_an_emoji_counts_two_units_and_is_never_split() -> None:
+    assert tokens.utf16_head("a😀b", 2) == "a"
+    assert tokens.utf16_head("a😀b", 3) == "a😀"
+    assert tokens.utf16_tail("a😀b", 2) == "b"
+
+
+def test_count_with_uses_the_counter_or_the_estimate() -> None:
+    assert tokens.count_with(None)("abcdefgh") == tokens.estimate_text_tokens("abcdefgh") == 2
+
+    class PerCharacter:
+        def count(self, text: str) -> int:
+            return len(text)
+
+    assert tokens.count_with(PerCharacter())("abcdefgh") == 8

@@ -47,12 +47,10 @@ import dataclasses
 import logging
 import os
 import re
-import shutil
 import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal, TypedDict
 
 import anyio
@@ -60,6 +58,7 @@ from anyio.abc import TaskGroup
 
 from mimo_ctx._util import now_ms
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
+from mimo_ctx.checkpoint._files import empty_folded_notes, read_previous_checkpoint
 from mimo_ctx.checkpoint.document import checkpoint_defect, section_budgets
 from mimo_ctx.checkpoint.lease import WriterLease
 from mimo_ctx.checkpoint.protocol import (
@@ -70,7 +69,7 @@ from mimo_ctx.checkpoint.protocol import (
     WriterRequest,
 )
 from mimo_ctx.config import RebuildConfig
-from mimo_ctx.errors import CheckpointRejectedError, MimoCtxError, PathEscapeError
+from mimo_ctx.errors import CheckpointRejectedError, MimoCtxError
 from mimo_ctx.events import EventBus, WriterFailed, WriterFailure, WriterFinished, WriterStarted
 from mimo_ctx.memory import MemoryLayout, read_text, write_text_atomic
 from mimo_ctx.messages import MAIN_AGENT, Message, ToolPart, ToolResultPart, message_key
@@ -571,7 +570,9 @@ class WriterCoordinator:
             messages=covered,
             # Bounded reads inside the memory root: a huge or symlinked-out file
             # must neither exhaust memory nor leak outside content.
-            previous_checkpoint=await _read_previous_checkpoint(checkpoint_path, layout.root),
+            previous_checkpoint=await read_previous_checkpoint(
+                checkpoint_path, layout.root, max_chars=WRITER_MAX_CHARS
+            ),
             notes=await read_text(
                 layout.notes_path(session_id), max_chars=WRITER_MAX_CHARS, root=layout.root
             ),
@@ -581,8 +582,8 @@ class WriterCoordinator:
             notes_path=layout.notes_path(session_id),
             tasks_dir=layout.tasks_dir(session_id),
             budgets=section_budgets(self._config.push_caps),
-            previous_state=await _read_previous_checkpoint(
-                layout.checkpoint_state_path(session_id), layout.root
+            previous_state=await read_previous_checkpoint(
+                layout.checkpoint_state_path(session_id), layout.root, max_chars=WRITER_MAX_CHARS
             ),
             focus=job.focus,
             previous_watermark=await self._store.get_watermark(session_id),
@@ -743,7 +744,7 @@ class WriterCoordinator:
         await self._fence(session_id, owner)
         await write_text_atomic(request.checkpoint_path, draft.text, root=root)
         if draft.notes_folded and request.notes:
-            await _empty_folded_notes(request.notes_path, request.notes, root=root)
+            await empty_folded_notes(request.notes_path, request.notes, root=root)
         if owner is None or self._lease is None:
             await self._store.set_watermark(session_id, request.watermark)
         elif not await self._lease.set_watermark_if_held(session_id, owner, request.watermark):
@@ -793,59 +794,6 @@ def _watermark_of(messages: Sequence[Message], config: RebuildConfig) -> tuple[s
         if isinstance(p, ToolResultPart)
     )
     return boundary, answered_here
-
-
-async def _read_previous_checkpoint(path: Path, root: Path) -> str | None:
-    """The checkpoint (or its state file) to carry forward; unreadable, the writer starts afresh.
-
-    It is about to be replaced, so a file that cannot be read (or that leads out of
-    the memory root) is logged and ignored. ``notes.md`` gets no such grace: its
-    content is folded in and then removed, so a read error fails the writer.
-    """
-    try:
-        return await read_text(path, max_chars=WRITER_MAX_CHARS, root=root)
-    except (OSError, PathEscapeError) as exc:
-        _log.warning("mimo_ctx: previous checkpoint %s could not be read: %s", path, exc)
-        return None
-
-
-async def _empty_folded_notes(path: Path, folded: str, *, root: Path) -> None:
-    """Remove from ``notes.md`` what the writer folded in (A14), nothing else.
-
-    The agent may add notes while the writer runs, and a huge file is only read in
-    part: what was not folded in stays. A file rewritten meanwhile (or whose bytes
-    differ from the text read, e.g. ``\r\n`` line ends) is kept whole: folding a
-    note twice is better than losing one. The rest of the file is streamed, never
-    held in memory whole.
-    """
-    await anyio.to_thread.run_sync(_drop_prefix, path, folded, root)
-
-
-def _drop_prefix(path: Path, prefix: str, root: Path) -> None:
-    # Bytes, not text: the folded text was decoded with replacements, so a file
-    # holding invalid UTF-8 (or a byte-order mark, or ``\r\n``) does not start with
-    # the prefix's own encoding and is kept whole; the rest of a file that does is
-    # copied byte for byte, invalid bytes included. Nothing the writer did not
-    # fold in exactly is rewritten.
-    expected = prefix.encode("utf-8", errors="surrogatepass")
-    try:
-        real = Path(os.path.realpath(path))
-        if not real.is_relative_to(os.path.realpath(root)):
-            return
-        with real.open("rb") as source:
-            if source.read(len(expected)) != expected:
-                return
-            temporary = real.with_name(f".{real.name}.{uuid.uuid4().hex}.tmp")
-            try:
-                with temporary.open("wb") as target:
-                    shutil.copyfileobj(source, target, 1 << 20)
-                    target.flush()
-                    os.fsync(target.fileno())
-                os.replace(temporary, real)
-            finally:
-                temporary.unlink(missing_ok=True)
-    except FileNotFoundError:
-        return
 
 
 class _RunTimedOut(MimoCtxError):

@@ -95,7 +95,7 @@ import glob
 import heapq
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -103,50 +103,31 @@ from mimo_ctx.convert import (
     MessageDraft,
     ToolCallJoiner,
     infer_finish,
-    make_data_url,
-    tool_result_content,
 )
+from mimo_ctx.importers._claude_code_lines import Line, ToolResult, ToolUse, read_lines
 from mimo_ctx.importers._common import (
     FORMAT_CLAUDE_CODE,
-    BadRecord,
     ImportedTranscript,
     Problems,
     SkippedLine,
     TranscriptCompaction,
-    as_list,
-    as_object,
     build_transcript_messages,
     file_time_ms,
     first_line,
-    is_array,
-    is_object,
-    iter_jsonl_objects,
     new_session,
-    opt_bool,
-    opt_int,
-    opt_str,
     orphan_result_draft,
-    parse_timestamp,
     read_bytes,
-    req_str,
-    tool_input,
 )
 from mimo_ctx.importers._machine_text import split_machine_text, strip_ansi, user_text_parts
 from mimo_ctx.messages import (
     MAIN_AGENT,
     CompactionPart,
-    FilePart,
     MessageError,
-    OpaquePart,
     Part,
-    ReasoningPart,
     TextPart,
-    TokenUsage,
 )
 
 __all__ = ["find_subagent_files", "import_claude_code"]
-
-_CONVERSATION: Final = frozenset({"user", "assistant"})
 
 _STOP_REASONS: Final = {
     "end_turn": "stop",
@@ -172,258 +153,6 @@ _MACHINE_TO_END: Final = ("task-notification",)
 _MACHINE_LINES: Final = (r"\[Request interrupted by user[^\]\n]*\]",)
 
 _OFF_BRANCH_REASON: Final = "not on the active branch (abandoned fork)"
-
-
-@dataclass
-class _ToolUse:
-    id: str
-    name: str
-    input: dict[str, Any]
-
-
-@dataclass
-class _ToolResult:
-    tool_use_id: str
-    output: str
-    is_error: bool
-    attachments: list[FilePart]
-
-
-_Block = Part | _ToolUse | _ToolResult
-
-
-@dataclass
-class _Line:
-    """One validated line of a transcript."""
-
-    path: Path
-    number: int
-    type: str
-    uuid: str | None = None
-    parent: str | None = None
-    logical_parent: str | None = None
-    sidechain: bool = False
-    agent_id: str | None = None
-    # Conversation lines only.
-    ts: int = 0
-    blocks: list[_Block] = field(default_factory=list["_Block"])
-    message_id: str | None = None
-    model: str | None = None
-    stop_reason: str | None = None
-    usage: TokenUsage | None = None
-    is_meta: bool = False
-    is_compact_summary: bool = False
-    is_api_error: bool = False
-    # system/compact_boundary lines.
-    subtype: str | None = None
-    compact_trigger: str | None = None
-    compact_pre_tokens: int | None = None
-    # summary lines.
-    summary: str | None = None
-    leaf_uuid: str | None = None
-    # Queued messages (queue-operation enqueue, queued_command attachment).
-    queued: object = None
-    # Session facts (first conversation line that has them).
-    session_id: str | None = None
-    cwd: str | None = None
-    git_branch: str | None = None
-    version: str | None = None
-    # Set while grouping.
-    agent: str = MAIN_AGENT
-
-    @property
-    def is_conversation(self) -> bool:
-        return self.type in _CONVERSATION
-
-
-# ---------------------------------------------------------------------------
-# Parsing and validation
-# ---------------------------------------------------------------------------
-
-
-def _file_part(source: object, what: str, default_mime: str) -> FilePart | None:
-    src = as_object(source, what)
-    kind = opt_str(src, "type", what)
-    if kind == "base64":
-        mime = opt_str(src, "media_type", what) or default_mime
-        return FilePart(mime=mime, url=make_data_url(mime, req_str(src, "data", what)))
-    if kind == "url":
-        return FilePart(mime=default_mime, url=req_str(src, "url", what))
-    return None
-
-
-def _media_block(block: dict[str, Any], btype: str, what: str) -> Part:
-    default = "image/png" if btype == "image" else "application/octet-stream"
-    part = _file_part(block.get("source"), f"{what}.source", default)
-    if part is None:
-        return OpaquePart(source="claude-code", kind=btype, data=block)
-    return part
-
-
-def _tool_result(block: dict[str, Any], what: str) -> _ToolResult:
-    tool_use_id = req_str(block, "tool_use_id", what)
-    is_error = opt_bool(block, "is_error", what)
-    content = block.get("content")
-    parts: list[Part] = []
-    if isinstance(content, str):
-        parts.append(TextPart(text=content))
-    elif content is not None:
-        for j, raw in enumerate(as_list(content, f"{what}.content")):
-            item = as_object(raw, f"{what}.content[{j}]")
-            itype = req_str(item, "type", f"{what}.content[{j}]")
-            found: Part | None = None
-            if itype == "text":
-                found = TextPart(text=req_str(item, "text", f"{what}.content[{j}]"))
-            elif itype == "image":
-                found = _file_part(item.get("source"), f"{what}.content[{j}].source", "image/png")
-            parts.append(found or OpaquePart(source="claude-code", kind=itype, data=item))
-    # The converter kit's rule: texts, attachments, anything else as a line of JSON.
-    output, attachments = tool_result_content(parts)
-    return _ToolResult(tool_use_id, output, is_error, attachments)
-
-
-def _blocks(content: object, role: str) -> list[_Block]:
-    if isinstance(content, str):
-        return [TextPart(text=content)] if content else []
-    out: list[_Block] = []
-    for i, raw in enumerate(as_list(content, "message.content")):
-        what = f"message.content[{i}]"
-        block = as_object(raw, what)
-        btype = req_str(block, "type", what)
-        if btype == "text":
-            out.append(TextPart(text=req_str(block, "text", what)))
-        elif btype == "thinking" and role == "assistant":
-            out.append(
-                ReasoningPart(
-                    text=req_str(block, "thinking", what),
-                    signature=opt_str(block, "signature", what),
-                )
-            )
-        elif btype == "redacted_thinking" and role == "assistant":
-            out.append(
-                ReasoningPart(text="", signature=opt_str(block, "data", what), redacted=True)
-            )
-        elif btype == "tool_use" and role == "assistant":
-            out.append(
-                _ToolUse(
-                    id=req_str(block, "id", what),
-                    name=req_str(block, "name", what),
-                    input=tool_input(block.get("input"), f"{what}.input"),
-                )
-            )
-        elif btype == "tool_result" and role == "user":
-            out.append(_tool_result(block, what))
-        elif btype in ("tool_use", "tool_result", "thinking", "redacted_thinking"):
-            raise BadRecord(f"{what}: a {btype!r} block cannot be in a {role} message")
-        elif btype in ("image", "document"):
-            out.append(_media_block(block, btype, what))
-        else:
-            out.append(OpaquePart(source="claude-code", kind=btype, data=block))
-    return out
-
-
-def _usage(value: object) -> TokenUsage | None:
-    if value is None:
-        return None
-    usage = as_object(value, "message.usage")
-    return TokenUsage(
-        input=opt_int(usage, "input_tokens", "message.usage") or 0,
-        output=opt_int(usage, "output_tokens", "message.usage") or 0,
-        cache_read=opt_int(usage, "cache_read_input_tokens", "message.usage") or 0,
-        cache_write=opt_int(usage, "cache_creation_input_tokens", "message.usage") or 0,
-    )
-
-
-def _parse_line(obj: dict[str, Any], path: Path, number: int) -> _Line:
-    what = "the line"
-    line = _Line(
-        path=path,
-        number=number,
-        type=req_str(obj, "type", what),
-        uuid=opt_str(obj, "uuid", what),
-        parent=opt_str(obj, "parentUuid", what),
-        logical_parent=opt_str(obj, "logicalParentUuid", what),
-        sidechain=opt_bool(obj, "isSidechain", what),
-        agent_id=opt_str(obj, "agentId", what),
-    )
-    if line.type == "system":
-        line.subtype = opt_str(obj, "subtype", what)
-        meta = obj.get("compactMetadata")
-        if line.subtype == "compact_boundary" and meta is not None:
-            meta_obj = as_object(meta, "compactMetadata")
-            line.compact_trigger = opt_str(meta_obj, "trigger", "compactMetadata")
-            line.compact_pre_tokens = opt_int(meta_obj, "preTokens", "compactMetadata")
-        return line
-    if line.type == "summary":
-        line.summary = opt_str(obj, "summary", what)
-        line.leaf_uuid = opt_str(obj, "leafUuid", what)
-        return line
-    if line.type in ("queue-operation", "attachment"):
-        return _parse_queued(obj, line)
-    if not line.is_conversation:
-        return line
-    if line.uuid is None:
-        raise BadRecord(f"a {line.type} line has no 'uuid'")
-    if "timestamp" not in obj:
-        raise BadRecord(f"a {line.type} line has no 'timestamp'")
-    line.ts = parse_timestamp(obj["timestamp"], "timestamp")
-    if "message" not in obj:
-        raise BadRecord(f"a {line.type} line has no 'message'")
-    message = as_object(obj["message"], "message")
-    role = opt_str(message, "role", "message")
-    if role is not None and role != line.type:
-        raise BadRecord(f"message.role is {role!r} in a {line.type} line")
-    if "content" not in message:
-        raise BadRecord("message has no 'content'")
-    content = message["content"]
-    if not (isinstance(content, str) or is_array(content)):
-        raise BadRecord("message.content must be a string or an array")
-    line.blocks = _blocks(content, line.type)
-    line.message_id = opt_str(message, "id", "message")
-    line.model = opt_str(message, "model", "message")
-    line.stop_reason = opt_str(message, "stop_reason", "message")
-    line.usage = _usage(message.get("usage"))
-    line.is_meta = opt_bool(obj, "isMeta", what)
-    line.is_compact_summary = opt_bool(obj, "isCompactSummary", what)
-    line.is_api_error = opt_bool(obj, "isApiErrorMessage", what)
-    line.session_id = opt_str(obj, "sessionId", what)
-    line.cwd = opt_str(obj, "cwd", what)
-    line.git_branch = opt_str(obj, "gitBranch", what)
-    line.version = opt_str(obj, "version", what)
-    return line
-
-
-def _parse_queued(obj: dict[str, Any], line: _Line) -> _Line:
-    """A queued message: its content in ``line.queued`` (``None`` for other operations)."""
-    if line.type == "queue-operation":
-        if opt_str(obj, "operation", "the line") != "enqueue":
-            return line
-        content = obj.get("content")
-    else:
-        attachment = obj.get("attachment")
-        if not is_object(attachment) or attachment.get("type") != "queued_command":
-            return line
-        content = attachment.get("prompt")
-    if content is None or content == "":
-        return line
-    if not (isinstance(content, str) or is_array(content)):
-        raise BadRecord(f"the queued message of a {line.type} line must be a string or an array")
-    if "timestamp" not in obj:
-        raise BadRecord(f"a queued message ({line.type} line) has no 'timestamp'")
-    line.ts = parse_timestamp(obj["timestamp"], "timestamp")
-    line.blocks = _blocks(content, "user")
-    line.queued = content
-    return line
-
-
-def _read_file(path: Path, data: bytes, problems: Problems) -> list[_Line]:
-    lines: list[_Line] = []
-    for number, obj in iter_jsonl_objects(path, data, problems):
-        try:
-            lines.append(_parse_line(obj, path, number))
-        except BadRecord as exc:
-            problems.report(path, number, exc.reason)
-    return lines
 
 
 # ---------------------------------------------------------------------------
@@ -457,14 +186,14 @@ def _agent_from_name(path: Path) -> str:
 
 
 def _assign_agents(
-    main_lines: list[_Line], sub_files: list[tuple[Path, list[_Line]]], by_uuid: dict[str, _Line]
-) -> list[tuple[str, list[_Line]]]:
+    main_lines: list[Line], sub_files: list[tuple[Path, list[Line]]], by_uuid: dict[str, Line]
+) -> list[tuple[str, list[Line]]]:
     """Conversation lines per agent, main first, then by first appearance."""
-    groups: dict[str, list[_Line]] = {}
+    groups: dict[str, list[Line]] = {}
     taken: set[str] = set()
     last_inline: str | None = None
 
-    def inline_group(line: _Line) -> str:
+    def inline_group(line: Line) -> str:
         # v1.0 inline sidechain without agentId: join the chain of its parent.
         nonlocal last_inline
         parent = line.parent
@@ -511,12 +240,12 @@ def _assign_agents(
     return sorted(groups.items(), key=lambda item: item[0] != MAIN_AGENT)
 
 
-def _select_branch(agent: str, lines: list[_Line], by_uuid: dict[str, _Line]) -> list[bool]:
+def _select_branch(agent: str, lines: list[Line], by_uuid: dict[str, Line]) -> list[bool]:
     """Which of an agent's conversation lines are imported (see the module docs)."""
     position = {id(line): i for i, line in enumerate(lines)}
     keep = [False] * len(lines)
     visited: set[str] = set()
-    cur: _Line | None = lines[-1]
+    cur: Line | None = lines[-1]
     last = len(lines) - 1
     while cur is not None:
         at = position.get(id(cur))
@@ -554,7 +283,7 @@ def _select_branch(agent: str, lines: list[_Line], by_uuid: dict[str, _Line]) ->
             for i, line in enumerate(lines)
             if keep[i] and line.type == "assistant"
             for b in line.blocks
-            if isinstance(b, _ToolUse)
+            if isinstance(b, ToolUse)
         }
         for i, line in enumerate(lines):
             if keep[i]:
@@ -563,7 +292,7 @@ def _select_branch(agent: str, lines: list[_Line], by_uuid: dict[str, _Line]) ->
                 attach = line.message_id is not None and line.message_id in responses
             else:
                 attach = bool(line.blocks) and all(
-                    isinstance(b, _ToolResult) and b.tool_use_id in calls for b in line.blocks
+                    isinstance(b, ToolResult) and b.tool_use_id in calls for b in line.blocks
                 )
             if attach:
                 keep[i] = True
@@ -614,7 +343,7 @@ def _typed_text(draft: MessageDraft) -> str:
     )
 
 
-def _queued_drafts(lines: list[_Line], delivered: list[MessageDraft]) -> list[MessageDraft]:
+def _queued_drafts(lines: list[Line], delivered: list[MessageDraft]) -> list[MessageDraft]:
     """User messages for queued texts that no later user line delivered (see the module docs)."""
     out: list[MessageDraft] = []
     for line in lines:
@@ -624,7 +353,7 @@ def _queued_drafts(lines: list[_Line], delivered: list[MessageDraft]) -> list[Me
         for block in line.blocks:
             if isinstance(block, TextPart):
                 parts.extend(_user_parts(block, False))
-            elif not isinstance(block, _ToolUse | _ToolResult):
+            elif not isinstance(block, ToolUse | ToolResult):
                 parts.append(block)
         draft = MessageDraft(
             role="user",
@@ -658,14 +387,12 @@ def _insert_by_time(drafts: list[MessageDraft], extra: list[MessageDraft]) -> li
 @dataclass
 class _PendingCompaction:
     draft: MessageDraft
-    line: _Line
+    line: Line
     trigger: str | None
     tokens_before: int | None
 
 
-def _compact_boundary(
-    line: _Line, by_uuid: dict[str, _Line], boundaries: list[_Line]
-) -> _Line | None:
+def _compact_boundary(line: Line, by_uuid: dict[str, Line], boundaries: list[Line]) -> Line | None:
     parent = by_uuid.get(line.parent) if line.parent is not None else None
     if parent is not None and parent.subtype == "compact_boundary":
         return parent
@@ -675,9 +402,9 @@ def _compact_boundary(
 
 def _build_agent(
     agent: str,
-    lines: list[_Line],
-    by_uuid: dict[str, _Line],
-    boundaries: list[_Line],
+    lines: list[Line],
+    by_uuid: dict[str, Line],
+    boundaries: list[Line],
     compactions: list[_PendingCompaction],
 ) -> list[MessageDraft]:
     drafts: list[MessageDraft] = []
@@ -705,10 +432,10 @@ def _build_agent(
                 )
                 drafts.append(current)
             for block in line.blocks:
-                if isinstance(block, _ToolUse):
+                if isinstance(block, ToolUse):
                     joiner.add_call(current, block.id, block.name, block.input, start=line.ts)
                     called.add(block.id)
-                elif not isinstance(block, _ToolResult):  # parsing keeps results out
+                elif not isinstance(block, ToolResult):  # parsing keeps results out
                     current.parts.append(block)
             current.time_completed = line.ts
             current.model = line.model or current.model
@@ -722,7 +449,7 @@ def _build_agent(
             continue
         parts: list[Part] = []
         for block in line.blocks:
-            if isinstance(block, _ToolResult):
+            if isinstance(block, ToolResult):
                 joined = joiner.join(
                     block.tool_use_id,
                     block.output,
@@ -745,7 +472,7 @@ def _build_agent(
                     )
             elif isinstance(block, TextPart):
                 parts.extend(_user_parts(block, line.is_meta))
-            elif not isinstance(block, _ToolUse):
+            elif not isinstance(block, ToolUse):
                 parts.append(block)
         meta: dict[str, Any] = {"claude_code": source}
         if line.is_meta:
@@ -813,11 +540,11 @@ def import_claude_code(
         TranscriptError: A line is malformed (``strict``), or a file cannot be read.
     """
     problems = Problems(strict=strict)
-    main_lines = _read_file(path, data, problems)
+    main_lines = read_lines(path, data, problems)
     sub_paths = find_subagent_files(path) if subagents is None else [Path(p) for p in subagents]
-    sub_files = [(p, _read_file(p, read_bytes(p), problems)) for p in sub_paths]
+    sub_files = [(p, read_lines(p, read_bytes(p), problems)) for p in sub_paths]
 
-    by_uuid: dict[str, _Line] = {}
+    by_uuid: dict[str, Line] = {}
     for line in [*main_lines, *(ln for _, lines in sub_files for ln in lines)]:
         if line.uuid is not None:
             by_uuid.setdefault(line.uuid, line)
@@ -896,7 +623,7 @@ def _usage_before(messages: Sequence[Any], index: int, agent: str) -> int | None
     return None
 
 
-def _session_facts(line: _Line) -> dict[str, Any]:
+def _session_facts(line: Line) -> dict[str, Any]:
     facts = {
         "session_id": line.session_id,
         "cwd": line.cwd,
@@ -906,7 +633,7 @@ def _session_facts(line: _Line) -> dict[str, Any]:
     return {k: v for k, v in facts.items() if v is not None}
 
 
-def _title(lines: list[_Line], on_path: set[str], drafts: list[MessageDraft]) -> str:
+def _title(lines: list[Line], on_path: set[str], drafts: list[MessageDraft]) -> str:
     summaries = [ln for ln in lines if ln.type == "summary" and ln.summary]
     for ln in reversed(summaries):
         if ln.leaf_uuid in on_path:

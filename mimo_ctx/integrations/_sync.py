@@ -55,8 +55,9 @@ from mimo_ctx.messages import (
 )
 from mimo_ctx.middleware import ContextMiddleware, RequestView
 from mimo_ctx.providers._payload import PayloadBuilder
+from mimo_ctx.rebuild import RebuildCommand, describe_rebuild
 from mimo_ctx.reconcile import HostHistory
-from mimo_ctx.view import tool_results_by_call
+from mimo_ctx.view import apply_send_rules, tool_results_by_call
 
 __all__ = [
     "META_KEY",
@@ -66,6 +67,7 @@ __all__ = [
     "add_part",
     "extra_error",
     "new_draft",
+    "stored_items",
 ]
 
 META_KEY: Final = "mimo_ctx_integration"
@@ -189,6 +191,16 @@ class IntegrationSync:
     def lock(self) -> anyio.Lock:
         """The session's lock for this integration's steps."""
         return self._known.lock
+
+    async def rebuild(self, command: RebuildCommand) -> str:
+        """Run the user's ``/rebuild [focus]`` and say how it ended (the answer to send).
+
+        A manual rebuild starts no model turn (SPEC A3). The view is prepared again
+        so the answer's estimated usage is the rebuilt request's, not the old one's.
+        """
+        report = await self.middleware.rebuild(self.session_id, focus=command.focus)
+        await self.middleware.prepare(self.session_id, agent=self.agent)
+        return describe_rebuild(report)
 
     # -- session ----------------------------------------------------------------------
     async def open(
@@ -422,3 +434,28 @@ def _boundary_range(boundary: Message | None) -> tuple[str | None, str | None]:
 
 def _unset(messages: Sequence[Message], previous: Message | None) -> list[Any]:
     raise MimoCtxError("integration bug: an outgoing builder without its converter")
+
+
+def stored_items(messages: Sequence[Message]) -> tuple[list[OutgoingItem], list[Message]]:
+    """The outgoing items of stored messages sent without a framework history, and the view.
+
+    The send rules are applied (SPEC A10); a message that only carries parts of
+    the integration (which the send rules drop) is sent as it was.
+    """
+    boundaries = {m.id for m in messages if m.is_boundary}
+    sent = apply_send_rules(messages)
+    by_id = {m.id: m for m in sent}
+    items: list[OutgoingItem] = []
+    for message in messages:
+        slots = tuple(
+            Slot(p.id, None, p if isinstance(p, OpaquePart) else None) for p in message.parts
+        )
+        view = by_id.get(message.id)
+        if view is not None:
+            items.append(
+                OutgoingItem(view, view.role, None, slots, is_boundary=message.id in boundaries)
+            )
+        elif slots and all(s.opaque is not None for s in slots):
+            # Only carried parts: the send rules drop it, it is sent as it was.
+            items.append(OutgoingItem(None, message.role, None, slots))
+    return items, sent

@@ -66,10 +66,10 @@ from mimo_ctx.errors import ContextOverflowError, MimoCtxError
 from mimo_ctx.integrations._sync import (
     IntegrationSync,
     OutgoingItem,
-    Slot,
     add_part,
     extra_error,
     new_draft,
+    stored_items,
 )
 from mimo_ctx.messages import (
     MAIN_AGENT,
@@ -86,8 +86,8 @@ from mimo_ctx.messages import (
 )
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.overflow import is_context_overflow
-from mimo_ctx.rebuild import RebuildCommand, describe_rebuild, rebuild_command
-from mimo_ctx.view import apply_send_rules, tool_results_by_call
+from mimo_ctx.rebuild import RebuildCommand, rebuild_command
+from mimo_ctx.view import tool_results_by_call
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -513,22 +513,7 @@ def to_langchain_messages(messages: Sequence[Message]) -> list[BaseMessage]:
     Args:
         messages: Stored messages, oldest first (e.g. ``RequestView.messages``).
     """
-    boundaries = {m.id for m in messages if m.is_boundary}
-    sent = apply_send_rules(messages)
-    by_id = {m.id: m for m in sent}
-    items: list[OutgoingItem] = []
-    for message in messages:
-        slots = tuple(
-            Slot(p.id, None, p if isinstance(p, OpaquePart) else None) for p in message.parts
-        )
-        view = by_id.get(message.id)
-        if view is not None:
-            items.append(
-                OutgoingItem(view, view.role, None, slots, is_boundary=message.id in boundaries)
-            )
-        elif slots and all(s.opaque is not None for s in slots):
-            # Only carried parts: the send rules drop it, it is sent as it was.
-            items.append(OutgoingItem(None, message.role, None, slots))
+    items, sent = stored_items(messages)
     return _outgoing(items, sent, ())
 
 
@@ -629,10 +614,7 @@ class MimoCtxMiddleware(AgentMiddleware):
     ) -> ModelResponse[Any]:
         """``/rebuild [focus]``: rebuild, and answer with the outcome instead of the model."""
         await self._prepared(sync, request)  # stores the history, the command included
-        report = await self.middleware.rebuild(sync.session_id, focus=command.focus)
-        # The reply's estimated usage is then the rebuilt request's, not the old one's.
-        await self.middleware.prepare(sync.session_id, agent=self.agent)
-        reply = AIMessage(content=describe_rebuild(report))
+        reply = AIMessage(content=await sync.rebuild(command))
         await self._record(sync, reply)
         return ModelResponse(result=[reply])
 

@@ -31,8 +31,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import FunctionModel
 
 from mimo_ctx.errors import ConversationMismatchError
+from mimo_ctx.integrations import _pydantic_ai_send as pydantic_ai_send
 from mimo_ctx.integrations import langchain as langchain_integration
-from mimo_ctx.integrations import pydantic_ai as pydantic_ai_integration
 from mimo_ctx.integrations.langchain import MimoCtxMiddleware
 from mimo_ctx.integrations.pydantic_ai import MimoCtxCapability
 from mimo_ctx.messages import ToolPart
@@ -248,7 +248,7 @@ async def test_pydantic_ai_incremental_outgoing_equals_the_whole_conversion(
             out = await super().prepare_model_request(ctx, request_context)
             sync = self._sync(ctx)
             view = await self.middleware.prepare(sync.session_id)
-            whole = pydantic_ai_integration._outgoing(await sync.plan(view), view.messages, history)  # pyright: ignore[reportPrivateUsage]
+            whole = pydantic_ai_send.outgoing(await sync.plan(view), view.messages, history)
             assert out.messages == whole
             checked.append(len(whole))
             return out

@@ -1,0 +1,75 @@
+"""Budgeted reads of memory files through a small LRU of earlier results (rebuild bodies).
+
+Private to :mod:`mimo_ctx.render`: pure (no I/O), with one module-level cache.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Final
+
+from mimo_ctx.budget import SectionCap, read_budgeted, read_budgeted_section_aware
+from mimo_ctx.tokens import TokenCounter
+
+__all__ = ["CACHE_CHARS", "CACHE_ENTRIES", "budgeted", "cached_entries"]
+
+
+@dataclass(frozen=True, slots=True)
+class _BudgetedEntry:
+    text: str
+    counter: TokenCounter | None
+    output: str
+
+
+CACHE_ENTRIES: Final = 32
+"""Results the cache keeps at the most."""
+CACHE_CHARS: Final = 24_000_000
+"""Characters of source text the cache keeps alive at the most."""
+_cache: OrderedDict[tuple[str, int, bool, tuple[SectionCap, ...] | None, int], _BudgetedEntry] = (
+    OrderedDict()
+)
+
+
+def budgeted(
+    text: str,
+    cap: int,
+    path: str,
+    counter: TokenCounter | None,
+    *,
+    section_aware: bool,
+    section_caps: tuple[SectionCap, ...] | None,
+) -> str:
+    """``read_budgeted[_section_aware]`` through a small LRU of earlier results.
+
+    Budgeting a 1 MB memory file parses it line by line; project and global
+    ``MEMORY.md`` rarely change between rebuilds (and are shared by every session
+    of a project), so the result is reused while the text is the same. The entry
+    holds the text it was computed from and is used only on an exact match (same
+    counter object too), so a cache hit returns exactly what a fresh call would.
+    """
+    key = (path, cap, section_aware, section_caps, id(counter))
+    entry = _cache.get(key)
+    if entry is not None and entry.counter is counter and entry.text == text:
+        _cache.move_to_end(key)
+        return entry.output
+    if section_aware:
+        output = read_budgeted_section_aware(
+            text, cap, path=path, counter=counter, section_caps=section_caps
+        )
+    else:
+        output = read_budgeted(text, cap, path=path, counter=counter)
+    _cache[key] = _BudgetedEntry(text, counter, output)
+    _cache.move_to_end(key)
+    # Bounded memory: at most so many entries and so many characters of source text
+    # (an entry keeps its text alive; entries of one rebuild usually share it).
+    held = sum(len(e.text) for e in _cache.values())
+    while len(_cache) > 1 and (len(_cache) > CACHE_ENTRIES or held > CACHE_CHARS):
+        _, dropped = _cache.popitem(last=False)
+        held -= len(dropped.text)
+    return output
+
+
+def cached_entries() -> int:
+    """How many results the cache holds now."""
+    return len(_cache)
