@@ -43,6 +43,7 @@ __all__ = [
     "has_text_blocks",
     "message_token_counts",
     "scale_tail",
+    "watermark_of",
 ]
 
 TAIL_MIN_TOKENS: Final = 10000
@@ -315,3 +316,47 @@ def adjust_boundary_for_api_invariants(messages: Sequence[Message], boundary_id:
             return messages[candidate].id
     # Unreachable: no span ends after the last message, so inside[-1] == 0.
     return messages[-1].id
+
+
+def watermark_of(
+    messages: Sequence[Message], config: RebuildConfig, *, margin: int
+) -> tuple[str, bool] | None:
+    """The watermark of ``messages`` (R2.3-R2.6), never a boundary message, and whether
+    it is the one any longer history ending with these messages gives.
+
+    Boundaries are left out: a boundary is back-dated right after the watermark it
+    covers, so after one large last turn it is "the message before the last
+    completed assistant" and R2.4 would return it. Covering up to a boundary would
+    put every message after the old watermark on both sides of the new one: sent
+    live again although digested, the activity section and the mid-loop reminder
+    lost.
+
+    Decided (``messages`` being the newest of a longer history) when (1) the tail
+    stopped growing before the first message (so the R2.5 loop ends at the same
+    place with more history before it), (2) the R2.6 adjustment moved it earlier or
+    not at all and it lies at least ``margin`` messages in (a provider
+    message's stretch is never that long, so none reaches back past the first
+    message), and (3) every tool result after it answers a call among ``messages``
+    (a call made earlier would pull the watermark back).
+    """
+    candidates = [m for m in messages if not m.is_boundary]
+    computed = compute_boundary(candidates, config)
+    if computed is None:
+        return None
+    boundary = adjust_boundary_for_api_invariants(candidates, computed)
+    index = next(i for i, m in enumerate(candidates) if m.id == boundary)
+    if index < margin or (
+        candidates[index].id != computed
+        and not any(m.id == computed for m in candidates[index + 1 :])
+    ):
+        # Too close to the start, or moved later (nothing earlier was free here,
+        # where a longer history might have a free place earlier).
+        return boundary, False
+    calls = {p.call_id for m in candidates for p in m.parts if isinstance(p, ToolPart)}
+    answered_here = all(
+        p.call_id in calls
+        for m in candidates[index + 1 :]
+        for p in m.parts
+        if isinstance(p, ToolResultPart)
+    )
+    return boundary, answered_here

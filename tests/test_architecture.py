@@ -159,6 +159,7 @@ PURE = frozenset(
         "mimo_ctx._budget_cache",
         "mimo_ctx._replay_report",
         "mimo_ctx._section_caps",
+        "mimo_ctx._structure",
     }
 )
 """Synchronous algorithms on values: no store, no SDK, no file or network I/O."""

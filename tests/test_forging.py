@@ -139,3 +139,10 @@ def test_no_text_forges_a_heading(text: str) -> None:
 def test_ordinary_markdown_is_left_alone() -> None:
     text = "Some text\n\n## Rules\n- a\n- b\n\nA paragraph\n---\n\n```\n# a comment\n```"
     assert neutralise_structure(text) == text
+
+
+def test_a_setext_title_of_ours_under_an_empty_heading_is_neutralised() -> None:
+    # Found by Hypothesis: "## " is a heading of its own, so "Tasks ledger" over
+    # "---" is a level-2 heading with our title, not part of a longer paragraph.
+    body = neutralise_structure("## \nTasks ledger\n---")
+    _only_the_section_heading(f"# {HEADING_RECENT_ACTIVITY}\n{body}\n", HEADING_RECENT_ACTIVITY)

@@ -15,28 +15,45 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mimo_ctx import sections
+from mimo_ctx import _structure
 from mimo_ctx.budget import scan_fences
 
 
 def _forged_reference(lines: Sequence[str], index: int, in_fence: bool) -> bool:
     """The first definition: every line joins the paragraph above it."""
     line = lines[index]
-    if sections._OUR_HEADING.match(line):  # pyright: ignore[reportPrivateUsage]
+    if _structure._OUR_HEADING.match(line):  # pyright: ignore[reportPrivateUsage]
         return True
     if in_fence:
         return False
-    if sections._LEVEL1_LOOSE.match(line):  # pyright: ignore[reportPrivateUsage]
+    if _structure._LEVEL1_LOOSE.match(line):  # pyright: ignore[reportPrivateUsage]
         return True
-    start = index
-    while start > 0 and lines[start - 1].strip():
-        start -= 1
-    if start == index:
+    if index == 0 or not lines[index - 1].strip():
         return False
+    if _structure._SETEXT_LEVEL1.match(line) is not None:  # pyright: ignore[reportPrivateUsage]
+        return True
+    # The paragraph: the lines above up to a blank line or a heading line that
+    # neutralising keeps (level 2 to 6, not one of ours).
+    start = index
+    while start > 0 and lines[start - 1].strip() and not _stays_a_heading(lines[start - 1]):
+        start -= 1
     title = " ".join(" ".join(lines[start:index]).split())
-    return sections._SETEXT_LEVEL1.match(line) is not None or (  # pyright: ignore[reportPrivateUsage]
-        sections._SETEXT_LEVEL2.match(line) is not None  # pyright: ignore[reportPrivateUsage]
-        and sections._OUR_TITLE.match(title) is not None  # pyright: ignore[reportPrivateUsage]
+    return (
+        _structure._SETEXT_LEVEL2.match(line) is not None  # pyright: ignore[reportPrivateUsage]
+        and _structure._OUR_TITLE.match(title) is not None  # pyright: ignore[reportPrivateUsage]
+    )
+
+
+def _stays_a_heading(line: str) -> bool:
+    stripped = (
+        line[len(line) - len(line.lstrip(" ")) :] if len(line) - len(line.lstrip(" ")) <= 3 else ""
+    )
+    hashes = len(stripped) - len(stripped.lstrip("#"))
+    after = stripped[hashes : hashes + 1]
+    return (
+        2 <= hashes <= 6
+        and after in ("", " ", "\t")
+        and _structure._OUR_HEADING.match(line) is None  # pyright: ignore[reportPrivateUsage]
     )
 
 
@@ -59,6 +76,8 @@ _LINES = st.sampled_from(
         "# Title",
         "#Title",
         "## Checkpoint",
+        "## ",
+        "### Notes",
         "# Recent activity",
         "File: x",
         "<h1>x</h1>",
@@ -71,6 +90,6 @@ _LINES = st.sampled_from(
 def test_forged_lines_equal_the_paragraph_definition(lines: list[str]) -> None:
     fenced, _ = scan_fences(lines)
     for index, in_fence in enumerate(fenced):
-        assert sections._forged(lines, index, in_fence) == _forged_reference(  # pyright: ignore[reportPrivateUsage]
+        assert _structure._forged(lines, index, in_fence) == _forged_reference(  # pyright: ignore[reportPrivateUsage]
             lines, index, in_fence
         ), (lines, index)

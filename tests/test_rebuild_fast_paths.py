@@ -21,9 +21,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mimo_ctx import memory, memory_index, render, sections
-from mimo_ctx import rebuild as rebuild_module
+from mimo_ctx import _structure, memory, memory_index, render, sections
 from mimo_ctx._util import one_line
+from mimo_ctx.checkpoint import _files as checkpoint_files
 from mimo_ctx.checkpoint import evidence
 from mimo_ctx.checkpoint.evidence import is_continuation
 from mimo_ctx.config import RebuildConfig
@@ -203,7 +203,9 @@ def test_recent_user_input_formats_only_what_the_walk_reaches(
         calls.append(text)
         return real(text)
 
+    # The entries are neutralised in ``sections``, the section in ``_structure``.
     monkeypatch.setattr(sections, "neutralise_structure", counting)
+    monkeypatch.setattr(_structure, "neutralise_structure", counting)
     rendered = recent_user_input(messages, budget=600, per_message_cap=2_000)
     assert rendered.quoted == {"msg_048", "msg_049"}
     # Three entries walked (the third does not fit), then the section itself.
@@ -357,7 +359,8 @@ async def test_a_rebuild_reads_the_checkpoint_the_actors_and_the_watermark_once(
             return await real_watermark(session_id)
 
         monkeypatch.setattr(render, "read_text", counting_read)
-        monkeypatch.setattr(rebuild_module, "read_text", counting_read)
+        # The rebuild's own reads: the offline writer's checkpoint check (checkpoint/_files).
+        monkeypatch.setattr(checkpoint_files, "read_text", counting_read)
         store.list_actors = counting_list  # type: ignore[method-assign]
         store.get_watermark = counting_watermark  # type: ignore[method-assign]
         report = await mw.rebuild(sid)
@@ -501,9 +504,9 @@ _STRUCTURE = st.lists(
 @settings(max_examples=2000, deadline=None)
 @given(text=_STRUCTURE)
 def test_structure_fast_paths_as_line_by_line(text: str) -> None:
-    slow = sections._neutralise_lines(text) if text else text  # pyright: ignore[reportPrivateUsage]
+    slow = _structure._neutralise_lines(text) if text else text  # pyright: ignore[reportPrivateUsage]
     assert neutralise_structure(text) == slow
-    assert sections.strip_level1_headings(text) == sections._strip_level1_lines(text)  # pyright: ignore[reportPrivateUsage]
+    assert _structure.strip_level1_headings(text) == _structure._strip_level1_lines(text)  # pyright: ignore[reportPrivateUsage]
 
 
 _BYTES = st.lists(

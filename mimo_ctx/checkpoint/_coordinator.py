@@ -46,7 +46,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import socket
 import uuid
 from collections.abc import Callable, Sequence
@@ -57,9 +56,9 @@ import anyio
 from anyio.abc import TaskGroup
 
 from mimo_ctx._util import now_ms
-from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
+from mimo_ctx.boundary import watermark_of
 from mimo_ctx.checkpoint._files import empty_folded_notes, read_previous_checkpoint
-from mimo_ctx.checkpoint.document import checkpoint_defect, section_budgets
+from mimo_ctx.checkpoint.document import check_draft, section_budgets
 from mimo_ctx.checkpoint.lease import WriterLease
 from mimo_ctx.checkpoint.protocol import (
     CheckpointDraft,
@@ -72,7 +71,7 @@ from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import CheckpointRejectedError, MimoCtxError
 from mimo_ctx.events import EventBus, WriterFailed, WriterFailure, WriterFinished, WriterStarted
 from mimo_ctx.memory import MemoryLayout, read_text, write_text_atomic
-from mimo_ctx.messages import MAIN_AGENT, Message, ToolPart, ToolResultPart, message_key
+from mimo_ctx.messages import MAIN_AGENT, Message, message_key
 from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import estimate_text_tokens
 from mimo_ctx.tracing import NO_TRACER, SPAN_WRITER, Tracer
@@ -100,8 +99,6 @@ WATERMARK_MARGIN = 16
 
 WRITER_MAX_CHARS = 8_000_000
 """The writer reads at most this many characters of ``checkpoint.md`` and ``notes.md``."""
-
-_EXTRA_FILE = re.compile(r"^checkpoint-[A-Za-z0-9._-]+\.md$")
 
 
 class _LeaseLost(MimoCtxError):
@@ -415,7 +412,7 @@ class WriterCoordinator:
         page = WATERMARK_PAGE
         while True:
             messages = await self._store.list_messages(session_id, agent=MAIN_AGENT, last=page)
-            found = _watermark_of(messages, self._config)
+            found = watermark_of(messages, self._config, margin=WATERMARK_MARGIN)
             if len(messages) < page or found is None or found[1]:
                 break
             page *= 4
@@ -616,7 +613,7 @@ class WriterCoordinator:
                     draft = await self._run_writer(writer, request)
                     # A draft that is not a checkpoint is never written: the previous
                     # checkpoint and the watermark stay; the fallback, if any, writes.
-                    _check_draft(draft)
+                    check_draft(draft.text, draft.extra_files)
                     await self._persist(session_id, request, draft, owner)
                 except _LeaseLost:
                     raise
@@ -754,48 +751,6 @@ class WriterCoordinator:
             )
 
 
-def _watermark_of(messages: Sequence[Message], config: RebuildConfig) -> tuple[str, bool] | None:
-    """The watermark of ``messages`` (R2.3-R2.6), never a boundary message, and whether
-    it is the one any longer history ending with these messages gives.
-
-    Boundaries are left out: a boundary is back-dated right after the watermark it
-    covers, so after one large last turn it is "the message before the last
-    completed assistant" and R2.4 would return it. Covering up to a boundary would
-    put every message after the old watermark on both sides of the new one: sent
-    live again although digested, the activity section and the mid-loop reminder
-    lost.
-
-    Decided (``messages`` being the newest of a longer history) when (1) the tail
-    stopped growing before the first message (so the R2.5 loop ends at the same
-    place with more history before it), (2) the R2.6 adjustment moved it earlier or
-    not at all and it lies at least :data:`WATERMARK_MARGIN` messages in (a provider
-    message's stretch is never that long, so none reaches back past the first
-    message), and (3) every tool result after it answers a call among ``messages``
-    (a call made earlier would pull the watermark back).
-    """
-    candidates = [m for m in messages if not m.is_boundary]
-    computed = compute_boundary(candidates, config)
-    if computed is None:
-        return None
-    boundary = adjust_boundary_for_api_invariants(candidates, computed)
-    index = next(i for i, m in enumerate(candidates) if m.id == boundary)
-    if index < WATERMARK_MARGIN or (
-        candidates[index].id != computed
-        and not any(m.id == computed for m in candidates[index + 1 :])
-    ):
-        # Too close to the start, or moved later (nothing earlier was free here,
-        # where a longer history might have a free place earlier).
-        return boundary, False
-    calls = {p.call_id for m in candidates for p in m.parts if isinstance(p, ToolPart)}
-    answered_here = all(
-        p.call_id in calls
-        for m in candidates[index + 1 :]
-        for p in m.parts
-        if isinstance(p, ToolResultPart)
-    )
-    return boundary, answered_here
-
-
 class _RunTimedOut(MimoCtxError):
     """Internal: a writer ran past ``checkpoint.writer.run_timeout`` and was cancelled."""
 
@@ -817,26 +772,3 @@ def _costs(meter: WriterMeter) -> _Costs:
         "tokens_output": meter.output,
         "forked": meter.forked,
     }
-
-
-def _check_draft(draft: CheckpointDraft) -> None:
-    """Refuse a draft that would replace a good checkpoint with garbage (SPEC A14).
-
-    Raises:
-        CheckpointRejectedError: Empty, not text (control or unreadable characters), missing
-            a section, or a spill-over file with a bad name or garbage content.
-    """
-    if not draft.text.strip():
-        raise CheckpointRejectedError("the checkpoint writer returned an empty checkpoint")
-    defect = checkpoint_defect(draft.text)
-    if defect is not None:
-        raise CheckpointRejectedError(f"rejected the writer's checkpoint: {defect}")
-    for name, content in draft.extra_files.items():
-        if not _EXTRA_FILE.match(name):
-            raise CheckpointRejectedError(
-                f"the checkpoint writer named a spill-over file {name!r}; "
-                "expected checkpoint-<topic>.md"
-            )
-        defect = checkpoint_defect(content, sections=False)
-        if defect is not None:
-            raise CheckpointRejectedError(f"rejected the writer's spill-over file {name}: {defect}")

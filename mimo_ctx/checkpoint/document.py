@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from typing import Final
 
 from mimo_ctx.config import PushCaps
+from mimo_ctx.errors import CheckpointRejectedError
 from mimo_ctx.tokens import estimate_text_tokens
 
 __all__ = [
     "CHECKPOINT_SECTIONS",
     "CheckpointSection",
+    "check_draft",
     "checkpoint_defect",
     "fit_items",
     "is_index_line",
@@ -268,3 +270,32 @@ def render_checkpoint(topic: str, bodies: Mapping[int, Sequence[str]]) -> str:
 def is_index_line(line: str) -> bool:
     """True for a spill-over index line ``- See x.md (N items) ...``."""
     return bool(_INDEX_LINE.match(line))
+
+
+_EXTRA_FILE = re.compile(r"^checkpoint-[A-Za-z0-9._-]+\.md$")
+"""The name a spill-over file must have."""
+
+
+def check_draft(text: str, extra_files: Mapping[str, str]) -> None:
+    """Refuse a writer's draft that would replace a good checkpoint with garbage (SPEC A14).
+
+    ``text`` is the checkpoint, ``extra_files`` its spill-over files by name.
+
+    Raises:
+        CheckpointRejectedError: Empty, not text (control or unreadable characters), missing
+            a section, or a spill-over file with a bad name or garbage content.
+    """
+    if not text.strip():
+        raise CheckpointRejectedError("the checkpoint writer returned an empty checkpoint")
+    defect = checkpoint_defect(text)
+    if defect is not None:
+        raise CheckpointRejectedError(f"rejected the writer's checkpoint: {defect}")
+    for name, content in extra_files.items():
+        if not _EXTRA_FILE.match(name):
+            raise CheckpointRejectedError(
+                f"the checkpoint writer named a spill-over file {name!r}; "
+                "expected checkpoint-<topic>.md"
+            )
+        defect = checkpoint_defect(content, sections=False)
+        if defect is not None:
+            raise CheckpointRejectedError(f"rejected the writer's spill-over file {name}: {defect}")
