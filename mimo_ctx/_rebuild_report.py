@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from mimo_ctx._util import now_ms
-from mimo_ctx.events import ContextRebuilt
+from mimo_ctx.events import ContextRebuilt, StatusChanged
 from mimo_ctx.render import RenderedBody
 from mimo_ctx.tracing import Attributes
 
@@ -21,6 +21,7 @@ __all__ = [
     "RebuildOutcome",
     "RebuildReport",
     "Trigger",
+    "cancelled_status",
     "describe_rebuild",
     "rebuild_command",
     "rebuilt_event",
@@ -186,4 +187,13 @@ def rebuilt_event(session_id: str, report: RebuildReport, boundary_id: str) -> C
         tokens_after=report.tokens_after,
         compacted_results=report.compacted_results,
         over_line=report.over_line,
+    )
+
+
+def cancelled_status(session_id: str, reason: str) -> StatusChanged:
+    """The status event saying the host's ``before_rebuild`` hook cancelled a rebuild."""
+    return StatusChanged(
+        session_id=session_id,
+        time=now_ms(),
+        status=f"Context rebuild cancelled by the host: {reason}",
     )

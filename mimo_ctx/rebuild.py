@@ -39,6 +39,7 @@ from mimo_ctx._rebuild_report import (
     RebuildOutcome,
     RebuildReport,
     Trigger,
+    cancelled_status,
     describe_rebuild,
     rebuild_command,
     rebuilt_event,
@@ -223,13 +224,7 @@ class Rebuilder:
         if isinstance(answer, CancelRebuild) and trigger == "usage":
             # Automatic rebuilds only: the user asked for a manual one, and an
             # overflow is not answered by waiting (the bound on what a hook can stop).
-            await self._events.emit(
-                StatusChanged(
-                    session_id=session_id,
-                    time=now_ms(),
-                    status=f"Context rebuild cancelled by the host: {answer.reason}",
-                )
-            )
+            await self._events.emit(cancelled_status(session_id, answer.reason))
             report = RebuildReport(
                 outcome="cancelled", trigger=trigger, cancel_reason=answer.reason
             )
@@ -359,8 +354,9 @@ class Rebuilder:
         session = await self._session(session_id)
         await self._events.emit(UsagePending(session_id=session_id, time=now_ms()))
         if not self._config.checkpoint_enabled:
-            return await self._fallback(
+            return await self._compact(  # A3: the fallback of these outcomes
                 session_id,
+                agent=MAIN_AGENT,
                 usage_key=usage_key,
                 outcome="checkpoint-off",
                 trigger=trigger,
@@ -390,8 +386,9 @@ class Rebuilder:
                     await coordinator.wait(session_id, timeout)
             watermark_id = await store.get_watermark(session_id)
             if watermark_id is None or not await anyio.Path(checkpoint_path).exists():
-                return await self._fallback(
+                return await self._compact(  # A3: the fallback of these outcomes
                     session_id,
+                    agent=MAIN_AGENT,
                     usage_key=usage_key,
                     outcome="writer-failed",
                     trigger=trigger,
@@ -521,27 +518,6 @@ class Rebuilder:
         )
         return await self._commit(
             session, usage_key=usage_key, committed=_Committed(message, []), report=report
-        )
-
-    async def _fallback(
-        self,
-        session_id: str,
-        *,
-        usage_key: str,
-        outcome: RebuildOutcome,
-        trigger: Trigger,
-        before: int,
-        prefix_tokens: int,
-    ) -> _Result:
-        """A3: outcomes other than rebuilt/insert-failed fall back to a plain compaction."""
-        return await self._compact(
-            session_id,
-            agent=MAIN_AGENT,
-            usage_key=usage_key,
-            outcome=outcome,
-            trigger=trigger,
-            before=before,
-            prefix_tokens=prefix_tokens,
         )
 
     async def _wait_for_writer(self, session_id: str, timeout: float) -> None:  # noqa: ASYNC109

@@ -46,6 +46,7 @@ __all__ = [
     "closing_text",
     "compute_last_message_info",
     "has_per_turn_reminder",
+    "latest_request_note",
     "next_step_reminder",
     "per_turn_reminder",
     "progress_check_reminder",
@@ -351,3 +352,26 @@ def append_per_turn_reminder(messages: Sequence[Message], memory_dir: str) -> li
         out[index] = message.model_copy(update={"parts": [*message.parts, reminder]})
         return out
     return out
+
+
+def latest_request_note(
+    users: Sequence[Message], tail: Sequence[Message]
+) -> tuple[str, str] | None:
+    """The newest typed user message and whether what follows it answers it.
+
+    Answered: the last message after it is an assistant message that finished
+    otherwise than with tool calls. Being worked on: something follows, the last of
+    it mid-loop. Not answered yet: it is the last message. With no tail there is
+    nothing to tell.
+    """
+    newest = next((m for m in reversed(users) if user_input_text(m) is not None), None)
+    if newest is None or not tail:
+        return None
+    key = (newest.time_created, newest.id)
+    after = [m for m in tail if (m.time_created, m.id) > key]
+    if not after:
+        return newest.id, "the latest request; not answered yet"
+    last = after[-1]
+    if last.role != "assistant" or last.finish is None or last.finish in TOOL_CALL_FINISH_REASONS:
+        return newest.id, "the latest request; being worked on"
+    return newest.id, "the latest request; answered"

@@ -61,7 +61,10 @@ from mimo_ctx.budget import (
     checkpoint_section_caps,
 )
 from mimo_ctx.checkpoint.document import section_budgets
-from mimo_ctx.checkpoint.evidence import PlanItem, is_continuation, plan_items
+from mimo_ctx.checkpoint.evidence import (
+    is_continuation,
+    newest_plan,
+)
 from mimo_ctx.checkpoint.offline import render_state
 from mimo_ctx.checkpoint.sections import refer_to_quoted
 from mimo_ctx.checkpoint.state import CheckpointState, checkpoint_digest, fold_messages
@@ -74,14 +77,13 @@ from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
     MAIN_AGENT,
     Message,
-    ToolPart,
     user_input_text,
 )
 from mimo_ctx.reminders import (
-    TOOL_CALL_FINISH_REASONS,
     OpenWork,
     closing_text,
     compute_last_message_info,
+    latest_request_note,
 )
 from mimo_ctx.sections import (
     BODY_INTRO,
@@ -471,7 +473,7 @@ async def _open_work(
     layout: MemoryLayout, session_id: str, tasks: Sequence[Task], tail: Sequence[Message]
 ) -> OpenWork:
     """What is open: the newest plan's first open item, else the first open task."""
-    plan = _newest_plan(tail)
+    plan = newest_plan(tail)
     if plan is None:
         state = CheckpointState.from_json(
             await _read_quietly(layout.checkpoint_state_path(session_id), layout)
@@ -494,39 +496,6 @@ async def _open_work(
     )
 
 
-def _newest_plan(messages: Sequence[Message]) -> list[PlanItem] | None:
-    for message in reversed(messages):
-        for part in reversed(message.parts):
-            if isinstance(part, ToolPart):
-                items = plan_items(part.tool, part.state.input)
-                if items is not None:
-                    return items
-    return None
-
-
-def _latest_request_note(
-    users: Sequence[Message], tail: Sequence[Message]
-) -> tuple[str, str] | None:
-    """The newest typed user message and whether what follows it answers it.
-
-    Answered: the last message after it is an assistant message that finished
-    otherwise than with tool calls. Being worked on: something follows, the last of
-    it mid-loop. Not answered yet: it is the last message. With no tail there is
-    nothing to tell.
-    """
-    newest = next((m for m in reversed(users) if user_input_text(m) is not None), None)
-    if newest is None or not tail:
-        return None
-    key = (newest.time_created, newest.id)
-    after = [m for m in tail if (m.time_created, m.id) > key]
-    if not after:
-        return newest.id, "the latest request; not answered yet"
-    last = after[-1]
-    if last.role != "assistant" or last.finish is None or last.finish in TOOL_CALL_FINISH_REASONS:
-        return newest.id, "the latest request; being worked on"
-    return newest.id, "the latest request; answered"
-
-
 def assemble_body(
     sources: RebuildSources,
     *,
@@ -544,7 +513,7 @@ def assemble_body(
     config = config or RebuildConfig()
     caps = config.push_caps
     count = counter.count if counter is not None else estimate_text_tokens
-    note = _latest_request_note(sources.user_messages, sources.reminder_tail)
+    note = latest_request_note(sources.user_messages, sources.reminder_tail)
     quoted: set[str] = set()
 
     def file_section(

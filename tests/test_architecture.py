@@ -141,6 +141,7 @@ PURE = frozenset(
         "mimo_ctx.budget",
         "mimo_ctx.checkpoint.document",
         "mimo_ctx.checkpoint.evidence",
+        "mimo_ctx.checkpoint._tool_evidence",
         "mimo_ctx.checkpoint.sections",
         "mimo_ctx.checkpoint.state",
         "mimo_ctx.compaction",
