@@ -453,3 +453,24 @@ def test_a_message_listed_after_one_with_a_newer_id_is_folded() -> None:
     restored = CheckpointState.from_json(state.to_json())
     assert restored is not None
     assert fold_messages(restored, [a, b]) == state
+
+
+@settings(max_examples=100)
+@given(histories(), st.data())
+def test_folding_copies_the_state_and_leaves_its_input_alone(
+    messages: list[Message], data: st.DataObject
+) -> None:
+    # The copy goes through pydantic-core, not copy.deepcopy: the state folded on
+    # must equal, and share nothing mutable with, the one it came from.
+    cut = data.draw(st.integers(0, len(messages)))
+    first = _fold(messages[:cut])
+    before = first.model_copy(deep=True)
+    folded = fold_messages(first, messages[cut:])
+    assert first == before
+    assert fold_messages(before, messages[cut:]) == folded
+    noted = fold_notes(first, "- a note\n- another")
+    assert first == before
+    noted.notes.append("changed")
+    for name in type(noted).model_fields:
+        if isinstance(getattr(noted, name), (list, dict)):
+            assert getattr(noted, name) is not getattr(first, name), name

@@ -266,7 +266,9 @@ class WriterCoordinator:
         another worker holds the lease, none is marked, so they fire again later.
         """
         slot = self._slots.setdefault(session_id, _Slot())
-        if not due_thresholds(usage, self._thresholds, slot.crossed):
+        if not due_thresholds(usage, self._thresholds, slot.crossed) or self.in_flight(session_id):
+            # While a writer runs here nothing starts or is marked: reading the
+            # session would cost a store round trip on every turn of its run.
             return
         session = await self._store.get_session(session_id)
         if session is None:

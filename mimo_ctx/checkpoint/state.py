@@ -318,7 +318,7 @@ def fold_messages(state: CheckpointState, messages: Iterable[Message]) -> Checkp
     are skipped; so is every message that lists at or before the newest one
     folded in.
     """
-    new = state.model_copy(deep=True)
+    new = _copy(state)
     for message in messages:
         if _folded(new, message):
             continue
@@ -359,10 +359,20 @@ def fold_notes(state: CheckpointState, notes: str | None) -> CheckpointState:
     lines = [line for line in lines if line]
     if not lines:
         return state
-    new = state.model_copy(deep=True)
+    new = _copy(state)
     _add_unique(new.notes, lines)
     _bound(new)
     return new
+
+
+def _copy(state: CheckpointState) -> CheckpointState:
+    """An independent copy of ``state``.
+
+    Through pydantic-core rather than ``copy.deepcopy`` (a third of the time at
+    a hundred files and errors, on every writer run); the state is plain data
+    that round-trips exactly, as it does through ``checkpoint.state.json``.
+    """
+    return CheckpointState.model_validate(state.model_dump())
 
 
 def _quote(message: Message, text: str) -> Quote:
