@@ -67,6 +67,7 @@ class SQLiteWorker(ABC):
 
         def close() -> None:
             with self._lock:
+                self._release()
                 conn, self._conn = self._conn, None
                 if conn is not None:
                     conn.close()
@@ -78,6 +79,11 @@ class SQLiteWorker(ABC):
     @abstractmethod
     def _connect(self) -> sqlite3.Connection:
         """Open the connection (called once, on the worker thread, under the lock)."""
+
+    def _release(self) -> None:
+        """Close what a subclass opened besides the connection (worker thread, under
+        the lock, before the connection: the last connection to close checkpoints)."""
+        return
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         if self._closed:

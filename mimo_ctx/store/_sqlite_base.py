@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import Message, set_insert_seq
+from mimo_ctx.store._sqlite_feed import KnownFeed, data_version, open_probe
 from mimo_ctx.store._sqlite_schema import open_database
 from mimo_ctx.tokens import estimate_message_tokens
 
@@ -158,6 +159,16 @@ class SQLiteBase(SQLiteWorker):
         self._written_chars = 0
         self._synchronous: Literal["NORMAL", "FULL"] = synchronous
         self._read_only = read_only
+        # The change feed as far as this store wrote it (see _sqlite_feed). Written
+        # on the worker thread under the lock; `changes_known` reads it under the
+        # lock too, tried from the event loop.
+        self._feed = KnownFeed()
+        self._probe: sqlite3.Connection | None = None
+        self._probe_opened = False
+        # Per worker call: the numbers its transaction took, and the message rows
+        # it reports having written with them.
+        self._taken: list[tuple[int, int]] = []
+        self._reported: list[tuple[int, Message]] | None = None
 
     def _connect(self) -> sqlite3.Connection:
         return open_database(
@@ -166,6 +177,106 @@ class SQLiteBase(SQLiteWorker):
             synchronous=self._synchronous,
             read_only=self._read_only,
         )
+
+    def _release(self) -> None:
+        probe, self._probe = self._probe, None
+        self._feed.forget()
+        if probe is not None:
+            probe.close()
+
+    def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        def feeding(conn: sqlite3.Connection) -> _T:
+            self._taken, self._reported = [], None
+            changes = conn.total_changes
+            done = False
+            try:
+                result = fn(conn)
+                done = True
+                return result
+            finally:
+                taken, reported = self._taken, self._reported
+                self._taken, self._reported = [], None
+                if not done:
+                    if taken:
+                        self._feed.forget()
+                elif taken or conn.total_changes != changes:
+                    self._committed(conn, taken, reported)
+
+        return super()._call(feeding)
+
+    def _probe_connection(self) -> sqlite3.Connection | None:
+        """The probe, opened on first use; ``None`` when this file has none."""
+        if not self._probe_opened:
+            self._probe_opened = True
+            if self._path != ":memory:" and not self._read_only:
+                try:
+                    self._probe = open_probe(self._path)
+                except sqlite3.Error:
+                    self._probe = None
+        return self._probe
+
+    def _committed(
+        self,
+        conn: sqlite3.Connection,
+        taken: Sequence[tuple[int, int]],
+        reported: Sequence[tuple[int, Message]] | None,
+    ) -> None:
+        """A worker call wrote: bring the known feed along. Worker thread, under the lock.
+
+        The probe's version is read first and the counter after it: when the counter
+        is still ``head``, nobody else wrote a message up to the version's moment,
+        and the same version later means nobody committed anything since.
+        """
+        probe = self._probe_connection()
+        feed = self._feed
+        if probe is None:
+            return
+        version = data_version(probe)
+        current = int(conn.execute(SQL_CURRENT_SEQ).fetchone()[0])
+        if taken:
+            before, last = taken[0][0], taken[-1][0] + taken[-1][1]
+            if current < last:  # rolled back: the numbers were never used
+                feed.forget()
+                return
+            feed.wrote(before, last, reported)
+        known = version is not None and feed.start is not None and current == feed.head
+        feed.version = version if known else None
+
+    def _report(self, numbers: Iterable[int], messages: Iterable[Message]) -> None:
+        """The message rows this worker call's transaction wrote, with their numbers."""
+        self._reported = list(zip(numbers, messages, strict=True))
+
+    def _read_feed_version(self) -> int | None:
+        """The probe's version before a feed read (worker thread, under the lock)."""
+        probe = self._probe_connection()
+        return None if probe is None else data_version(probe)
+
+    def _feed_read(self, version: int | None, current: int) -> None:
+        """The file's feed was read up to ``current`` after ``version`` was taken."""
+        if self._probe is None:
+            return
+        self._feed.read(current)
+        self._feed.version = version
+
+    def changes_known(self, session_id: str, seq: int) -> tuple[list[Message], int] | None:
+        """The change feed after ``seq`` without the worker thread, when nothing is in doubt.
+
+        Runs on the caller's thread: tries the lock (a running call means ``None``),
+        then checks the probe's version, which reads the WAL index in shared memory
+        and never waits (busy timeout 0). ``None``: read the file.
+        """
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            probe, feed = self._probe, self._feed
+            if self._closed or probe is None or feed.version is None:
+                return None
+            known = feed.after(session_id, seq)
+            if known is None or data_version(probe) != feed.version:
+                return None
+            return known
+        finally:
+            self._lock.release()
 
     def _load_message(self, row: tuple[Any, ...]) -> Message:
         message_id, seq, estimate, insert_seq, payload = row
@@ -228,11 +339,11 @@ class SQLiteBase(SQLiteWorker):
         row = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
         return row is not None
 
-    @staticmethod
-    def _take_seqs(conn: sqlite3.Connection, count: int) -> int:
+    def _take_seqs(self, conn: sqlite3.Connection, count: int) -> int:
         """Reserve ``count`` sequence numbers; return the first. Inside a write tx."""
         current = int(conn.execute(SQL_CURRENT_SEQ).fetchone()[0])
         conn.execute("UPDATE counters SET value = ? WHERE name = 'seq'", (current + count,))
+        self._taken.append((current, count))
         return current + 1
 
     def _insert_messages(

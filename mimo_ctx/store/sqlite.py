@@ -6,7 +6,12 @@ Design:
   thread (:func:`anyio.to_thread.run_sync`) behind a per-store capacity limiter of
   one and a thread lock, so the loop never blocks on disk I/O and the single
   connection is never used by two threads at once. A cancelled caller waits for
-  its statement to finish, so a transaction is never left half-done.
+  its statement to finish, so a transaction is never left half-done. One
+  exception: the change feed after this store's own writes, when nobody else
+  has committed since, is answered from what it wrote, checked by one query of
+  a second connection's ``data_version`` that reads the WAL index in shared
+  memory and never waits (``mimo_ctx.store._sqlite_feed``): the read that
+  follows every turn's write costs no hand-off to the worker thread.
 * **WAL mode** (readers do not block the writer) and a **busy timeout** (30 s by
   default), so processes sharing the file wait for each other instead of
   failing with "database is locked". ``synchronous=NORMAL``: in WAL mode a crash
@@ -43,6 +48,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Final, Literal, TypeVar
 
+import anyio.lowlevel
 from pydantic import BaseModel
 
 from mimo_ctx._util import now_ms
@@ -296,6 +302,7 @@ class SQLiteStore(SQLiteBase):
             )
             numbers = range(first, first + len(rows))
             self._remember(batch, rows, numbers, numbers)
+            self._report(numbers, batch)
 
         await self._run(run)
 
@@ -319,6 +326,7 @@ class SQLiteStore(SQLiteBase):
 
             first, kept = write_transaction(conn, body)
             self._remember(batch, rows, range(first, first + len(rows)), kept)
+            self._report(range(first, first + len(rows)), batch)
 
         await self._run(run)
 
@@ -341,6 +349,7 @@ class SQLiteStore(SQLiteBase):
             rows = [message_row(m) for m in batch]
             first, kept = write_transaction(conn, lambda: self._upsert_messages(conn, rows))
             self._remember(batch, rows, range(first, first + len(rows)), kept)
+            self._report(range(first, first + len(rows)), batch)
 
         await self._run(run)
 
@@ -485,13 +494,24 @@ class SQLiteStore(SQLiteBase):
         or another process) can fall between them.
         """
 
+        # After this store's own writes, with nobody else's since, the answer is
+        # known without the worker thread (see mimo_ctx.store._sqlite_feed).
+        await anyio.lowlevel.checkpoint()
+        known = self.changes_known(session_id, seq)
+        if known is not None:
+            return known
+
         def run(conn: sqlite3.Connection) -> tuple[list[Message], int]:
+            version = self._read_feed_version()  # before the snapshot, see _committed
+
             def body() -> tuple[list[Message], int]:
                 rows = conn.execute(_SQL_CHANGES, (session_id, seq)).fetchall()
                 current = int(conn.execute(SQL_CURRENT_SEQ).fetchone()[0])
                 return [self._load_message(r) for r in rows], current
 
-            return read_transaction(conn, body)
+            changed, current = read_transaction(conn, body)
+            self._feed_read(version, current)
+            return changed, current
 
         return await self._run(run)
 
@@ -557,6 +577,7 @@ class SQLiteStore(SQLiteBase):
                 range(first, first + 1 + len(rows)),
                 [first, *kept],
             )
+            self._report(range(first, first + 1 + len(rows)), [boundary, *batch])
             return True
 
         return await self._run(run)
