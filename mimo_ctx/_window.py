@@ -32,7 +32,12 @@ from mimo_ctx.messages import MAIN_AGENT, Message, message_key, written_after
 from mimo_ctx.reminders import append_per_turn_reminder
 from mimo_ctx.session import RequestPrefix, Session
 from mimo_ctx.store.base import Store
-from mimo_ctx.tokens import estimate_message_tokens, estimate_text_tokens, js_json
+from mimo_ctx.tokens import (
+    estimate_message_tokens,
+    estimate_part_tokens,
+    estimate_text_tokens,
+    js_json,
+)
 from mimo_ctx.triggers import is_recovered
 from mimo_ctx.view import IncrementalView, apply_send_rules
 
@@ -369,6 +374,12 @@ class Windows:
                 replaced = append_per_turn_reminder(
                     [source], str(self._layout.session_dir(session_id))
                 )[0]
+                if replaced is not source:
+                    # The estimate is a sum over parts: the copy's is the source's
+                    # plus its reminder part's, not a new pass over the user's text.
+                    replaced._token_estimate = estimate_message_tokens(  # pyright: ignore[reportPrivateUsage]
+                        source
+                    ) + estimate_part_tokens(replaced.parts[-1])
                 window.reminder = (source, replaced)
             tokens += estimate_message_tokens(replaced) - estimate_message_tokens(source)
             sendable[user] = replaced

@@ -43,8 +43,18 @@ _explicit: OrderedDict[int, int] = OrderedDict()
 _EXPLICIT_MAX: Final = 4096
 
 
+_UNBIASED_BELOW: Final = 62 * 4  # bytes under 248 map evenly onto the 62 characters
+
+
 def _random_tail() -> str:
-    return "".join(_BASE62[secrets.randbelow(62)] for _ in range(_RANDOM_CHARS))
+    # One read of the system's random source per id (a draw per character cost
+    # five times as much: every message and part a turn makes takes an id).
+    chars: list[str] = []
+    while len(chars) < _RANDOM_CHARS:
+        chars.extend(
+            _BASE62[b % 62] for b in secrets.token_bytes(_RANDOM_CHARS + 4) if b < _UNBIASED_BELOW
+        )
+    return "".join(chars[:_RANDOM_CHARS])
 
 
 def ascending(

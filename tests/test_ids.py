@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 import re
+import secrets
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 
 import pytest
@@ -203,3 +204,24 @@ def test_a1_newer_than_beats_a_lagging_clock(monkeypatch: pytest.MonkeyPatch) ->
     assert ids.ascending("msg") > made  # and later local ids keep ascending
     # Not one of our ids: ignored, never an error.
     assert ids.ascending("msg", newer_than="call_abc").startswith("msg_")
+
+
+def test_a1_random_tail_is_one_read_of_the_random_source_and_uniform(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads: list[int] = []
+    token_bytes = secrets.token_bytes
+
+    def counted(n: int) -> bytes:
+        reads.append(n)
+        return token_bytes(n)
+
+    monkeypatch.setattr(secrets, "token_bytes", counted)
+    tails = [ids.ascending("msg")[-14:] for _ in range(6_200)]
+    # One read per id; a second only when too many bytes were refused (rare).
+    assert 6_200 <= len(reads) <= 6_200 * 1.1
+    counts = Counter("".join(tails))
+    alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    assert set(counts) == set(alphabet)
+    expected = 6_200 * 14 / 62  # 1,400 per character
+    assert all(abs(c - expected) < 0.15 * expected for c in counts.values()), counts

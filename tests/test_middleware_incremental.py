@@ -16,6 +16,7 @@ import pytest
 
 from mimo_ctx._window import Windows
 from mimo_ctx.compaction import build_boundary_message
+from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import (
     Message,
     MessageFailure,
@@ -27,15 +28,21 @@ from mimo_ctx.messages import (
     ToolStatePending,
 )
 from mimo_ctx.middleware import ContextMiddleware
+from mimo_ctx.reminders import append_per_turn_reminder
 from mimo_ctx.store import InMemoryStore, SQLiteStore, Store
+from mimo_ctx.tokens import estimate_message_tokens
 from mimo_ctx.triggers import ModelLimits
 
 
-async def _scenario(seed: int, store: Store, root: Path) -> None:
+async def _scenario(seed: int, store: Store, root: Path, *, memory: bool = False) -> None:
     rng = random.Random(seed)
     async with ContextMiddleware(store, root, model=ModelLimits(10_000_000)) as mw:
         session = await mw.open_session(system="sys")
         sid = session.id
+        directory = MemoryLayout(root).session_dir(sid)
+        if memory:  # the per-turn reminder goes on the last user message (R8.3)
+            directory.mkdir(parents=True)
+            (directory / "checkpoint.md").write_text("Topic: t\n", encoding="utf-8")
         pending: list[str] = []
         messages: list[Message] = []
         now = 1_700_000_000_000
@@ -116,10 +123,18 @@ async def _scenario(seed: int, store: Store, root: Path) -> None:
             state_ = mw._sessions[sid]  # pyright: ignore[reportPrivateUsage]
             window = state_.windows["main"]
             full, tokens = Windows.full_view(window, window.boundary)
-            assert [m.model_dump() for m in view.messages] == [m.model_dump() for m in full], (
-                seed,
-                step,
-            )
+            if memory:
+                full = append_per_turn_reminder(full, str(directory))
+                # Counted afresh: copies carry no cached estimate.
+                tokens = sum(estimate_message_tokens(Message(**m.model_dump())) for m in full)
+                assert [(m.id, len(m.parts)) for m in view.messages] == [
+                    (m.id, len(m.parts)) for m in full
+                ], (seed, step)
+            else:
+                assert [m.model_dump() for m in view.messages] == [m.model_dump() for m in full], (
+                    seed,
+                    step,
+                )
             assert view.tokens == tokens + (state_.prefix_tokens or 0), (seed, step)
 
 
@@ -132,6 +147,19 @@ async def test_r8_incremental_view_matches_full_recompute_memory(seed: int, tmp_
 async def test_r8_incremental_view_matches_full_recompute_sqlite(seed: int, tmp_path: Path) -> None:
     async with SQLiteStore(tmp_path / "s.db") as store:
         await _scenario(1000 + seed, store, tmp_path / "mem")
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_r8_3_view_with_the_per_turn_reminder_matches_full_recompute(
+    seed: int, tmp_path: Path
+) -> None:
+    """The reminder's copy of the last user message is counted as its source plus the
+    reminder part; the whole view's tokens equal a fresh count of every message."""
+    if seed % 3:
+        await _scenario(2000 + seed, InMemoryStore(), tmp_path / "mem", memory=True)
+    else:
+        async with SQLiteStore(tmp_path / "s.db") as store:
+            await _scenario(2000 + seed, store, tmp_path / "mem", memory=True)
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
