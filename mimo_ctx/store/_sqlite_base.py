@@ -200,7 +200,12 @@ class SQLiteBase(SQLiteWorker):
                     if taken:
                         self._feed.forget()
                 elif taken or conn.total_changes != changes:
-                    self._committed(conn, taken, reported)
+                    try:
+                        self._committed(conn, taken, reported)
+                    except sqlite3.Error:
+                        # The write is committed: a failure to learn the feed must
+                        # not fail it; the next feed read goes to the file.
+                        self._feed.forget()
 
         return super()._call(feeding)
 

@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import CheckpointPart, Message, TextPart
 from mimo_ctx.session import Session
+from mimo_ctx.store import _sqlite_base
 from mimo_ctx.store.base import HostNode
 from mimo_ctx.store.sqlite import SQLiteStore
 
@@ -239,4 +241,25 @@ async def test_a_write_by_another_process_is_seen_at_once(tmp_path: Path) -> Non
             "from another process"
         ]
         assert (changed, current) == await store.changes_since(session.id, seq)
+        assert _file_feed(path, session.id, seq)[1] == current
+
+
+async def test_a_failing_probe_after_a_commit_fails_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:
+        session = Session(time_created=0)
+        await store.create_session(session)
+        _, seq = await store.changes_since(session.id, 0)
+
+        def refused(_probe: sqlite3.Connection) -> int | None:
+            raise sqlite3.OperationalError("database is locked")
+
+        monkeypatch.setattr(_sqlite_base, "data_version", refused)
+        message = _message(session.id, 1)
+        await store.append_messages([message])  # committed: no error for the caller
+        monkeypatch.undo()
+        changed, current = await store.changes_since(session.id, seq)
+        assert [m.id for m in changed] == [message.id]
         assert _file_feed(path, session.id, seq)[1] == current
