@@ -297,6 +297,9 @@ def parse_timestamp(value: object, what: str) -> int:
     ms = int(moment.timestamp() * 1000)
     if ms < 0:
         raise BadRecord(f"{what} is before 1970: {value[:40]!r}")
+    if ms > MAX_TIME_MS:
+        # Year 9999 in a zone west of UTC is still later than that in UTC.
+        raise BadRecord(f"{what} is after year 9999: {value[:40]!r}")
     return ms
 
 

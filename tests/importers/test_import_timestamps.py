@@ -18,7 +18,17 @@ from mimo_ctx.importers import load_transcript
 from tests.cli.conftest import run_cli
 from tests.importers.builders import assistant, user
 
-BAD_TIMES = [float("nan"), float("inf"), float("-inf"), 1e300, 10**20, -5, "yesterday", True]
+BAD_TIMES = [
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    1e300,
+    10**20,
+    -5,
+    "yesterday",
+    True,
+    "9999-12-31T23:59:59-14:00",
+]
 
 
 def _lines(bad: object) -> list[str]:
