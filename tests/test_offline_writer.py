@@ -296,9 +296,7 @@ def test_a14_an_agent_acting_through_text_is_mid_loop_when_its_output_came_back(
     assert any(line.startswith("- src/handler.py — edited, read") for line in files), files
 
 
-@pytest.mark.parametrize(
-    "name", ["pydicom__pydicom-1458.traj", "swe-agent__test-repo-i1.traj"]
-)
+@pytest.mark.parametrize("name", ["pydicom__pydicom-1458.traj", "swe-agent__test-repo-i1.traj"])
 def test_a14_swe_agent_trajectories_stay_mid_loop(transcripts_dir: Path, name: str) -> None:
     path = transcripts_dir / "sweagent" / name
     if not path.exists():
@@ -315,11 +313,8 @@ def test_a14_swe_agent_trajectories_stay_mid_loop(transcripts_dir: Path, name: s
         assert line.startswith("- Carry on (mid-task)"), (name, end, line)
 
 
-
 @pytest.mark.parametrize("name", GOLDEN[:2])
-def test_a14_a_changed_file_names_what_its_changes_define(
-    transcripts_dir: Path, name: str
-) -> None:
+def test_a14_a_changed_file_names_what_its_changes_define(transcripts_dir: Path, name: str) -> None:
     # "Files and why" gave a path and a vague sentence ("The implicit try:"); the
     # names a change defines say what the change was, in the code's own words.
     messages = _main(transcripts_dir, name)

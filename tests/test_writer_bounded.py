@@ -139,9 +139,7 @@ async def test_a3_the_writer_gets_the_messages_after_the_previous_watermark(
     assert second > first
     await coordinator._write(session.id, coordinator_module._Job("t"), second, None)  # pyright: ignore[reportPrivateUsage]
     bounded = writer.requests[1]
-    assert [m.id for m in bounded.messages] == [
-        m.id for m in history if first < m.id <= second
-    ]
+    assert [m.id for m in bounded.messages] == [m.id for m in history if first < m.id <= second]
     # Handed its previous state, the offline writer writes from these messages what
     # it writes from the whole history.
     full = OfflineCheckpointWriter().build(
@@ -188,9 +186,7 @@ async def test_a3_after_a_rebuild_the_writer_starts_at_the_newest_boundary(
     got = writer.requests[0].messages
     listed = sorted([*history, boundary, *later], key=message_key)
     assert [m.id for m in got] == [
-        m.id
-        for m in listed
-        if message_key(m) > message_key(covered) and m.id <= watermark
+        m.id for m in listed if message_key(m) > message_key(covered) and m.id <= watermark
     ]
     assert got[0].id == boundary.id
 

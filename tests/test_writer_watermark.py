@@ -54,9 +54,7 @@ async def test_r2_watermark_on_the_newest_messages_equals_the_full_history(
     store = InMemoryStore()
     session = Session(time_created=1)
     await store.create_session(session)
-    messages = _session_messages(
-        session.id, 2 * WATERMARK_PAGE + 500, finished_tail=finished_tail
-    )
+    messages = _session_messages(session.id, 2 * WATERMARK_PAGE + 500, finished_tail=finished_tail)
     await store.append_messages(messages)
     config = RebuildConfig()
     coordinator = WriterCoordinator(
