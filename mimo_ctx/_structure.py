@@ -88,6 +88,8 @@ _SETEXT_LEVEL1 = re.compile(r"^ {0,3}=+[ \t]*$")
 _SETEXT_LEVEL2 = re.compile(r"^ {0,3}-+[ \t]*$")
 # An ATX heading line of level 2 to 6, empty or not.
 _DEEPER_HEADING = re.compile(r"^ {0,3}#{2,6}(?:[ \t]|$)")
+# A thematic break (or, under a paragraph line, a setext underline: it ends that one).
+_THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 # The "<" of an HTML level-1 or level-2 heading's opening tag.
 _HTML_HEADING = re.compile(r"<(?=h[12](?:[\s>/]|$))", re.I)
 # Whole-text scans from line break to line break (a literal first character lets
@@ -160,7 +162,10 @@ def _escape_html_headings(line: str) -> str:
 
 
 def _kept_heading(line: str) -> bool:
-    """A heading line that stays a heading after neutralising (not level 1, not ours)."""
+    """A line that ends the paragraph under it and stays so after neutralising: a
+    heading of level 2 to 6 that is not ours, or a thematic break (``---``, ``***``)."""
+    if _THEMATIC_BREAK.match(line) is not None:
+        return True
     return _DEEPER_HEADING.match(line) is not None and _OUR_HEADING.match(line) is None
 
 

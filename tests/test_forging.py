@@ -146,3 +146,10 @@ def test_a_setext_title_of_ours_under_an_empty_heading_is_neutralised() -> None:
     # "---" is a level-2 heading with our title, not part of a longer paragraph.
     body = neutralise_structure("## \nTasks ledger\n---")
     _only_the_section_heading(f"# {HEADING_RECENT_ACTIVITY}\n{body}\n", HEADING_RECENT_ACTIVITY)
+
+
+def test_a_setext_title_of_ours_under_a_thematic_break_is_neutralised() -> None:
+    # Found by Hypothesis: the first "---" is a thematic break, not part of the
+    # paragraph, so "Tasks ledger" over the second is a heading of ours.
+    body = neutralise_structure("---\nTasks ledger\n---")
+    _only_the_section_heading(f"# {HEADING_RECENT_ACTIVITY}\n{body}\n", HEADING_RECENT_ACTIVITY)

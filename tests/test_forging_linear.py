@@ -45,6 +45,14 @@ def _forged_reference(lines: Sequence[str], index: int, in_fence: bool) -> bool:
 
 
 def _stays_a_heading(line: str) -> bool:
+    marks = line.strip(" \t")
+    if (
+        len(line) - len(line.lstrip(" ")) <= 3
+        and len(marks.replace(" ", "").replace("\t", "")) >= 3
+    ):
+        chars = set(marks.replace(" ", "").replace("\t", ""))
+        if len(chars) == 1 and chars <= {"-", "*", "_"}:
+            return True  # a thematic break
     stripped = (
         line[len(line) - len(line.lstrip(" ")) :] if len(line) - len(line.lstrip(" ")) <= 3 else ""
     )
@@ -77,6 +85,8 @@ _LINES = st.sampled_from(
         "#Title",
         "## Checkpoint",
         "## ",
+        "***",
+        "_ _ _",
         "### Notes",
         "# Recent activity",
         "File: x",
