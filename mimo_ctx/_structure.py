@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
+from mimo_ctx._util import HTML_HEADING_TAG, escape_html_headings, escape_path
 from mimo_ctx.budget import scan_fences
 
 __all__ = [
@@ -24,7 +25,6 @@ __all__ = [
     "HEADING_RECENT_USER",
     "HEADING_TASKS",
     "SECTION_HEADINGS",
-    "escape_breaks",
     "neutralise_structure",
     "normalise_line_breaks",
     "our_heading",
@@ -61,12 +61,14 @@ SECTION_HEADINGS: Final[tuple[str, ...]] = (
 
 _LEVEL1 = re.compile(r"^# [^#]")
 _LEVEL1_LOOSE = re.compile(r"^ {0,3}#(?:[ \t]|$)")
-_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+# The titles of the body's own headings: its sections and the boundary's two parts.
+_OUR_TITLES: Final = (*SECTION_HEADINGS, HEADING_REBUILD_FOCUS, "Checkpoint", "Active Actors")
 
 
 def _heading_pattern() -> re.Pattern[str]:
-    titles = [*SECTION_HEADINGS, HEADING_REBUILD_FOCUS, "Checkpoint", "Active Actors"]
-    alternatives = "|".join(r"\s+".join(map(re.escape, t.split())) for t in titles)
+    alternatives = "|".join(r"\s+".join(map(re.escape, t.split())) for t in _OUR_TITLES)
     # A level-1 or level-2 ATX heading whose title is one of ours, with any
     # indentation up to three spaces, any spacing, case and closing hashes.
     return re.compile(rf"^ {{0,3}}#{{1,2}}[ \t]+(?:{alternatives})[ \t]*#*[ \t]*\r?$", re.I)
@@ -76,8 +78,7 @@ _OUR_HEADING = _heading_pattern()
 
 
 def _title_pattern() -> re.Pattern[str]:
-    titles = [*SECTION_HEADINGS, "Checkpoint", "Active Actors"]
-    alternatives = "|".join(r"\s+".join(map(re.escape, t.split())) for t in titles)
+    alternatives = "|".join(r"\s+".join(map(re.escape, t.split())) for t in _OUR_TITLES)
     return re.compile(rf"^ {{0,3}}(?:{alternatives})[ \t]*$", re.I)
 
 
@@ -86,12 +87,33 @@ def _title_pattern() -> re.Pattern[str]:
 _OUR_TITLE = _title_pattern()
 _SETEXT_LEVEL1 = re.compile(r"^ {0,3}=+[ \t]*$")
 _SETEXT_LEVEL2 = re.compile(r"^ {0,3}-+[ \t]*$")
-# An ATX heading line of level 2 to 6, empty or not.
-_DEEPER_HEADING = re.compile(r"^ {0,3}#{2,6}(?:[ \t]|$)")
-# A thematic break (or, under a paragraph line, a setext underline: it ends that one).
-_THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
-# The "<" of an HTML level-1 or level-2 heading's opening tag.
-_HTML_HEADING = re.compile(r"<(?=h[12](?:[\s>/]|$))", re.I)
+# How far back an underline looks for a title of ours: no title is longer.
+_TITLE_MAX_CHARS: Final = max(len(t) for t in _OUR_TITLES)
+_TITLE_MAX_LINES: Final = max(len(t.split()) for t in _OUR_TITLES)
+# The list item and block quote markers a line may start with: a heading after them
+# is a heading inside the list item or quote. Each marker takes its own characters
+# only (a quote's ">" no space, a list marker exactly one): the spaces between them
+# can be read one way, so a line of many markers costs its length, not 2 ** markers.
+_MARKERS = r"(?: {0,3}(?:>|(?:[-+*]|[0-9]{1,9}[.)])[ \t]))"
+_MARKER_STARTS: Final = frozenset(">-+*0123456789")
+_CONTAINER = re.compile(rf"^{_MARKERS}+[ \t]?")  # and the space a ">" may take
+# A line that may start an HTML block (the run of lines it begins is then HTML) and
+# a fence line; the start of an HTML block that runs past blank lines, up to its own
+# end marker (CommonMark's kinds 1 to 5), after any list item or quote markers.
+_HTML_LINE = re.compile(r"^ {0,3}<")
+_FENCE_LINE = re.compile(r"^ {0,3}(?:```|~~~)")
+_RAW_HTML_START = re.compile(
+    rf"^({_MARKERS}*[ \t]*)"
+    r"<(?=(?:pre|script|style|textarea)(?:[\s>]|$)|!--|\?|![A-Za-z]|!\[CDATA\[)",
+    re.I,
+)
+# A line starting with "<" (an HTML block may start there), or with list item or
+# quote markers before a "#", "<", "=" or "-" (a heading, HTML or an underline in
+# the list item or quote): the line-by-line pass decides.
+_HTML_START = re.compile(r" {0,3}<")
+_HTML_LINES = re.compile(r"\n {0,3}<")
+_NESTED_START = re.compile(rf"{_MARKERS}+[ \t]*[#<=-]")
+_NESTED_LINES = re.compile(rf"\n{_MARKERS}+[ \t]*[#<=-]")
 # Whole-text scans from line break to line break (a literal first character lets
 # the regex engine jump): what makes a text need no line-by-line pass
 # (plain_structure, strip_level1_headings); the first line is checked apart.
@@ -104,11 +126,6 @@ _FENCE_LINES = re.compile(r"\n {0,3}(?:```|~~~)")
 # Every line break but "\n": what str.splitlines(), a browser or a model may break
 # a line on although the body's own rules (which split on "\n") do not.
 _OTHER_BREAKS = re.compile("\r\n?|[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-
-
-def escape_breaks(text: str) -> str:
-    """``text`` with every line break written as its escape (``\\n``): one line, kept readable."""
-    return _LINE_BREAKS.sub(lambda m: ascii(m.group(0))[1:-1], text)
 
 
 # -- structure ---------------------------------------------------------------------------
@@ -148,59 +165,58 @@ def normalise_line_breaks(text: str) -> str:
     return _OTHER_BREAKS.sub("\n", text)
 
 
-def _escape_html_headings(line: str) -> str:
-    """``line`` with the ``<`` of every ``<h1>`` and ``<h2>`` tag written as ``&lt;``.
+def _in_container(line: str) -> str:
+    """``line`` without the list item and block quote markers it starts with."""
+    # Most lines start with none: a look at the first character spares the regex.
+    first = line.lstrip(" ")[:1]
+    if not first or first not in _MARKER_STARTS:
+        return line
+    return _CONTAINER.sub("", line, count=1)
 
-    The body's structure has two levels: an HTML heading of either level could
-    fake it (its title may even sit on the next line), so none is left to be read
-    as one. Code blocks included: a Markdown reader lets an HTML block run over a
-    code fence where these rules would not (an HTML sample reads fine as
-    ``&lt;h1>``). An entity, not a backslash: inside an HTML block Markdown passes
-    a backslash through.
+
+def _forged(lines: Sequence[str], index: int, in_fence: bool, *, under_text: bool) -> bool:
+    """True when ``lines[index]`` could fake a heading of the body (module docstring).
+
+    ``under_text``: the body starts right under a line of text (the ``File:``
+    line), which an underline on its first line would make a heading.
     """
-    return _HTML_HEADING.sub("&lt;", line) if "<" in line else line
-
-
-def _kept_heading(line: str) -> bool:
-    """A line that ends the paragraph under it and stays so after neutralising: a
-    heading of level 2 to 6 that is not ours, or a thematic break (``---``, ``***``)."""
-    if _THEMATIC_BREAK.match(line) is not None:
-        return True
-    return _DEEPER_HEADING.match(line) is not None and _OUR_HEADING.match(line) is None
-
-
-def _forged(lines: Sequence[str], index: int, in_fence: bool) -> bool:
-    """True when ``lines[index]`` could fake a heading of the body (module docstring)."""
     line = lines[index]
     if _OUR_HEADING.match(line):
         return True
     if in_fence:
         return False
-    if _LEVEL1_LOOSE.match(line):
+    inner = _in_container(line)
+    if _LEVEL1_LOOSE.match(inner) or (inner is not line and _OUR_HEADING.match(inner)):
         return True
-    # A setext underline: "===" makes the paragraph line above a level-1 heading,
-    # "---" a level-2 one (which matters when its title is ours). Only an underline
-    # looks back at its paragraph: every line doing so made a long paragraph cost
-    # its length squared.
-    level1 = _SETEXT_LEVEL1.match(line) is not None
-    if not level1 and _SETEXT_LEVEL2.match(line) is None:
+    # A setext underline: "===" makes the paragraph above a level-1 heading, "---" a
+    # level-2 one (which matters when its title is ours). Only an underline looks
+    # back, and only as far as a title of ours can reach: every line doing so, or
+    # over the whole paragraph, made a long paragraph cost its length squared.
+    # ("- " is an underline too, not an empty list item, right under a paragraph.)
+    if line.rstrip()[-1:] not in ("=", "-"):
+        return False  # what most lines are: no underline
+    level1 = _SETEXT_LEVEL1.match(line) is not None or _SETEXT_LEVEL1.match(inner) is not None
+    if not level1 and not (_SETEXT_LEVEL2.match(line) or _SETEXT_LEVEL2.match(inner)):
         return False
     if index == 0 or not lines[index - 1].strip():
-        return False  # no paragraph above: not an underline
+        return level1 and index == 0 and under_text
     if level1:
         return True
+    # The title is the paragraph above, its lines joined; where the paragraph starts
+    # (a heading, a list item or a quote above it ends the one before) is not worked
+    # out: any run of lines just above that reads as our title counts.
     start = index
-    # A heading line this function leaves alone (level 2 to 6, not ours) ends the
-    # paragraph: "## \nTasks ledger\n---" is a heading of ours under an empty one.
-    # Lines it neutralises become paragraph text and join the paragraph.
-    while start > 0 and lines[start - 1].strip() and not _kept_heading(lines[start - 1]):
+    while start > 0 and lines[start - 1].strip() and index - start < _TITLE_MAX_LINES:
         start -= 1
-    # The heading's title is the whole paragraph above, its lines joined.
-    title = " ".join(" ".join(lines[start:index]).split())
-    return _OUR_TITLE.match(title) is not None
+        title = " ".join(" ".join([_in_container(lines[start]), *lines[start + 1 : index]]).split())
+        if len(title) > _TITLE_MAX_CHARS:
+            break
+        if _OUR_TITLE.match(title):
+            return True
+    return False
 
 
-def neutralise_structure(text: str) -> str:
+def neutralise_structure(text: str, *, under_text: bool = False) -> str:
     """Escape lines of ``text`` that could fake the rebuild body's structure.
 
     See the module docstring for the rules. Idempotent: neutralising twice
@@ -209,6 +225,8 @@ def neutralise_structure(text: str) -> str:
     Args:
         text: A section body (after :func:`strip_level1_headings` for file-backed
             sections).
+        under_text: The body is written right under a line of text (a file-backed
+            section's ``File:`` line): a ``===`` first line would underline it.
 
     Returns:
         The body with offending lines prefixed by a backslash and an open code
@@ -219,7 +237,7 @@ def neutralise_structure(text: str) -> str:
     normalised = normalise_line_breaks(text)
     if plain_structure(normalised):
         return normalised  # no line to escape, no fence to close: the lines as they are
-    return _neutralise_lines(normalised)
+    return _neutralise_lines(normalised, under_text=under_text)
 
 
 def plain_structure(text: str) -> bool:
@@ -227,15 +245,20 @@ def plain_structure(text: str) -> bool:
 
     Whole-text scans for what any rule starts from: a line starting with ``#``
     (then checked as a heading), a setext underline, a fence, an HTML heading tag,
-    ``File:``. A scan may match where no rule applies (the line-by-line pass then
+    ``File:``, a line starting with ``<``, list item or quote markers before a
+    ``#``, ``<``, ``=`` or ``-``. A scan may match where no rule applies (the line-by-line pass then
     decides); it never misses a line a rule would change. The scans start at a
     line break (a literal the regex engine jumps to) and the first line is checked
     apart.
     """
-    if "File:" in text or _HTML_HEADING.search(text) is not None:
+    if "File:" in text or HTML_HEADING_TAG.search(text) is not None:
         return False
     first = text[: _line_end(text, 0)]
     if _SETEXT_LEVEL1.match(first) or _SETEXT_LEVEL2.match(first) or _FENCE_START.match(first):
+        return False
+    if _HTML_START.match(first) or _HTML_LINES.search(text) is not None:
+        return False
+    if _NESTED_START.match(first) or _NESTED_LINES.search(text) is not None:
         return False
     if _UNDERLINE_LINES.search(text) is not None or _FENCE_LINES.search(text) is not None:
         return False
@@ -253,19 +276,36 @@ def _line_end(text: str, start: int) -> int:
     return len(text) if end < 0 else end
 
 
-def _neutralise_lines(text: str) -> str:
+def _neutralise_lines(text: str, *, under_text: bool) -> str:
     """:func:`neutralise_structure` line by line (the general case)."""
     lines = normalise_line_breaks(text).split("\n")
     fenced, closer = scan_fences(lines)
     out: list[str] = []
     first_content = True
+    html_above = False  # a line of the paragraph-like run above may start an HTML block
     for index, (line, in_fence) in enumerate(zip(lines, fenced, strict=True)):
-        forged = _forged(lines, index, in_fence) or (
+        forged = _forged(lines, index, in_fence, under_text=under_text) or (
             first_content and line.lstrip().startswith("File:")
         )
-        if line.strip():
+        if not line.strip():
+            html_above = False
+        else:
             first_content = False
-        escaped = _escape_html_headings(line)
+            if html_above and _FENCE_LINE.match(line):
+                # Inside an HTML block a Markdown reader sees no fence: the fences
+                # would pair differently there than here, and the closer this adds
+                # would open one. A blank line ends the HTML block first.
+                out.append("")
+            html_above = html_above or (
+                not in_fence and "<" in line and _HTML_LINE.match(_in_container(line)) is not None
+            )
+        escaped = escape_html_headings(line)
+        if not in_fence:
+            # An HTML block that only its own end tag closes (a comment, <pre>,
+            # <script>...) would swallow the sections after it: not one is opened.
+            escaped = (
+                _RAW_HTML_START.sub(r"\1&lt;", escaped, count=1) if "<" in escaped else escaped
+            )
         out.append("\\" + escaped if forged else escaped)
     if closer:
         out.append(closer)
@@ -287,11 +327,11 @@ def render_section(heading: str, body: str, *, file_path: str | None = None) -> 
         body: The section's content.
         file_path: The file a file-backed section comes from.
     """
-    head = f"# {escape_breaks(heading)}\n"
+    head = f"# {escape_path(heading)}\n"
     if file_path is not None:
-        head += f"File: {escape_breaks(file_path)}\n"
+        head += f"File: {escape_path(file_path)}\n"
         body = strip_level1_headings(body)
-    body = neutralise_structure(body.strip("\n")).strip("\n")
+    body = neutralise_structure(body.strip("\n"), under_text=file_path is not None).strip("\n")
     return f"{head}{body}\n\n" if body else f"{head}\n"
 
 

@@ -1,4 +1,4 @@
-"""Small helpers several modules share: the clock, one-line text, relative ages, the version.
+"""Small helpers several modules share: the clock, one-line text, escapes, ages, the version.
 
 Private: nothing here is part of the public API. Each helper is pure except
 :func:`now_ms` (the wall clock) and :func:`package_version` (installed metadata);
@@ -7,14 +7,24 @@ the pure modules may use them. The async helpers are in :mod:`mimo_ctx._aio`.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import TypeVar
+from typing import Final, TypeVar
 
 _T = TypeVar("_T")
 
-__all__ = ["ago", "follow_copy", "now_ms", "one_line", "package_version"]
+__all__ = [
+    "HTML_HEADING_TAG",
+    "ago",
+    "escape_html_headings",
+    "escape_path",
+    "follow_copy",
+    "now_ms",
+    "one_line",
+    "package_version",
+]
 
 _DISTRIBUTION = "mimo-ctx"
 
@@ -52,6 +62,36 @@ def one_line(text: str) -> str:
     """``text`` with every run of whitespace, line breaks included, as one space, stripped."""
     # str.split() splits on every Unicode line break too, so the result is one line.
     return " ".join(text.split())
+
+
+HTML_HEADING_TAG: Final = re.compile(r"<(?=h[12](?:[\s>/]|$))", re.I)
+"""The ``<`` of an HTML level-1 or level-2 heading's opening tag."""
+# Every line break str.splitlines() knows.
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def escape_html_headings(line: str) -> str:
+    """``line`` with the ``<`` of every ``<h1>`` and ``<h2>`` tag written as ``&lt;``.
+
+    The rebuild body's structure has two levels: an HTML heading of either level
+    could fake it (its title may even sit on the next line), so none is left to be
+    read as one. Code blocks included: a Markdown reader lets an HTML block run
+    over a code fence where the body's rules would not (an HTML sample reads fine
+    as ``&lt;h1>``). An entity, not a backslash: inside an HTML block Markdown
+    passes a backslash through.
+    """
+    return HTML_HEADING_TAG.sub("&lt;", line) if "<" in line else line
+
+
+def escape_path(path: str) -> str:
+    """``path`` as the rebuild body writes it: line breaks as escapes, HTML headings defused.
+
+    A path keeps every other character, so it can still be searched for; a line
+    break in it (``\\n``, U+2028...) is written as its escape and the ``<`` of an
+    ``<h1>`` or ``<h2>`` tag as ``&lt;`` (:func:`escape_html_headings`), so no path
+    starts a line or a heading.
+    """
+    return escape_html_headings(_LINE_BREAKS.sub(lambda m: ascii(m.group(0))[1:-1], path))
 
 
 def ago(delta_ms: int) -> str:

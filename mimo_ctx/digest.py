@@ -52,7 +52,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from mimo_ctx._util import one_line
+from mimo_ctx._util import escape_html_headings, one_line
 from mimo_ctx.messages import (
     CheckpointPart,
     Message,
@@ -472,7 +472,9 @@ def build_tail_digest(
         out += [INTERRUPTED_NOTE, ""]
     if omitted and max_lines > 1:
         out.append(omitted_note(omitted))
-    out += [f"- {line.text}" for line in kept]
+    # One line each already; the section is not passed through neutralise_structure,
+    # so an HTML heading in a message or an argument is defused here.
+    out += [f"- {escape_html_headings(line.text)}" for line in kept]
     return TailDigest(text="\n".join(out), lines=tuple(kept), omitted=omitted)
 
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from mimo_ctx._util import escape_html_headings, escape_path, one_line
 from mimo_ctx.checkpoint.evidence import trailing_command
 from mimo_ctx.messages import Message, TextPart, ToolPart, user_input_text
 
@@ -123,7 +124,7 @@ def progress_check_reminder(path: str) -> str:
         [
             "<system-reminder>",
             "Your last turn ended without a tool call. Before you stop, open",
-            f"{path} and check it against the task's spec. Stop only if every",
+            f"{escape_path(path)} and check it against the task's spec. Stop only if every",
             "requirement is truly done; otherwise continue with the next unfinished step.",
             "</system-reminder>",
         ]
@@ -136,7 +137,7 @@ def next_step_reminder(item: str) -> str:
         [
             "<system-reminder>",
             "Your last turn ended without a tool call, but work is still open:",
-            f"{item}",
+            escape_html_headings(one_line(item)),
             "Continue with it unless the user's latest message says otherwise.",
             "</system-reminder>",
         ]

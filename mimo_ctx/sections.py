@@ -28,24 +28,36 @@ enforces, for every section body:
   breaks :meth:`str.splitlines` knows become ``\\n``, so a heading cannot hide after
   a break the rules below would not split on;
 * no line outside a fenced code block is a level-1 heading (``# Title``, or a
-  paragraph line underlined with ``===``): file-backed bodies have ``# Title``
-  lines removed (A6); otherwise the line (the underline for setext) is escaped;
+  paragraph line underlined with ``===``), nor one inside a list item or a block
+  quote (``- # Title``, ``> # Title``): file-backed bodies have ``# Title`` lines
+  removed (A6); otherwise the line (the underline for setext) is escaped; a
+  file-backed body's first line is under its ``File:`` line, so a ``===`` there
+  is escaped too;
 * no ``<h1>`` or ``<h2>`` tag stands anywhere, code blocks included (a Markdown
   reader lets an HTML block run over a fence): their ``<`` becomes ``&lt;``;
 * no line anywhere, code blocks included, is one of *our* headings -- a level-1
   or level-2 heading whose title is a body section heading (R5.3) or a boundary
   part heading (``Checkpoint``, ``Active Actors``), as ``#``/``##``, or (outside
-  code blocks) as a title underlined with ``---``;
+  code blocks) inside a list item or quote, or as a title underlined with ``---``
+  (any run of lines just above the underline that reads as our title counts: a
+  heading above ends the paragraph there);
 * the body's first non-blank line does not start with ``File:`` (which would
   read as the section's source path);
 * a fenced code block opened in the body is closed at its end, so it cannot
-  swallow the sections that follow.
+  swallow the sections that follow; a fence line under a line that may start an
+  HTML block gets a blank line first (inside an HTML block a Markdown reader sees
+  no fence, and the closer would open one); an HTML block that only its own end
+  tag closes (``<!--``, ``<pre>``, ``<script>``...) is not opened (``&lt;``).
 
 Escaping is one backslash in front of the line (``\\# Recent activity``,
 ``\\File: x``): minimal, visible, and Markdown reads ``\\#`` as a literal ``#``.
 Single-line fields (task summaries, actor descriptions, topics) have their
 whitespace runs, line breaks included, collapsed to one space; paths keep their
-exact characters except line breaks, which are written as escapes (``\\n``).
+exact characters except line breaks, which are written as escapes (``\\n``),
+and an HTML heading's ``<`` (:func:`~mimo_ctx._util.escape_path`). The texts that
+are not a section body -- the boundary's two parts, the recent-activity lines and
+the closing reminder -- are single lines or paths of this kind, with the same
+``&lt;`` for an HTML heading.
 """
 
 from __future__ import annotations
@@ -67,14 +79,13 @@ from mimo_ctx._structure import (
     HEADING_RECENT_USER,
     HEADING_TASKS,
     SECTION_HEADINGS,
-    escape_breaks,
     neutralise_structure,
     normalise_line_breaks,
     our_heading,
     render_section,
     strip_level1_headings,
 )
-from mimo_ctx._util import ago, one_line
+from mimo_ctx._util import ago, escape_html_headings, escape_path, one_line
 from mimo_ctx.errors import ConfigError, PathEscapeError
 from mimo_ctx.messages import Message, user_input_text
 from mimo_ctx.session import ACTIVE_ACTOR_STATUSES, Actor, Task
@@ -332,7 +343,9 @@ def render_active_actors_part(actors: Sequence[Actor], *, session_id: str, now_m
         f'"{one_line(a.description)}" (agent={one_line(a.agent)})'
         for a in mine
     )
-    return "\n".join(lines)
+    # Not a section (no neutralise_structure): its one-line fields still must not
+    # hold an HTML heading.
+    return escape_html_headings("\n".join(lines))
 
 
 # -- 4. recent user input --------------------------------------------------------------------
@@ -580,7 +593,7 @@ def render_memory_keys_index(
             raise PathEscapeError(f"memory key path escapes the memory root: {path!r}")
         if path not in seen:
             seen.add(path)
-            lines.append(f"- {escape_breaks(path)}")
+            lines.append(f"- {escape_path(path)}")
     kept = _fit_lines(lines, budget, count_with(counter))
     return render_section(HEADING_MEMORY_KEYS, "\n".join(kept)) if kept else ""
 
@@ -614,11 +627,11 @@ def render_checkpoint_index(*, directory: str | None, checkpoint_text: str | Non
     for line in checkpoint_text.splitlines():
         match = _TOPIC_LINE.match(line)
         if match:
-            topic = one_line(match.group(1))
+            topic = escape_html_headings(one_line(match.group(1)))
             if len(topic) > _TOPIC_MAX_CHARS:
                 topic = topic[: _TOPIC_MAX_CHARS - 1] + "…"
             break
-    where = escape_breaks(directory) if directory else "(unknown)"
+    where = escape_path(directory) if directory else "(unknown)"
     return (
         f"{CHECKPOINT_INDEX_HEADING}\n"
         f"Directory: {where}\n"

@@ -199,9 +199,9 @@ def test_recent_user_input_formats_only_what_the_walk_reaches(
     calls: list[str] = []
     real = sections.neutralise_structure
 
-    def counting(text: str) -> str:
+    def counting(text: str, *, under_text: bool = False) -> str:
         calls.append(text)
-        return real(text)
+        return real(text, under_text=under_text)
 
     # The entries are neutralised in ``sections``, the section in ``_structure``.
     monkeypatch.setattr(sections, "neutralise_structure", counting)
@@ -493,9 +493,16 @@ _STRUCTURE = st.lists(
                 "a\rb",
                 "c\r\nd",
                 "e\x0bf\u2028g",
+                "- # in a list",
+                "> ## Checkpoint",
+                "1. Recent activity",
+                "- ",
+                "<!-- note",
+                "<div>",
+                "  <pre>",
             ]
         ),
-        st.text(alphabet="#=-`~<h12 \tFile:\n\r", max_size=12),
+        st.text(alphabet="#=-`~<h12 \tFile:\n\r>*+.)!", max_size=12),
     ),
     max_size=12,
 ).map("\n".join)
@@ -504,8 +511,9 @@ _STRUCTURE = st.lists(
 @settings(max_examples=2000, deadline=None)
 @given(text=_STRUCTURE)
 def test_structure_fast_paths_as_line_by_line(text: str) -> None:
-    slow = _structure._neutralise_lines(text) if text else text  # pyright: ignore[reportPrivateUsage]
-    assert neutralise_structure(text) == slow
+    for under_text in (False, True):
+        slow = _structure._neutralise_lines(text, under_text=under_text) if text else text  # pyright: ignore[reportPrivateUsage]
+        assert neutralise_structure(text, under_text=under_text) == slow
     assert _structure.strip_level1_headings(text) == _structure._strip_level1_lines(text)  # pyright: ignore[reportPrivateUsage]
 
 

@@ -123,7 +123,11 @@ async def test_a_tail_that_cannot_fit_is_reported(tmp_path: Path) -> None:
     assert last.over_line
 
 
-SWEAGENT = ("pydicom__pydicom-1458.traj", "swe-agent__test-repo-i1.traj")
+SWEAGENT = (
+    "6e44b9__sweagenttestrepo-1c2844.traj",
+    "pydicom__pydicom-1458.traj",
+    "swe-agent__test-repo-i1.traj",
+)
 
 
 @pytest.mark.transcripts
