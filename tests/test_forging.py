@@ -179,3 +179,13 @@ def test_many_list_and_quote_markers_are_read_in_one_pass() -> None:
         line = marker * 64 + "<!-- x"
         assert neutralise_structure(line) == marker * 64 + "&lt;!-- x"
         assert neutralise_structure(marker * 64 + "# Pwned") == "\\" + marker * 64 + "# Pwned"
+
+
+def test_a_fence_after_an_html_line_hides_no_empty_level1_heading() -> None:
+    # Found by a long Hypothesis sweep: "</h1>" starts an HTML block that runs over
+    # the fence line, so a Markdown reader sees no code block and "# " after the
+    # blank line is an empty level-1 heading; the blank line added before the fence
+    # ends the HTML block first, and the fences pair as the body's rules read them.
+    body = neutralise_structure("</h1>\n```\n\n# ")
+    assert neutralise_structure(body) == body
+    _only_the_section_heading(f"# {HEADING_RECENT_ACTIVITY}\n{body}\n", HEADING_RECENT_ACTIVITY)
