@@ -102,6 +102,7 @@ __all__ = [
     "native_context_parameter",
     "plain",
     "refuse_native_context",
+    "sdk_client",
 ]
 
 INCOMPLETE_STREAM: Final = "IncompleteStream"
@@ -733,3 +734,11 @@ class ClientWrapper:
     def copy(self, **kwargs: Any) -> Any:
         """The SDK's ``copy``, wrapped for the same session."""
         return type(self)(self._client.copy(**kwargs), self.binding)
+
+
+def sdk_client(client: object) -> Any:
+    """The SDK client behind ``client``: a wrapped client's own, any other as it is.
+
+    Calls made through it (a writer model's, a token count) never enter a session.
+    """
+    return client.unwrapped if isinstance(client, ClientWrapper) else client

@@ -21,6 +21,7 @@ from typing import Any
 
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.providers._payload import mark_boundary
+from mimo_ctx.providers._sync import sdk_client
 from mimo_ctx.providers.anthropic import to_anthropic
 from mimo_ctx.providers.openai import to_openai_responses
 from mimo_ctx.tokens import estimate_text_tokens
@@ -67,10 +68,6 @@ class Calibration:
         return CalibratedEstimator(self.ratio)
 
 
-def _unwrapped(client: Any) -> Any:
-    return getattr(client, "unwrapped", client)
-
-
 async def calibrate_anthropic(
     client: Any, middleware: ContextMiddleware, session_id: str, *, model: str
 ) -> Calibration:
@@ -90,7 +87,7 @@ async def calibrate_anthropic(
         extra["system"] = view.prefix.system
     if view.prefix.tools:
         extra["tools"] = view.prefix.tools
-    counted = await _unwrapped(client).messages.count_tokens(model=model, messages=turns, **extra)
+    counted = await sdk_client(client).messages.count_tokens(model=model, messages=turns, **extra)
     return Calibration(view.tokens, int(counted.input_tokens))
 
 
@@ -116,7 +113,7 @@ async def calibrate_openai(
     tools = [t for t in view.prefix.tools if "name" in t]
     if tools:
         extra["tools"] = tools
-    counted = await _unwrapped(client).responses.input_tokens.count(
+    counted = await sdk_client(client).responses.input_tokens.count(
         model=model, input=items, **extra
     )
     return Calibration(view.tokens, int(counted.input_tokens))

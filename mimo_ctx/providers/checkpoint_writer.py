@@ -39,7 +39,12 @@ from mimo_ctx.checkpoint.protocol import SentApi, SentRequest
 from mimo_ctx.errors import ConfigError
 from mimo_ctx.messages import Message, TokenUsage
 from mimo_ctx.providers._payload import mark_boundary
-from mimo_ctx.providers._sync import ClientWrapper, client_origin, has_async_method, plain
+from mimo_ctx.providers._sync import (
+    client_origin,
+    has_async_method,
+    plain,
+    sdk_client,
+)
 from mimo_ctx.providers.anthropic import mark_conversation_cache, to_anthropic
 from mimo_ctx.providers.anthropic_client import ANTHROPIC_EXTRA, anthropic_usage
 from mimo_ctx.providers.openai import to_openai_chat, to_openai_responses
@@ -66,10 +71,6 @@ _CHAT_DROP: Final = frozenset(
 )
 _RESPONSES_DROP: Final = frozenset({"stream", "stream_options", "background"})
 _ANTHROPIC_DROP: Final = frozenset({"stream"})
-
-
-def _unwrapped(client: object) -> Any:
-    return client.unwrapped if isinstance(client, ClientWrapper) else client
 
 
 def _same_origin(sent: str | None, ours: str | None) -> bool:
@@ -194,7 +195,7 @@ class OpenAIWriterModel(_SdkWriterModel):
             raise ImportError(
                 f"the OpenAI checkpoint writer needs the openai SDK: {OPENAI_EXTRA}"
             ) from exc
-        client = _unwrapped(client)
+        client = sdk_client(client)
         if isinstance(client, openai.OpenAI) or not has_async_method(
             client, "chat", "completions", "create"
         ):
@@ -339,7 +340,7 @@ class AnthropicWriterModel(_SdkWriterModel):
             raise ImportError(
                 f"the Anthropic checkpoint writer needs the anthropic SDK: {ANTHROPIC_EXTRA}"
             ) from exc
-        client = _unwrapped(client)
+        client = sdk_client(client)
         if not has_async_method(client, "messages", "create"):
             raise ConfigError(
                 "the Anthropic checkpoint writer needs an anthropic.AsyncAnthropic client, got "
