@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable
-from types import TracebackType
 from typing import Self, TypeVar
 
 import anyio
 import anyio.to_thread
+from anyio.abc import AsyncResource
 
 from mimo_ctx.errors import StoreError
 
@@ -27,7 +27,7 @@ __all__ = ["SQLiteWorker"]
 _T = TypeVar("_T")
 
 
-class SQLiteWorker(ABC):
+class SQLiteWorker(AsyncResource):
     """Base of the SQLite-backed classes: a lazily opened connection on a worker thread.
 
     Subclasses implement :meth:`_connect`; ``label`` names the object in errors
@@ -50,14 +50,6 @@ class SQLiteWorker(ABC):
     async def __aenter__(self) -> Self:
         await self._run(lambda _conn: None)
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the connection; later calls raise ``StoreError``. Idempotent."""

@@ -64,10 +64,10 @@ import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Final, Generic, Literal, Protocol, Self, TypeVar, cast
 
 import anyio
+from anyio.abc import AsyncResource
 
 from mimo_ctx.checkpoint.protocol import SentApi
 from mimo_ctx.convert import MessageDraft
@@ -555,7 +555,7 @@ def _signal_overflow(detail: str, event: object) -> None:
     raise ProviderReportedOverflow(detail, event)
 
 
-class RecordingStream(Generic[_E]):
+class RecordingStream(AsyncResource, Generic[_E]):
     """A provider stream passed through event by event, recorded when it ends.
 
     Iterate it like the SDK's stream (``async for``); ``close()``, ``async with``
@@ -610,18 +610,7 @@ class RecordingStream(Generic[_E]):
             self._iterator = self._events()
         return await self._iterator.__anext__()
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         """Close the underlying stream; an answer not finished yet is recorded incomplete."""
         iterator, self._iterator = self._iterator, None
         aclose = getattr(iterator, "aclose", None)
@@ -631,6 +620,9 @@ class RecordingStream(Generic[_E]):
                 await result
         await _close_quietly(self._stream)
         await self._record("the host closed the stream before its end")
+
+    close = aclose
+    """The SDK streams' name of :meth:`aclose`."""
 
     async def _record(self, why: str | None) -> None:
         """Record the answer once: as the provider finished it, or incomplete (``why``)."""

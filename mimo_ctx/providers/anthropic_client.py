@@ -63,8 +63,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any, Final, TypeVar, cast
+
+from anyio.abc import AsyncResource
 
 from mimo_ctx.convert import MessageDraft, decode_arguments
 from mimo_ctx.errors import ConfigError, MimoCtxError
@@ -415,7 +416,7 @@ class _Messages:
         return _MessageStreamManager(self, kwargs)
 
 
-class _MessageStreamManager:
+class _MessageStreamManager(AsyncResource):
     """``async with client.messages.stream(...) as stream`` for the wrapped client."""
 
     def __init__(self, messages: _Messages, kwargs: dict[str, Any]) -> None:
@@ -457,12 +458,8 @@ class _MessageStreamManager:
         self._stream = AsyncMessageStream(cast(Any, self._recording), output_format=output_format)
         return self._stream
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """Close the SDK's stream and the recording under it (the block's end)."""
         if self._stream is not None:
             await self._stream.close()
         if self._recording is not None:

@@ -24,10 +24,10 @@ import bisect
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import NamedTuple, Self, TypeVar
 
 import anyio
+from anyio.abc import AsyncResource
 
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message, set_insert_seq
@@ -157,7 +157,7 @@ class _HostIndex:
     head: str | None = None
 
 
-class InMemoryStore:
+class InMemoryStore(AsyncResource):
     """A :class:`~mimo_ctx.store.base.Store` kept in memory.
 
     Example:
@@ -182,14 +182,6 @@ class InMemoryStore:
     async def __aenter__(self) -> Self:
         self._check_open()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def _check_open(self) -> None:
         if self._closed:

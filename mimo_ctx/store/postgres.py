@@ -67,10 +67,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Self, TypeVar
 
 import anyio
+from anyio.abc import AsyncResource
 from pydantic import BaseModel
 
 try:
@@ -128,7 +128,7 @@ _T = TypeVar("_T")
 _M = TypeVar("_M", bound=BaseModel)
 
 
-class PostgresStore(PostgresBase):
+class PostgresStore(PostgresBase, AsyncResource):
     """A :class:`~mimo_ctx.store.base.Store` in PostgreSQL, shared by many workers.
 
     The pool is opened on first use; ``await PostgresStore.open(dsn)`` or
@@ -174,14 +174,6 @@ class PostgresStore(PostgresBase):
     async def __aenter__(self) -> Self:
         await self._ready()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def upgrade(self) -> int:
         """Create or upgrade this store's schema; see :func:`upgrade`."""

@@ -29,11 +29,11 @@ import os
 import stat
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.to_thread
+from anyio.abc import AsyncResource
 
 from mimo_ctx._util import ago, now_ms, one_line
 from mimo_ctx.errors import MimoCtxError, PathEscapeError
@@ -128,7 +128,7 @@ def _read_lines(real: str, offset: int, limit: int) -> tuple[list[str], int] | N
 # -- the bound tools -------------------------------------------------------------------------
 
 
-class SessionTools:
+class SessionTools(AsyncResource):
     """The ``history``, ``memory``, ``task`` and ``actor`` tools bound to one session.
 
     Example:
@@ -224,17 +224,6 @@ class SessionTools:
             if definition.name == name:
                 return definition
         raise KeyError(f"no tool named {name!r}; tools: history, memory, task, actor")
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the memory index if these tools created it. Idempotent."""
