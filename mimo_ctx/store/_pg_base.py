@@ -49,7 +49,6 @@ __all__ = [
     "PostgresBase",
     "last_versions",
     "message_columns",
-    "reject_repeated_ids",
     "stamp",
 ]
 
@@ -90,14 +89,6 @@ def message_columns(messages: Sequence[Message]) -> MessageColumns:
         [m.model_dump_json() for m in messages],
         [m.off_branch for m in messages],
     )
-
-
-def reject_repeated_ids(messages: Sequence[Message], what: str) -> None:
-    seen: set[str] = set()
-    for m in messages:
-        if m.id in seen:
-            raise StoreError(f"{what}: message id {m.id!r} appears twice; nothing written")
-        seen.add(m.id)
 
 
 def stamp(messages: Sequence[Message], insert_seqs: dict[str, int]) -> None:
@@ -270,6 +261,19 @@ class PostgresBase:
 
         async with self._connection() as conn:
             return await shielded(transaction(conn))
+
+    async def _write_batch(
+        self, batch: Sequence[Message], body: Callable[[Connection], Awaitable[dict[str, int]]]
+    ) -> None:
+        """Write a batch of messages with ``body`` (see :meth:`_write`) and stamp them.
+
+        ``body`` returns the insert_seq of each message it wrote, by id. An empty
+        batch writes nothing (a closed store still refuses it).
+        """
+        if not batch:
+            self._check_open()
+            return
+        stamp(batch, await self._write([m.session_id for m in batch], body))
 
     def _load_message(self, estimate: Any, payload: Any, insert_seq: Any) -> Message:
         message = self._parse(Message, payload)

@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol, TypeVar, cast
 
+import anyio
+
 try:
     import asyncpg
 except ImportError as _exc:  # pragma: no cover - depends on the installed extras
@@ -30,6 +32,7 @@ __all__ = [
     "Pool",
     "Record",
     "affected",
+    "close_or_terminate",
     "connect",
     "create_pool",
     "lock_key",
@@ -130,6 +133,20 @@ def affected(status: str) -> int:
     """Rows affected, from a command status such as ``UPDATE 1``."""
     tail = status.rsplit(" ", 1)[-1]
     return int(tail) if tail.isdigit() else 0
+
+
+async def close_or_terminate(closing: Pool | Connection, grace: float) -> None:
+    """Close a pool or connection gracefully, or terminate it after ``grace`` seconds.
+
+    Shielded: a cancelled caller must still release the connections; a server
+    that does not answer (or a broken socket) ends in ``terminate()``.
+    """
+    with anyio.CancelScope(shield=True):
+        try:
+            with anyio.fail_after(grace):
+                await closing.close()
+        except (*DB_ERRORS, TimeoutError):
+            closing.terminate()
 
 
 async def quiet_rollback(conn: Connection) -> None:

@@ -9,7 +9,7 @@ import anyio
 from mimo_ctx.checkpoint.lease import LeaseHolder, check_lease_ttl
 from mimo_ctx.errors import StoreError
 from mimo_ctx.store._pg_base import PostgresBase
-from mimo_ctx.store._pg_driver import DB_ERRORS, Connection, connect
+from mimo_ctx.store._pg_driver import DB_ERRORS, Connection, close_or_terminate, connect
 from mimo_ctx.store._pg_schema import render
 
 __all__ = ["PostgresWriterLease"]
@@ -282,9 +282,4 @@ class PostgresWriterLease:
         conn, self._listener = self._listener, None
         if conn is None or conn.is_closed():
             return
-        with anyio.CancelScope(shield=True):
-            try:
-                with anyio.fail_after(10):
-                    await conn.close()
-            except (*DB_ERRORS, TimeoutError):
-                conn.terminate()
+        await close_or_terminate(conn, 10)

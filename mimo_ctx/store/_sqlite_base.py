@@ -23,7 +23,7 @@ from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import Message, set_insert_seq
 from mimo_ctx.store._sqlite_feed import KnownFeed, data_version, open_probe
-from mimo_ctx.store._sqlite_schema import open_database
+from mimo_ctx.store._sqlite_schema import open_database, write_transaction
 from mimo_ctx.tokens import estimate_message_tokens
 
 __all__ = [
@@ -333,6 +333,30 @@ class SQLiteBase(SQLiteWorker):
         while written and (len(written) > WRITTEN_ENTRIES or self._written_chars > WRITTEN_CHARS):
             _, (_, chars) = written.popitem(last=False)
             self._written_chars -= chars
+
+    async def _write_batch(
+        self,
+        batch: Sequence[Message],
+        write: Callable[[sqlite3.Connection, Sequence[MessageRow]], tuple[int, Sequence[int]]],
+    ) -> None:
+        """Write a batch of messages in one write transaction and remember them.
+
+        ``write`` gets the rows inside the transaction and returns the first
+        change-feed number it took (the batch takes that one and the next ones)
+        and each message's insert_seq. An empty batch writes nothing.
+        """
+        if not batch:
+            return
+
+        def run(conn: sqlite3.Connection) -> None:
+            # Serialise before taking the write lock, to hold it briefly.
+            rows = [message_row(m) for m in batch]
+            first, insert_seqs = write_transaction(conn, lambda: write(conn, rows))
+            numbers = range(first, first + len(rows))
+            self._remember(batch, rows, numbers, insert_seqs)
+            self._report(numbers, batch)
+
+        await self._run(run)
 
     @staticmethod
     def _next_seq(conn: sqlite3.Connection) -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Self, TypeVar
 
@@ -40,6 +40,7 @@ from mimo_ctx.session import (
     Task,
     task_order_key,
 )
+from mimo_ctx.store._common import reject_repeated_ids
 from mimo_ctx.store.base import (
     HeadMove,
     HostIndex,
@@ -306,6 +307,14 @@ class InMemoryStore(AsyncResource):
         self._keys[message.id] = key
         index.add(message.id, key, self._seq)
 
+    async def _write_checked(self, messages: Sequence[Message], check: Callable[[], None]) -> None:
+        """Under the lock: ``check`` the whole batch (it raises), then write all of it."""
+        async with self._lock:
+            self._check_open()
+            check()
+            for m in messages:
+                self._write(m)
+
     async def append_messages(self, messages: Sequence[Message]) -> None:
         """Append new messages atomically.
 
@@ -313,11 +322,7 @@ class InMemoryStore(AsyncResource):
             StoreError: An id already exists (or repeats in the batch) or a session
                 is unknown; nothing is written.
         """
-        async with self._lock:
-            self._check_open()
-            self._check_new(messages, "append_messages")
-            for m in messages:
-                self._write(m)
+        await self._write_checked(messages, lambda: self._check_new(messages, "append_messages"))
 
     async def update_messages(self, messages: Sequence[Message]) -> None:
         """Replace stored messages (same ids) atomically.
@@ -326,11 +331,9 @@ class InMemoryStore(AsyncResource):
             StoreError: A message does not exist or would move to another session;
                 nothing is written.
         """
-        async with self._lock:
-            self._check_open()
-            self._check_existing(messages, "update_messages")
-            for m in messages:
-                self._write(m)
+        await self._write_checked(
+            messages, lambda: self._check_existing(messages, "update_messages")
+        )
 
     async def upsert_messages(self, messages: Sequence[Message]) -> None:
         """Store messages atomically: new ids appended, known ids replaced.
@@ -339,27 +342,21 @@ class InMemoryStore(AsyncResource):
             StoreError: A session is unknown, an id repeats in the batch, or a known
                 id belongs to another session; nothing is written.
         """
-        async with self._lock:
-            self._check_open()
-            seen: set[str] = set()
-            for m in messages:
-                if m.id in seen:
-                    raise StoreError(
-                        f"upsert_messages: message id {m.id!r} appears twice; nothing written"
-                    )
-                seen.add(m.id)
-                if m.session_id not in self._sessions:
-                    raise StoreError(
-                        f"upsert_messages: unknown session {m.session_id!r}; nothing written"
-                    )
-                old = self._keys.get(m.id)
-                if old is not None and old.session_id != m.session_id:
-                    raise StoreError(
-                        f"upsert_messages: message {m.id!r} belongs to session "
-                        f"{old.session_id!r}, not {m.session_id!r}; nothing written"
-                    )
-            for m in messages:
-                self._write(m)
+        await self._write_checked(messages, lambda: self._check_upsert(messages))
+
+    def _check_upsert(self, messages: Sequence[Message]) -> None:
+        reject_repeated_ids(messages, "upsert_messages")
+        for m in messages:
+            if m.session_id not in self._sessions:
+                raise StoreError(
+                    f"upsert_messages: unknown session {m.session_id!r}; nothing written"
+                )
+            old = self._keys.get(m.id)
+            if old is not None and old.session_id != m.session_id:
+                raise StoreError(
+                    f"upsert_messages: message {m.id!r} belongs to session "
+                    f"{old.session_id!r}, not {m.session_id!r}; nothing written"
+                )
 
     async def get_message(self, message_id: str) -> Message | None:
         """Return one message by id, or ``None``."""

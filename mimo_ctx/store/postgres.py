@@ -86,18 +86,18 @@ from mimo_ctx.checkpoint.lease import LeaseHolder
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
 from mimo_ctx.session import Actor, Session, SessionState, StateChange, Task, task_order_key
+from mimo_ctx.store._common import reject_repeated_ids
 from mimo_ctx.store._pg_base import (
     AlreadyCommitted,
     PostgresBase,
     message_columns,
-    reject_repeated_ids,
     stamp,
 )
 from mimo_ctx.store._pg_driver import (
-    DB_ERRORS,
     SESSION_LOCK_CLASS,
     Connection,
     affected,
+    close_or_terminate,
     lock_key,
     quiet_rollback,
 )
@@ -244,14 +244,9 @@ class PostgresStore(PostgresBase, AsyncResource):
         """
         batch = list(messages)
         reject_repeated_ids(batch, "append_messages")
-        if not batch:
-            self._check_open()
-            return
-
-        async def body(conn: Connection) -> dict[str, int]:
-            return await self._insert_messages(conn, batch, "append_messages")
-
-        stamp(batch, await self._write([m.session_id for m in batch], body))
+        await self._write_batch(
+            batch, lambda conn: self._insert_messages(conn, batch, "append_messages")
+        )
 
     async def update_messages(self, messages: Sequence[Message]) -> None:
         """Replace stored messages (same ids) in one transaction.
@@ -261,14 +256,9 @@ class PostgresStore(PostgresBase, AsyncResource):
                 nothing is written.
         """
         batch = list(messages)
-        if not batch:
-            self._check_open()
-            return
-
-        async def body(conn: Connection) -> dict[str, int]:
-            return await self._update_messages(conn, batch, "update_messages")
-
-        stamp(batch, await self._write([m.session_id for m in batch], body))
+        await self._write_batch(
+            batch, lambda conn: self._update_messages(conn, batch, "update_messages")
+        )
 
     async def upsert_messages(self, messages: Sequence[Message]) -> None:
         """Store messages in one transaction: new ids appended, known ids replaced.
@@ -283,9 +273,6 @@ class PostgresStore(PostgresBase, AsyncResource):
         """
         batch = list(messages)
         reject_repeated_ids(batch, "upsert_messages")
-        if not batch:
-            self._check_open()
-            return
 
         async def body(conn: Connection) -> dict[str, int]:
             row = await conn.fetchrow(
@@ -306,7 +293,7 @@ class PostgresStore(PostgresBase, AsyncResource):
                 raise StoreError("upsert_messages: a message changed session meanwhile")
             return {str(r[0]): int(r[1]) for r in written}
 
-        stamp(batch, await self._write([m.session_id for m in batch], body))
+        await self._write_batch(batch, body)
 
     async def get_message(self, message_id: str) -> Message | None:
         """Return one message by id, or ``None``."""
@@ -662,10 +649,4 @@ class PostgresStore(PostgresBase, AsyncResource):
         pool, self._pool = self._pool, None
         if pool is None:
             return
-        # Shielded: a cancelled caller must still release the connections.
-        with anyio.CancelScope(shield=True):
-            try:
-                with anyio.fail_after(30):
-                    await pool.close()
-            except (*DB_ERRORS, TimeoutError):
-                pool.terminate()
+        await close_or_terminate(pool, 30)

@@ -63,9 +63,11 @@ from mimo_ctx.session import (
     Task,
     task_order_key,
 )
+from mimo_ctx.store._common import reject_repeated_ids
 from mimo_ctx.store._sqlite_base import (
     SQL_CURRENT_SEQ,
     AlreadyCommitted,
+    MessageRow,
     SQLiteBase,
     message_row,
     read_transaction,
@@ -290,21 +292,13 @@ class SQLiteStore(SQLiteBase):
                 is unknown; nothing is written.
         """
         batch = list(messages)
-        _reject_repeated_ids(batch, "append_messages")
-        if not batch:
-            return
+        reject_repeated_ids(batch, "append_messages")
 
-        def run(conn: sqlite3.Connection) -> None:
-            # Serialise before taking the write lock, to hold it briefly.
-            rows = [message_row(m) for m in batch]
-            first = write_transaction(
-                conn, lambda: self._insert_messages(conn, rows, "append_messages")
-            )
-            numbers = range(first, first + len(rows))
-            self._remember(batch, rows, numbers, numbers)
-            self._report(numbers, batch)
+        def insert(conn: sqlite3.Connection, rows: Sequence[MessageRow]) -> tuple[int, range]:
+            first = self._insert_messages(conn, rows, "append_messages")
+            return first, range(first, first + len(rows))
 
-        await self._run(run)
+        await self._write_batch(batch, insert)
 
     async def update_messages(self, messages: Sequence[Message]) -> None:
         """Replace stored messages (same ids) in one transaction.
@@ -314,21 +308,12 @@ class SQLiteStore(SQLiteBase):
                 nothing is written.
         """
         batch = list(messages)
-        if not batch:
-            return
 
-        def run(conn: sqlite3.Connection) -> None:
-            rows = [message_row(m) for m in batch]
+        def update(conn: sqlite3.Connection, rows: Sequence[MessageRow]) -> tuple[int, list[int]]:
+            first = self._next_seq(conn)
+            return first, self._update_messages(conn, rows, "update_messages")
 
-            def body() -> tuple[int, list[int]]:
-                first = self._next_seq(conn)
-                return first, self._update_messages(conn, rows, "update_messages")
-
-            first, kept = write_transaction(conn, body)
-            self._remember(batch, rows, range(first, first + len(rows)), kept)
-            self._report(range(first, first + len(rows)), batch)
-
-        await self._run(run)
+        await self._write_batch(batch, update)
 
     async def upsert_messages(self, messages: Sequence[Message]) -> None:
         """Store messages in one transaction: new ids appended, known ids replaced.
@@ -341,17 +326,8 @@ class SQLiteStore(SQLiteBase):
                 id belongs to another session; nothing is written.
         """
         batch = list(messages)
-        _reject_repeated_ids(batch, "upsert_messages")
-        if not batch:
-            return
-
-        def run(conn: sqlite3.Connection) -> None:
-            rows = [message_row(m) for m in batch]
-            first, kept = write_transaction(conn, lambda: self._upsert_messages(conn, rows))
-            self._remember(batch, rows, range(first, first + len(rows)), kept)
-            self._report(range(first, first + len(rows)), batch)
-
-        await self._run(run)
+        reject_repeated_ids(batch, "upsert_messages")
+        await self._write_batch(batch, self._upsert_messages)
 
     async def get_message(self, message_id: str) -> Message | None:
         """Return one message by id, or ``None``."""
@@ -628,7 +604,7 @@ class SQLiteStore(SQLiteBase):
         new = list(messages)
         changed = list(updated)
         check_host_commit(session_id, nodes, [*new, *changed])
-        _reject_repeated_ids(new, "commit_host_history")
+        reject_repeated_ids(new, "commit_host_history")
 
         def run(conn: sqlite3.Connection) -> bool:
             new_rows = [message_row(m) for m in new]
@@ -786,11 +762,3 @@ class SQLiteStore(SQLiteBase):
             return [str(r[0]) for r in conn.execute(sql, (session_id,))]
 
         return [self._parse(Actor, p) for p in await self._run(run)]
-
-
-def _reject_repeated_ids(messages: Sequence[Message], what: str) -> None:
-    seen: set[str] = set()
-    for m in messages:
-        if m.id in seen:
-            raise StoreError(f"{what}: message id {m.id!r} appears twice; nothing written")
-        seen.add(m.id)
