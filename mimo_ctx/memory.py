@@ -51,6 +51,7 @@ __all__ = [
     "is_hard_link",
     "list_memory_files",
     "read_text",
+    "read_text_blocking",
     "write_text_atomic",
 ]
 
@@ -269,6 +270,27 @@ async def read_text(
     # cancellable once started (anyio waits for the thread), and the file is closed
     # in it whatever happens, so no descriptor leaks.
     return await anyio.to_thread.run_sync(_read_text_sync, os.fspath(path), max_chars, root)
+
+
+def read_text_blocking(
+    path: str | os.PathLike[str],
+    *,
+    max_chars: int | None = None,
+    root: str | os.PathLike[str] | None = None,
+) -> str | None:
+    """:func:`read_text` for a worker thread that reads several files in one call.
+
+    Same decoding, bounds, containment and answers as :func:`read_text`; it
+    blocks, so it is never called on the event loop.
+
+    Raises:
+        ValueError: ``max_chars`` is negative.
+        OSError: The file exists but cannot be read (permissions, I/O error).
+        PathEscapeError: ``root`` is given and ``path`` leads outside it.
+    """
+    if max_chars is not None and max_chars < 0:
+        raise ValueError(f"max_chars must be >= 0, got {max_chars!r}")
+    return _read_text_sync(os.fspath(path), max_chars, root)
 
 
 def _read_text_sync(

@@ -521,6 +521,30 @@ class MemoryIndex(SQLiteWorker):
             PathEscapeError: The layout refuses the session or project id.
             StoreError: The index database failed.
         """
+        return await self._run(lambda conn: self._reconcile(conn, layout, session_id, project_id))
+
+    async def reconciled_paths(
+        self, layout: MemoryLayout, *, session_id: str, project_id: str | None
+    ) -> list[str]:
+        """:meth:`reconcile`, then :meth:`paths`, in one worker-thread call.
+
+        What a rebuild's memory keys index needs (R5.6): one hand-off to the
+        index's thread instead of two.
+        """
+
+        def run(conn: sqlite3.Connection) -> list[str]:
+            self._reconcile(conn, layout, session_id, project_id)
+            return self._paths(conn, session_id, project_id, exclude_injected=True)
+
+        return await self._run(run)
+
+    def _reconcile(
+        self,
+        conn: sqlite3.Connection,
+        layout: MemoryLayout,
+        session_id: str,
+        project_id: str | None,
+    ) -> ReconcileStats:
         root = Path(layout.root)
         scopes = [_Scope("session", session_id, layout.session_dir(session_id))]
         if project_id is not None:
@@ -528,23 +552,19 @@ class MemoryIndex(SQLiteWorker):
         scopes.append(_Scope("global", "", layout.global_dir()))
         # MemoryLayout.root is already absolute and symlink-free.
         root_key = str(root)
-
-        def run(conn: sqlite3.Connection) -> ReconcileStats:
-            self._check_root(conn, root_key)
-            totals = ReconcileStats()
-            for scope in scopes:
-                seen, skipped = _scan(scope, root_key, root)
-                stats = self._apply(conn, scope, seen)
-                totals = ReconcileStats(
-                    added=totals.added + stats.added,
-                    updated=totals.updated + stats.updated,
-                    removed=totals.removed + stats.removed,
-                    unchanged=totals.unchanged + stats.unchanged,
-                    skipped=totals.skipped + stats.skipped + skipped,
-                )
-            return totals
-
-        return await self._run(run)
+        self._check_root(conn, root_key)
+        totals = ReconcileStats()
+        for scope in scopes:
+            seen, skipped = _scan(scope, root_key, root)
+            stats = self._apply(conn, scope, seen)
+            totals = ReconcileStats(
+                added=totals.added + stats.added,
+                updated=totals.updated + stats.updated,
+                removed=totals.removed + stats.removed,
+                unchanged=totals.unchanged + stats.unchanged,
+                skipped=totals.skipped + stats.skipped + skipped,
+            )
+        return totals
 
     @staticmethod
     def _check_root(conn: sqlite3.Connection, root_key: str) -> None:
@@ -741,26 +761,32 @@ class MemoryIndex(SQLiteWorker):
         Returns:
             ``/``-separated paths relative to the memory root.
         """
+        return await self._run(
+            lambda conn: self._paths(
+                conn, session_id, project_id, exclude_injected=exclude_injected
+            )
+        )
+
+    @staticmethod
+    def _paths(
+        conn: sqlite3.Connection, session_id: str, project_id: str | None, *, exclude_injected: bool
+    ) -> list[str]:
         injected: set[str] = set()
         if exclude_injected:
             injected = {f"sessions/{session_id}/checkpoint.md", "global/MEMORY.md"}
             if project_id is not None:
                 injected.add(f"projects/{project_id}/MEMORY.md")
-
-        def run(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(
-                "SELECT path FROM files WHERE indexed = 1 AND ("
-                "(kind = 'session' AND scope = ?) OR (kind = 'project' AND scope = ?) "
-                "OR kind = 'global') ORDER BY path",
-                (session_id, project_id),
-            ).fetchall()
-            out: list[str] = []
-            for (path,) in rows:
-                name = str(path).rsplit("/", 1)[-1]
-                if not name.endswith(".md") or name.startswith(CHECKPOINT_LEARNING_PREFIX):
-                    continue
-                if str(path) not in injected:
-                    out.append(str(path))
-            return out
-
-        return await self._run(run)
+        rows = conn.execute(
+            "SELECT path FROM files WHERE indexed = 1 AND ("
+            "(kind = 'session' AND scope = ?) OR (kind = 'project' AND scope = ?) "
+            "OR kind = 'global') ORDER BY path",
+            (session_id, project_id),
+        ).fetchall()
+        out: list[str] = []
+        for (path,) in rows:
+            name = str(path).rsplit("/", 1)[-1]
+            if not name.endswith(".md") or name.startswith(CHECKPOINT_LEARNING_PREFIX):
+                continue
+            if str(path) not in injected:
+                out.append(str(path))
+        return out

@@ -50,29 +50,24 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final, Literal
 
 import anyio
 import anyio.to_thread
 
 from mimo_ctx._budget_cache import budgeted
+from mimo_ctx._render_files import MemoryFile, read_body_files
 from mimo_ctx.budget import (
     checkpoint_section_caps,
 )
-from mimo_ctx.checkpoint.document import section_budgets
 from mimo_ctx.checkpoint.evidence import (
     is_continuation,
-    newest_plan,
 )
-from mimo_ctx.checkpoint.offline import render_state
 from mimo_ctx.checkpoint.sections import refer_to_quoted
-from mimo_ctx.checkpoint.state import CheckpointState, checkpoint_digest, fold_messages
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.digest import USER_QUOTED_WHERE, build_tail_digest
-from mimo_ctx.errors import PathEscapeError
 from mimo_ctx.hooks import HostSection
-from mimo_ctx.memory import MemoryLayout, list_memory_files, read_text
+from mimo_ctx.memory import MemoryLayout, list_memory_files
 from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
     MAIN_AGENT,
@@ -100,7 +95,7 @@ from mimo_ctx.sections import (
     render_section,
     render_tasks_ledger,
 )
-from mimo_ctx.session import TERMINAL_TASK_STATUSES, Actor, Session, Task
+from mimo_ctx.session import Actor, Session, Task
 from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import TokenCounter, estimate_text_tokens
 
@@ -117,16 +112,12 @@ __all__ = [
 
 _log = logging.getLogger("mimo_ctx")
 
-MAX_FILE_CHARS: Final = 8_000_000
-"""Memory files are read up to this many characters (bounded memory)."""
-
 USER_PAGE: Final = 50
 """User messages read per store call while filling "Recent user input"."""
 
 PIN_LOOKAHEAD: Final = 20
 """The task-defining request is looked for among this many oldest user messages."""
 
-_STATE_CHARS: Final = 4_000_000
 _TOPIC_LINE = re.compile(r"^Topic:[^\n]*\n?", re.MULTILINE)
 
 SHRINK_ORDER: Final[tuple[str, ...]] = (
@@ -185,19 +176,9 @@ class RenderedBody:
     tokens: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryFile:
-    """A memory file as read for the body.
-
-    Attributes:
-        path: Its path.
-        text: Its content (``""`` when missing or unreadable).
-        problem: Why it could not be read, if it could not.
-    """
-
-    path: str
-    text: str = ""
-    problem: str | None = None
+_NO_CHECKPOINT: Final = MemoryFile("checkpoint.md")
+_NO_MEMORY: Final = MemoryFile("MEMORY.md")
+_NO_NOTES: Final = MemoryFile("notes.md")
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,10 +209,10 @@ class RebuildSources:
     actors: Sequence[Actor] = ()
     user_messages: Sequence[Message] = ()
     pinned: frozenset[str] = frozenset()
-    checkpoint: MemoryFile = MemoryFile("checkpoint.md")
-    project: MemoryFile = MemoryFile("MEMORY.md")
-    global_memory: MemoryFile = MemoryFile("MEMORY.md")
-    notes: MemoryFile = MemoryFile("notes.md")
+    checkpoint: MemoryFile = _NO_CHECKPOINT
+    project: MemoryFile = _NO_MEMORY
+    global_memory: MemoryFile = _NO_MEMORY
+    notes: MemoryFile = _NO_NOTES
     memory_files: Sequence[str] = ()
     tail: Sequence[Message] = ()
     reminder_tail: Sequence[Message] = ()
@@ -344,77 +325,41 @@ async def gather_sources(
     if actors is None:
         actors = await store.list_actors(session_id, active_only=True)
     users, pinned = await _user_messages(store, session_id, config, counter)
-    checkpoint = await _read_memory_file(layout.checkpoint_path(session_id), layout)
-    project = await _read_memory_file(layout.project_memory_path(session.project_id), layout)
-    global_memory = await _read_memory_file(layout.global_memory_path(), layout)
-    notes = await _read_memory_file(layout.notes_path(session_id), layout)
+    whole_tail = tail if reminder_tail is None else reminder_tail
+    # Every file in one worker-thread call: each hand-off to a thread and back is a
+    # round trip through the event loop, which on a loaded machine costs more than
+    # reading a small file.
+    files = await anyio.to_thread.run_sync(
+        lambda: read_body_files(
+            layout, session_id, session.project_id, tasks=tasks, tail=whole_tail, config=config
+        )
+    )
     if memory_index is not None:
         # R5.6: reconcile first, so files written outside the tools appear.
-        await memory_index.reconcile(layout, session_id=session_id, project_id=session.project_id)
-        memory_files = await memory_index.paths(session_id, session.project_id)
+        memory_files = await memory_index.reconciled_paths(
+            layout, session_id=session_id, project_id=session.project_id
+        )
     else:
         memory_files = await list_memory_files(
             layout, session_id=session_id, project_id=session.project_id
         )
-    whole_tail = tail if reminder_tail is None else reminder_tail
-    checkpoint = await _current_checkpoint(
-        layout, session_id, checkpoint, tasks=tasks, tail=whole_tail, config=config
-    )
-    work = await _open_work(layout, session_id, tasks, whole_tail)
     return RebuildSources(
         session_id=session_id,
         tasks=tasks,
         actors=actors,
         user_messages=users,
         pinned=pinned,
-        checkpoint=checkpoint,
-        project=project,
-        global_memory=global_memory,
-        notes=notes,
+        checkpoint=files.checkpoint,
+        project=files.project,
+        global_memory=files.global_memory,
+        notes=files.notes,
         memory_files=memory_files,
         tail=tail,
         reminder_tail=whole_tail,
-        work=work,
+        work=files.work,
         focus=focus,
         host=host,
     )
-
-
-async def _current_checkpoint(
-    layout: MemoryLayout,
-    session_id: str,
-    checkpoint: MemoryFile,
-    *,
-    tasks: Sequence[Task],
-    tail: Sequence[Message],
-    config: RebuildConfig,
-) -> MemoryFile:
-    """The offline writer's checkpoint brought up to the newest message of ``tail``.
-
-    The writer's watermark lies a tail's length before now, so its next action,
-    open errors and latest words are those of that point: resuming from them
-    would redo work the tail already finished. When the state saved beside
-    ``checkpoint.md`` is the one that rendered it (its digest matches), the tail
-    is folded into a copy of it and the checkpoint re-rendered, in a worker
-    thread (pure CPU work over at most the tail). Nothing is written to disk; a
-    checkpoint another writer wrote, or one without its state, is used as read.
-    """
-    if checkpoint.problem is not None or not checkpoint.text.strip() or not tail:
-        return checkpoint
-    saved = await _read_quietly(layout.checkpoint_state_path(session_id), layout)
-    state = CheckpointState.from_json(saved)
-    if state is None or state.checkpoint_sha256 != checkpoint_digest(checkpoint.text):
-        return checkpoint
-    budgets = section_budgets(config.push_caps)
-
-    def current() -> str:
-        folded = fold_messages(state, tail)
-        if folded.upto == state.upto:
-            return checkpoint.text
-        return render_state(folded, tasks=tasks, budgets=budgets)[0]
-
-    text = await anyio.to_thread.run_sync(current)
-    return MemoryFile(checkpoint.path, text)
 
 
 async def _user_messages(
@@ -467,33 +412,6 @@ async def _user_messages(
     if first is None or (pinned.time_created, pinned.id) < (first.time_created, first.id):
         newest.insert(0, pinned)
     return newest, frozenset({pinned.id})
-
-
-async def _open_work(
-    layout: MemoryLayout, session_id: str, tasks: Sequence[Task], tail: Sequence[Message]
-) -> OpenWork:
-    """What is open: the newest plan's first open item, else the first open task."""
-    plan = newest_plan(tail)
-    if plan is None:
-        state = CheckpointState.from_json(
-            await _read_quietly(layout.checkpoint_state_path(session_id), layout)
-        )
-        plan = state.plan_items if state is not None else []
-    item = next((i for i in plan if i.status == "in_progress"), None) or next(
-        (i for i in plan if i.status == "pending"), None
-    )
-    if item is not None:
-        return OpenWork(next_item=f"plan item: {item.text}")
-    open_tasks = [t for t in tasks if t.status not in TERMINAL_TASK_STATUSES]
-    if not open_tasks:
-        return OpenWork()
-    task = next((t for t in open_tasks if t.status == "in_progress"), open_tasks[0])
-    progress = layout.task_progress_path(session_id, task.id)
-    exists = await anyio.Path(progress).is_file()
-    return OpenWork(
-        next_item=f"task {task.id} ({task.status}): {' '.join(task.summary.split())}".rstrip(": "),
-        progress_file=str(progress) if exists else None,
-    )
 
 
 def assemble_body(
@@ -716,31 +634,6 @@ def assemble_body(
         sections=figures,
         tokens=count(text),
     )
-
-
-async def _read_memory_file(path: Path, layout: MemoryLayout) -> MemoryFile:
-    """Read a memory file for the body: bounded, inside the root, never raising.
-
-    A file that cannot be read (permissions, I/O errors, a symlink leading out of
-    the memory root) gives no text; the reason is logged with the path and kept in
-    :attr:`MemoryFile.problem` so its section can say so instead of failing the
-    rebuild.
-    """
-    try:
-        text = await read_text(path, max_chars=MAX_FILE_CHARS, root=layout.root) or ""
-    except (OSError, PathEscapeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        _log.warning("mimo_ctx: memory file %s could not be read: %s", path, reason)
-        return MemoryFile(str(path), "", reason)
-    return MemoryFile(str(path), text)
-
-
-async def _read_quietly(path: Path, layout: MemoryLayout) -> str | None:
-    """A file only consulted (the writer's state): ``None`` when it cannot be read."""
-    try:
-        return await read_text(path, max_chars=_STATE_CHARS, root=layout.root)
-    except (OSError, PathEscapeError):
-        return None
 
 
 def _shrink(slot: _Slot, over: int, count: Callable[[str], int]) -> None:

@@ -13,6 +13,7 @@ import itertools
 import os
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mimo_ctx import _structure, memory, memory_index, render, sections
+from mimo_ctx import _render_files, _structure, memory, memory_index, render, sections
 from mimo_ctx._util import one_line
+from mimo_ctx.checkpoint import OfflineCheckpointWriter, WriterRequest, evidence
 from mimo_ctx.checkpoint import _files as checkpoint_files
-from mimo_ctx.checkpoint import evidence
+from mimo_ctx.checkpoint.document import section_budgets
 from mimo_ctx.checkpoint.evidence import is_continuation
+from mimo_ctx.checkpoint.state import CheckpointState
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.memory import MemoryLayout, is_hard_link
 from mimo_ctx.messages import Message, TextPart, ToolPart, ToolStateCompleted, user_input_text
@@ -338,11 +341,11 @@ async def test_a_rebuild_reads_the_checkpoint_the_actors_and_the_watermark_once(
         checkpoint.parent.mkdir(parents=True, exist_ok=True)
         checkpoint.write_text("Topic: the parser rewrite\n\n## Active intent\n- go\n")
         reads: list[str] = []
-        real_read = memory.read_text
+        real_read = memory.read_text_blocking
 
-        async def counting_read(path: Any, **kwargs: Any) -> str | None:
+        def counting_read(path: Any, **kwargs: Any) -> str | None:
             reads.append(os.fspath(path))
-            return await real_read(path, **kwargs)
+            return real_read(path, **kwargs)
 
         listings: list[str] = []
         real_list = store.list_actors
@@ -358,9 +361,9 @@ async def test_a_rebuild_reads_the_checkpoint_the_actors_and_the_watermark_once(
             watermarks.append(session_id)
             return await real_watermark(session_id)
 
-        monkeypatch.setattr(render, "read_text", counting_read)
+        monkeypatch.setattr(_render_files, "read_text_blocking", counting_read)
         # The rebuild's own reads: the offline writer's checkpoint check (checkpoint/_files).
-        monkeypatch.setattr(checkpoint_files, "read_text", counting_read)
+        monkeypatch.setattr(checkpoint_files, "read_text_blocking", counting_read)
         store.list_actors = counting_list  # type: ignore[method-assign]
         store.get_watermark = counting_watermark  # type: ignore[method-assign]
         report = await mw.rebuild(sid)
@@ -539,3 +542,94 @@ def test_a_whole_file_decodes_as_the_incremental_decoder(data: bytes, cuts: list
     pieces = [decoder.decode(data[a:b]) for a, b in itertools.pairwise(edges)]
     pieces.append(decoder.decode(b"", final=True))
     assert memory._decode_whole(data) == "".join(pieces)  # pyright: ignore[reportPrivateUsage]
+
+
+async def test_the_writer_state_is_read_and_parsed_once_per_body_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The offline writer's state file (it grows with the session) was read and
+    # parsed on the event loop twice per body: for the checkpoint brought up to
+    # now and again for the open work (the soak's tail grew with it). Now one
+    # worker-thread call reads every file and parses the state once.
+    session_id = "ses_state_once_000000000000000"
+    store = InMemoryStore()
+    session = Session(id=session_id, time_created=1_700_000_000_000)
+    await store.create_session(session)
+    layout = MemoryLayout(tmp_path / "mem")
+    messages = [
+        Message(
+            session_id=session_id,
+            role="user" if i % 2 == 0 else "assistant",
+            time_created=1_700_000_000_000 + i,
+            finish=None if i % 2 == 0 else "stop",
+            parts=[TextPart(text=f"turn {i}: rename handler_{i}")],
+        )
+        for i in range(8)
+    ]
+    await store.append_messages(messages)
+    watermark = messages[3]
+    draft = OfflineCheckpointWriter().build(
+        WriterRequest(
+            session_id=session_id,
+            project_id=session.project_id,
+            watermark=watermark.id,
+            messages=messages[:4],
+            previous_checkpoint=None,
+            notes=None,
+            tasks=[],
+            checkpoint_path=layout.checkpoint_path(session_id),
+            project_memory_path=layout.project_memory_path(session.project_id),
+            notes_path=layout.notes_path(session_id),
+            tasks_dir=layout.tasks_dir(session_id),
+            budgets=section_budgets(),
+        )
+    )
+    assert draft.state is not None
+    await memory.write_text_atomic(layout.checkpoint_path(session_id), draft.text)
+    await memory.write_text_atomic(layout.checkpoint_state_path(session_id), draft.state)
+    parses: list[bool] = []
+    real_parse = CheckpointState.from_json.__func__  # pyright: ignore[reportFunctionMemberAccess]
+
+    def counting_parse(cls: type[CheckpointState], text: str | None) -> CheckpointState | None:
+        parses.append(threading.current_thread() is threading.main_thread())
+        return real_parse(cls, text)
+
+    monkeypatch.setattr(CheckpointState, "from_json", classmethod(counting_parse))
+    sources = await render.gather_sources(
+        store=store, layout=layout, session=session, tail=messages[4:]
+    )
+    assert parses == [False]  # once, in a worker thread
+    # The state matched its checkpoint: the tail was folded in (the newest turn shows).
+    assert "handler_7" in sources.checkpoint.text
+
+
+async def test_reconciled_paths_is_reconcile_then_paths(tmp_path: Path) -> None:
+    # One worker-thread call for the rebuild's memory keys index: the same paths
+    # as the two calls it replaces, after every kind of change on disk.
+    layout = MemoryLayout(tmp_path / "mem")
+    session_id, project_id = "ses_paths_00000000000000000000", "proj"
+    files = {
+        layout.checkpoint_path(session_id): "Topic: x\n",
+        layout.session_dir(session_id) / "topics" / "a.md": "# A\n",
+        layout.session_dir(session_id) / "checkpoint-learning-1.md": "learnt\n",
+        layout.project_memory_path(project_id): "# Memory\n",
+        layout.project_dir(project_id) / "b.md": "# B\n",
+        layout.project_dir(project_id) / "c.txt": "not listed\n",
+        layout.global_memory_path(): "# Memory\n",
+        layout.global_dir() / "d.md": "# D\n",
+    }
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    async with memory_index.MemoryIndex() as one, memory_index.MemoryIndex() as two:
+        for change in range(3):
+            if change == 1:
+                (layout.project_dir(project_id) / "b.md").unlink()
+                (layout.session_dir(session_id) / "new.md").write_text("# New\n")
+            if change == 2:
+                (layout.global_dir() / "d.md").write_text("# D, longer now\n")
+            await one.reconcile(layout, session_id=session_id, project_id=project_id)
+            expected = await one.paths(session_id, project_id)
+            got = await two.reconciled_paths(layout, session_id=session_id, project_id=project_id)
+            assert got == expected
+            assert f"sessions/{session_id}/checkpoint.md" not in got

@@ -16,7 +16,7 @@ import anyio.to_thread
 
 from mimo_ctx.checkpoint.state import CheckpointState, checkpoint_digest
 from mimo_ctx.errors import PathEscapeError
-from mimo_ctx.memory import MemoryLayout, read_text
+from mimo_ctx.memory import MemoryLayout, read_text, read_text_blocking
 
 __all__ = ["empty_folded_notes", "offline_checkpoint_on_disk", "read_previous_checkpoint"]
 
@@ -82,19 +82,25 @@ def _drop_prefix(path: Path, prefix: str, root: Path) -> None:
 async def offline_checkpoint_on_disk(layout: MemoryLayout, session_id: str) -> bool:
     """True when ``checkpoint.md`` is the one the offline writer's state file wrote.
 
-    Read within the memory root and bounded; anything unreadable, or a
+    Read within the memory root and bounded, both files and the parse in one
+    worker-thread call (the state grows with the session: parsing it on the event
+    loop would stall every other session's turn); anything unreadable, or a
     checkpoint another writer (or anything else) put there, answers ``False``.
     """
-    try:
-        saved = await read_text(
-            layout.checkpoint_state_path(session_id), max_chars=_STATE_CHARS, root=layout.root
-        )
-        state = CheckpointState.from_json(saved)
-        if state is None or state.checkpoint_sha256 is None:
+
+    def check() -> bool:
+        try:
+            saved = read_text_blocking(
+                layout.checkpoint_state_path(session_id), max_chars=_STATE_CHARS, root=layout.root
+            )
+            state = CheckpointState.from_json(saved)
+            if state is None or state.checkpoint_sha256 is None:
+                return False
+            text = read_text_blocking(
+                layout.checkpoint_path(session_id), max_chars=_STATE_CHARS, root=layout.root
+            )
+        except (OSError, PathEscapeError):
             return False
-        text = await read_text(
-            layout.checkpoint_path(session_id), max_chars=_STATE_CHARS, root=layout.root
-        )
-    except (OSError, PathEscapeError):
-        return False
-    return text is not None and checkpoint_digest(text) == state.checkpoint_sha256
+        return text is not None and checkpoint_digest(text) == state.checkpoint_sha256
+
+    return await anyio.to_thread.run_sync(check)

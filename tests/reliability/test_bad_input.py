@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from mimo_ctx._render_files import MAX_FILE_CHARS
 from mimo_ctx.config import load_config
 from mimo_ctx.digest import build_tail_digest
 from mimo_ctx.errors import (
@@ -41,7 +42,6 @@ from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.providers.anthropic import to_anthropic
 from mimo_ctx.providers.openai import to_openai_chat
 from mimo_ctx.providers.validate import validate_request
-from mimo_ctx.render import MAX_FILE_CHARS
 from mimo_ctx.store import InMemoryStore, SQLiteStore, Store
 from mimo_ctx.testing import FakeOverflowError, ScriptedModel, ScriptStep
 from mimo_ctx.tokens import UNSERIALISABLE_PART_TOKENS, estimate_message_tokens
