@@ -169,4 +169,5 @@ async def main(framework: str, spec: str, session_id: str, memory_root: str) -> 
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:5])
+    framework, store_spec, session, memory = sys.argv[1:5]
+    anyio.run(main, framework, store_spec, session, memory)

@@ -287,7 +287,8 @@ async def test_langchain_incremental_outgoing_equals_the_whole_conversion(tmp_pa
 
     async with running(tmp_path) as engine:
         model = ScriptedChatModel(messages=iter([]), rounds=2)
-        agent = create_agent(
+        # Typed like _lc_agent's: langchain's compiled graph is only partly typed.
+        agent: Any = create_agent(
             model, [read], middleware=[Checking(engine.middleware, session_id=SID)]
         )
         history: list[BaseMessage] = []

@@ -155,6 +155,7 @@ async def test_prepare_rebuild_and_writer_spans(
 
     (rebuild,) = _named(spans, SPAN_REBUILD)
     assert rebuild.parent is not None
+    assert first.context is not None
     assert rebuild.parent.span_id == first.context.span_id  # nested in its prepare
     attributes = _attributes(rebuild)
     assert report.tokens_before is not None
@@ -204,6 +205,7 @@ async def test_manual_rebuild_with_focus(spans: InMemorySpanExporter, tmp_path: 
     assert rebuild.parent is None  # no prepare around a /rebuild
     (writer,) = _named(spans, SPAN_WRITER)
     assert writer.parent is not None
+    assert rebuild.context is not None
     assert writer.parent.span_id == rebuild.context.span_id  # the rebuild started it
     assert _attributes(writer)["mimo_ctx.focus"] is True
     _no_text(spans)

@@ -12,17 +12,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
 
 import anyio
 import openai
+from openai.types.chat import ChatCompletionToolParam
 
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.providers import wrap_openai
 from mimo_ctx.store import SQLiteStore, Store
 from mimo_ctx.triggers import ModelLimits
 
-TOOLS: list[dict[str, Any]] = [
+TOOLS: list[ChatCompletionToolParam] = [
     {
         "type": "function",
         "function": {"name": "read", "parameters": {"type": "object", "properties": {}}},
@@ -66,4 +66,5 @@ async def main(spec: str, base_url: str, session_id: str, memory_root: str) -> N
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:5])
+    store_spec, server_url, session, memory = sys.argv[1:5]
+    anyio.run(main, store_spec, server_url, session, memory)

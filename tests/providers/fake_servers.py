@@ -20,7 +20,7 @@ import json
 import socket
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,7 +34,8 @@ import openai
 from mimo_ctx.errors import InvalidRequestError
 from mimo_ctx.messages import Message, TextPart
 from mimo_ctx.middleware import ContextMiddleware
-from mimo_ctx.providers.validate import validate_request
+from mimo_ctx.providers._sync import RecordingStream
+from mimo_ctx.providers.validate import RequestFormat, validate_request
 from mimo_ctx.reminders import per_turn_reminder
 from mimo_ctx.store import InMemoryStore, Store
 from mimo_ctx.triggers import ModelLimits
@@ -58,6 +59,7 @@ __all__ = [
     "running_middleware",
     "seed_memory",
     "stored_boundary",
+    "stream_recorded",
 ]
 
 CHAT = "/v1/chat/completions"
@@ -253,7 +255,7 @@ class FakeProvider:
             # Token-count endpoints: a deterministic count (JSON size / 3).
             with self._lock:
                 self.requests.append(Recorded(path, body, headers))
-            count = {"input_tokens": len(json.dumps(body)) // 3}
+            count: dict[str, int | str] = {"input_tokens": len(json.dumps(body)) // 3}
             if path == COUNT_OPENAI:
                 count["object"] = "response.input_tokens"
             return 200, {"content-type": "application/json"}, [json.dumps(count).encode()]
@@ -282,28 +284,29 @@ class FakeProvider:
                 {"content-type": "text/event-stream", **_cut(reply)},
                 self._cut(path, reply, number),
             )
-        if path == CHAT:
-            chunks = (
-                list(self._chat_stream(reply, number, body))
-                if stream
-                else [json.dumps(self._chat_json(reply, number)).encode()]
-            )
-        elif path == RESPONSES:
-            chunks = (
-                list(self._responses_stream(reply, number))
-                if stream
-                else [json.dumps(self._response_json(reply, number)).encode()]
-            )
-        elif path == MESSAGES:
-            chunks = (
-                list(self._anthropic_stream(reply, number))
-                if stream
-                else [json.dumps(self._anthropic_json(reply, number)).encode()]
-            )
-        else:
+        if path not in (CHAT, RESPONSES, MESSAGES):
             return 404, {"content-type": "application/json"}, [b'{"error":{"message":"no route"}}']
-        kind = "text/event-stream" if stream else "application/json"
-        return 200, {"content-type": kind}, chunks
+        if not stream:
+            # An error event exists only inside a stream: a script that queues one for a
+            # plain request is a mistake of the test.
+            assert isinstance(reply, Reply), f"{path}: a StreamError answers streamed requests"
+            return 200, {"content-type": "application/json"}, [self._json(path, reply, number)]
+        if path == CHAT:
+            chunks = list(self._chat_stream(reply, number, body))
+        elif path == RESPONSES:
+            chunks = list(self._responses_stream(reply, number))
+        else:
+            chunks = list(self._anthropic_stream(reply, number))
+        return 200, {"content-type": "text/event-stream"}, chunks
+
+    def _json(self, path: str, reply: Reply, number: int) -> bytes:
+        if path == CHAT:
+            answer = self._chat_json(reply, number)
+        elif path == RESPONSES:
+            answer = self._response_json(reply, number)
+        else:
+            answer = self._anthropic_json(reply, number)
+        return json.dumps(answer).encode()
 
     def _cut(self, path: str, cut: CutStream, number: int) -> list[bytes]:
         if path == CHAT:
@@ -318,11 +321,16 @@ class FakeProvider:
     def _validate(self, path: str, body: dict[str, Any]) -> None:
         if not self.check:
             return
-        fmt = {CHAT: "openai-chat", RESPONSES: "openai-responses", MESSAGES: "anthropic"}.get(path)
+        formats: dict[str, RequestFormat] = {
+            CHAT: "openai-chat",
+            RESPONSES: "openai-responses",
+            MESSAGES: "anthropic",
+        }
+        fmt = formats.get(path)
         if fmt is None:
             return
         try:
-            validate_request(body, format=fmt)  # type: ignore[arg-type]
+            validate_request(body, format=fmt)
         except InvalidRequestError as exc:
             self.invalid.append(f"{path}: {exc}")
 
@@ -440,7 +448,7 @@ class FakeProvider:
         return chunks
 
     def _chat_stream(self, reply: ReplySpec, number: int, body: dict[str, Any]) -> Iterator[bytes]:
-        options = body.get("stream_options") or {}
+        options: dict[str, Any] = body.get("stream_options") or {}
         if isinstance(reply, StreamError):
             if reply.after:
                 for chunk in self.chat_chunks(Reply(text=reply.after), number, usage=False)[:-1]:
@@ -543,7 +551,12 @@ class FakeProvider:
                     output_index=index,
                     item={**item, "status": "in_progress", "content": []},
                 )
-                part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                part: dict[str, Any] = {
+                    "type": "output_text",
+                    "text": "",
+                    "annotations": [],
+                    "logprobs": [],
+                }
                 emit(
                     "response.content_part.added",
                     item_id=item["id"],
@@ -657,7 +670,7 @@ class FakeProvider:
 
     def anthropic_events(self, reply: Reply, number: int) -> list[dict[str, Any]]:
         """The events an Anthropic stream of ``reply`` sends (without ``ping``)."""
-        start = {
+        start: dict[str, Any] = {
             **self._anthropic_json(reply, number),
             "content": [],
             "stop_reason": None,
@@ -857,7 +870,7 @@ OVER_THE_LINE = 95_000
 @asynccontextmanager
 async def running_middleware(
     tmp_path: Path, store: Store | None = None
-) -> AsyncIterator[ContextMiddleware]:
+) -> AsyncGenerator[ContextMiddleware]:
     """A running :class:`ContextMiddleware` with :data:`LIMITS` on an in-memory store."""
     async with ContextMiddleware(store or InMemoryStore(), tmp_path / "mem", model=LIMITS) as mw:
         yield mw
@@ -885,6 +898,17 @@ def boundary_text(boundary: Message) -> str:
     texts = [CHECKPOINT_SUMMARY_HEADER]
     texts += [p.text for p in boundary.parts if isinstance(p, TextPart)]
     return "\n\n".join(texts)
+
+
+def stream_recorded(stream: object) -> Message | None:
+    """What a wrapped client's stream recorded when it ended (None: nothing yet).
+
+    A ``stream=True`` call of a wrapped client is typed as the SDK's stream (host code
+    type-checks unchanged); this checks it is the wrapper's :class:`RecordingStream`
+    and reads what the wrapper adds.
+    """
+    assert isinstance(stream, RecordingStream), f"not a recording stream: {type(stream)!r}"
+    return stream.recorded
 
 
 async def count_boundaries(mw: ContextMiddleware, session_id: str) -> int:

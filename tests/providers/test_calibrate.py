@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from anthropic.types import MessageParam
 from fake_servers import (
     COUNT_ANTHROPIC,
     COUNT_OPENAI,
@@ -33,7 +34,9 @@ async def test_anthropic_count_compares_the_next_request_with_the_estimate(tmp_p
     fake = FakeProvider()
     async with running_middleware(tmp_path) as mw:
         client = wrap_anthropic(anthropic_client(fake), mw, session_id=SID)
-        history = [{"role": "user", "content": "Summarise the repository in one paragraph."}]
+        history: list[MessageParam] = [
+            {"role": "user", "content": "Summarise the repository in one paragraph."}
+        ]
         await client.messages.create(
             model="claude-test", max_tokens=64, messages=history, system="Be brief."
         )

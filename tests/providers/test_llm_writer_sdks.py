@@ -15,16 +15,17 @@ tenfold with the view unchanged (ratio <= 1.3).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anthropic
 import anyio
 import openai
 import pytest
+from anthropic.types import TextBlockParam, ToolParam
 from fake_servers import (
     CHAT,
     LIMITS,
@@ -38,6 +39,8 @@ from fake_servers import (
     Recorded,
     Reply,
 )
+from openai.types.chat import ChatCompletionToolParam
+from openai.types.responses import FunctionToolParam
 
 from mimo_ctx.checkpoint import LLMCheckpointWriter
 from mimo_ctx.checkpoint.document import render_checkpoint
@@ -58,22 +61,26 @@ SYSTEM = "You are a careful coding agent. Refactor the parser without breaking t
 REQUEST = "Refactor src/parse.py into a tokenizer and a parser; keep `mimo parse` working."
 MARK = "MARKER-7431"
 INSTRUCTIONS = "You maintain checkpoint.md"
-CHAT_TOOLS: list[dict[str, Any]] = [
+READ_SCHEMA: dict[str, object] = {"type": "object", "properties": {"path": {"type": "string"}}}
+CHAT_TOOLS: list[ChatCompletionToolParam] = [
     {
         "type": "function",
-        "function": {
-            "name": "read",
-            "description": "Read a file.",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-        },
+        "function": {"name": "read", "description": "Read a file.", "parameters": READ_SCHEMA},
     }
 ]
-ANTHROPIC_TOOLS: list[dict[str, Any]] = [
+# The same tool in the Responses API's flat shape (its SDK type requires ``strict``;
+# the schema is not a strict one).
+RESPONSES_TOOLS: list[FunctionToolParam] = [
     {
+        "type": "function",
         "name": "read",
         "description": "Read a file.",
-        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+        "parameters": READ_SCHEMA,
+        "strict": False,
     }
+]
+ANTHROPIC_TOOLS: list[ToolParam] = [
+    {"name": "read", "description": "Read a file.", "input_schema": READ_SCHEMA}
 ]
 WRITER_INPUT = 40_000
 WRITER_CACHED = 36_000
@@ -146,7 +153,7 @@ async def middleware(
     sdk: Any,
     *,
     config: RebuildConfig | None = None,
-) -> AsyncIterator[ContextMiddleware]:
+) -> AsyncGenerator[ContextMiddleware]:
     """A running middleware with ``writer``; the SDK client is closed afterwards."""
     try:
         async with ContextMiddleware(
@@ -228,7 +235,8 @@ def segments(path: str, body: dict[str, Any]) -> list[str]:
     Tools come first for both providers (the order their caches see), then the
     system prompt, then every message / input item.
     """
-    tools = [json.dumps(t, ensure_ascii=False) for t in body.get("tools") or []]
+    sent_tools: list[Any] = body.get("tools") or []
+    tools = [json.dumps(t, ensure_ascii=False) for t in sent_tools]
     if path == MESSAGES:
         system = [json.dumps(body.get("system"), ensure_ascii=False)]
         return [*tools, *system, *(json.dumps(m, ensure_ascii=False) for m in body["messages"])]
@@ -254,12 +262,12 @@ def shared_prefix(path: str, session: dict[str, Any], writer: dict[str, Any]) ->
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
 async def test_forked_openai_writer_repeats_the_sessions_last_request(
-    tmp_path: Path, scene: Scene, api: str
+    tmp_path: Path, scene: Scene, api: Literal["chat", "responses"]
 ) -> None:
     """The writer's request is the session's previous request, byte for byte, plus one
     user message; its cost lands on the writer event."""
     sdk = openai_sdk(scene)
-    writer = LLMCheckpointWriter.from_openai(sdk, model=MODEL, api=api)  # type: ignore[arg-type]
+    writer = LLMCheckpointWriter.from_openai(sdk, model=MODEL, api=api)
     async with middleware(tmp_path, scene, writer, sdk) as mw:
         client = wrap_openai(sdk, mw, session_id=SID)
         if api == "chat":
@@ -272,7 +280,6 @@ async def test_forked_openai_writer_repeats_the_sessions_last_request(
             await client.chat.completions.create(model=MODEL, messages=host, tools=CHAT_TOOLS)
             path = CHAT
         else:
-            tools = [{"type": "function", **t["function"]} for t in CHAT_TOOLS]
             items: list[Any] = [{"role": "user", "content": REQUEST}]
             for item in chat_rounds(0, 14, 1500):
                 if item["role"] == "assistant":
@@ -295,7 +302,7 @@ async def test_forked_openai_writer_repeats_the_sessions_last_request(
                     )
             scene.fake.add(Reply(text="Split planned.", input_tokens=10_000))
             await client.responses.create(
-                model=MODEL, instructions=SYSTEM, input=items, tools=tools
+                model=MODEL, instructions=SYSTEM, input=items, tools=RESPONSES_TOOLS
             )
             path = RESPONSES
         assert await mw.start_writer(SID) == "started"
@@ -336,7 +343,9 @@ async def test_forked_anthropic_writer_reads_the_sessions_cache_breakpoint(
     none: both hit the same cache entry."""
     sdk = anthropic_sdk(scene)
     writer = LLMCheckpointWriter.from_anthropic(sdk, model=MODEL)
-    system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    system: list[TextBlockParam] = [
+        {"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}
+    ]
     async with middleware(tmp_path, scene, writer, sdk) as mw:
         client = wrap_anthropic(sdk, mw, session_id=SID)
         host: list[Any] = [{"role": "user", "content": REQUEST}, *anthropic_rounds(0, 14, 1500)]
@@ -398,7 +407,7 @@ async def test_another_model_is_not_forked(tmp_path: Path, scene: Scene) -> None
 
 async def _session_turns(
     sdk_name: str, client: Any, history_rounds: int, new_rounds: int
-) -> AsyncIterator[None]:
+) -> AsyncGenerator[None]:
     """The turns of the size test through ``client`` (``openai`` or ``anthropic``).
 
     ``history_rounds`` rounds, a request over the trigger line, a request the
@@ -674,7 +683,8 @@ def test_sync_clients_are_refused() -> None:
     with pytest.raises(ConfigError, match="AsyncAnthropic"):
         LLMCheckpointWriter.from_anthropic(anthropic.Anthropic(api_key="x"), model=MODEL)
     with pytest.raises(ConfigError, match="api"):
-        LLMCheckpointWriter.from_openai(openai.AsyncOpenAI(api_key="x"), model=MODEL, api="x")  # type: ignore[arg-type]
+        # An api the signature does not allow, on purpose: the runtime check names it.
+        LLMCheckpointWriter.from_openai(openai.AsyncOpenAI(api_key="x"), model=MODEL, api="x")  # pyright: ignore[reportArgumentType]
 
 
 def test_replay_json_reports_writer_runs_and_tokens(

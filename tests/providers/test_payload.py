@@ -9,6 +9,7 @@ built incrementally and compared with converting and validating the whole view.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,14 +24,14 @@ from mimo_ctx.messages import (
     ToolResultPart,
     ToolStatePending,
 )
-from mimo_ctx.providers._payload import PayloadBuilder, mark_boundary
+from mimo_ctx.providers._payload import Convert, PayloadBuilder, mark_boundary
 from mimo_ctx.providers.anthropic import anthropic_turns
 from mimo_ctx.providers.openai import to_openai_chat, to_openai_responses
-from mimo_ctx.providers.validate import RequestValidator, validate_request
+from mimo_ctx.providers.validate import RequestFormat, RequestValidator, validate_request
 from mimo_ctx.view import apply_send_rules
 
 SID = "ses_payload"
-FORMATS: dict[str, Any] = {
+FORMATS: dict[RequestFormat, tuple[Convert, Callable[[Any, Any], bool] | None]] = {
     "openai-chat": (lambda run, previous: to_openai_chat(run), None),
     "openai-responses": (lambda run, previous: to_openai_responses(run), None),
     "anthropic": (
@@ -83,10 +84,10 @@ steps = st.lists(
 @settings(max_examples=60)
 @given(steps=steps, fmt=st.sampled_from(sorted(FORMATS)))
 def test_incremental_payload_equals_the_whole_conversion(
-    steps: list[tuple[str, str]], fmt: str
+    steps: list[tuple[str, str]], fmt: RequestFormat
 ) -> None:
     convert, merges = FORMATS[fmt]
-    builder = PayloadBuilder(fmt, convert, merges=merges)  # type: ignore[arg-type]
+    builder = PayloadBuilder(fmt, convert, merges=merges)
     stored: list[Message] = []
     for number, (op, kind) in enumerate(steps):
         if op == "replace" and stored:
@@ -97,7 +98,7 @@ def test_incremental_payload_equals_the_whole_conversion(
             view = [*view[:-1], view[-1].model_copy(update={"parts": list(view[-1].parts)})]
         built = builder.build(view, None)
         assert built == convert(view, None)
-        validate_request(built, format=fmt)  # type: ignore[arg-type]
+        validate_request(built, format=fmt)
         assert builder.converted <= len(view)
 
 

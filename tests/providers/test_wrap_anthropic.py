@@ -14,6 +14,7 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from anthropic.types import TextBlockParam, ToolParam
 from fake_servers import (
     MESSAGES,
     OVER_THE_LINE,
@@ -28,6 +29,7 @@ from fake_servers import (
     running_middleware,
     seed_memory,
     stored_boundary,
+    stream_recorded,
 )
 
 from mimo_ctx.errors import ConfigError, ContextOverflowError
@@ -40,14 +42,14 @@ from mimo_ctx.reminders import per_turn_reminder
 
 SID = "ses_wrap_anthropic"
 MODEL = "claude-test"
-SYSTEM: list[dict[str, Any]] = [
+SYSTEM: list[TextBlockParam] = [
     {
         "type": "text",
         "text": "You are a careful coding agent.",
         "cache_control": {"type": "ephemeral"},
     }
 ]
-TOOLS: list[dict[str, Any]] = [
+TOOLS: list[ToolParam] = [
     {
         "name": "read",
         "description": "Read a file.",
@@ -90,13 +92,16 @@ async def test_r8_1_messages_create_bodies_before_and_after_rebuild(tmp_path: Pa
         reminder = seed_memory(mw, SID)
         client = wrap_anthropic(anthropic_client(fake), mw, session_id=SID)
         host: list[Any] = [{"role": "user", "content": "Read a.py and b.py."}]
-        kwargs: dict[str, Any] = {"model": MODEL, "max_tokens": 1024, "system": SYSTEM}
         fake.add(Reply(text="Reading both.", calls=CALLS, input_tokens=5_000))
-        first = await client.messages.create(**kwargs, tools=TOOLS, messages=host)
+        first = await client.messages.create(
+            model=MODEL, max_tokens=1024, system=SYSTEM, tools=TOOLS, messages=host
+        )
         assert first.stop_reason == "tool_use"
         host += [{"role": "assistant", "content": first.content}, RESULTS]
         fake.add(Reply(text="Both print a number.", input_tokens=OVER_THE_LINE))
-        second = await client.messages.create(**kwargs, tools=TOOLS, messages=host)
+        second = await client.messages.create(
+            model=MODEL, max_tokens=1024, system=SYSTEM, tools=TOOLS, messages=host
+        )
         host += [
             {"role": "assistant", "content": second.content},
             {
@@ -106,7 +111,9 @@ async def test_r8_1_messages_create_bodies_before_and_after_rebuild(tmp_path: Pa
                 ],
             },
         ]
-        await client.messages.create(**kwargs, tools=TOOLS, messages=host)
+        await client.messages.create(
+            model=MODEL, max_tokens=1024, system=SYSTEM, tools=TOOLS, messages=host
+        )
         boundary = await stored_boundary(mw, SID)
 
         bodies = fake.bodies(MESSAGES)
@@ -217,7 +224,7 @@ async def test_create_stream_passes_events_through_and_records(tmp_path: Path) -
         )
         events = [e.model_dump(mode="json", exclude_unset=True) async for e in stream]
         assert events == fake.anthropic_events(reply, 1)  # ``ping`` is dropped by the SDK
-        recorded = stream.recorded
+        recorded = stream_recorded(stream)
         assert recorded is not None
         assert recorded.finish == "tool-calls"
         assert recorded.usage is not None
@@ -409,7 +416,7 @@ async def test_error_event_after_content_reaches_host_and_rebuilds(tmp_path: Pat
             "content_block_start",
             "content_block_delta",
         ]
-        assert stream.recorded is None
+        assert stream_recorded(stream) is None
         assert await count_boundaries(mw, SID) == 1
 
 

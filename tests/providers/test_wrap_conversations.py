@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,7 @@ def server() -> Iterator[tuple[FakeProvider, LoopbackServer]]:
 @asynccontextmanager
 async def _clients(
     tmp_path: Path, loopback: LoopbackServer, store: Store | None = None, **options: Any
-) -> AsyncIterator[tuple[ContextMiddleware, Any, Any]]:
+) -> AsyncGenerator[tuple[ContextMiddleware, Any, Any]]:
     raw_openai = openai.AsyncOpenAI(api_key="sk", base_url=f"{loopback.base_url}/v1", max_retries=0)
     raw_anthropic = anthropic.AsyncAnthropic(
         api_key="sk-ant", base_url=loopback.base_url, max_retries=0

@@ -29,6 +29,14 @@ from fake_servers import (
     running_middleware,
     seed_memory,
     stored_boundary,
+    stream_recorded,
+)
+from openai.types.chat import (
+    ChatCompletionStreamOptionsParam,
+    ChatCompletionSystemMessageParam,
+    ChatCompletionToolMessageParam,
+    ChatCompletionToolParam,
+    ChatCompletionUserMessageParam,
 )
 
 from mimo_ctx.errors import ConfigError, ContextOverflowError, InvalidRequestError
@@ -40,8 +48,11 @@ from mimo_ctx.store import InMemoryStore
 
 SID = "ses_wrap_openai"
 MODEL = "gpt-test"
-SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
-TOOLS: list[dict[str, Any]] = [
+SYSTEM: ChatCompletionSystemMessageParam = {
+    "role": "system",
+    "content": "You are a careful coding agent.",
+}
+TOOLS: list[ChatCompletionToolParam] = [
     {
         "type": "function",
         "function": {
@@ -53,7 +64,7 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
-def user(text: str, reminder: str | None = None) -> dict[str, Any]:
+def user(text: str, reminder: str | None = None) -> ChatCompletionUserMessageParam:
     """A user message as the wrapper sends it (the per-turn reminder appended, R8.3)."""
     if reminder is None:
         return {"role": "user", "content": text}
@@ -63,7 +74,7 @@ def user(text: str, reminder: str | None = None) -> dict[str, Any]:
     }
 
 
-def tool(call_id: str, output: str) -> dict[str, Any]:
+def tool(call_id: str, output: str) -> ChatCompletionToolMessageParam:
     return {"role": "tool", "tool_call_id": call_id, "content": output}
 
 
@@ -218,7 +229,7 @@ async def test_chat_stream_passes_chunks_through_and_records(tmp_path: Path) -> 
         received = [chunk.model_dump(mode="json", exclude_unset=True) async for chunk in stream]
         assert received == fake.chat_chunks(reply, 1, usage=True)
         assert fake.bodies(CHAT)[0]["stream_options"] == {"include_usage": True}
-        recorded = stream.recorded
+        recorded = stream_recorded(stream)
         assert recorded is not None
         assert recorded.finish == "tool-calls"
         assert recorded.usage is not None
@@ -240,7 +251,7 @@ async def test_chat_stream_without_usage_is_estimated_not_changed(tmp_path: Path
             texts = [c.choices[0].delta.content async for c in stream if c.choices]
         assert "".join(t or "" for t in texts) == "ok"
         assert "stream_options" not in fake.bodies(CHAT)[0]
-        recorded = stream.recorded
+        recorded = stream_recorded(stream)
         assert recorded is not None
         assert recorded.usage is not None
         assert recorded.usage.estimated
@@ -254,7 +265,7 @@ async def test_r8_1_chat_stream_bodies_before_and_after_rebuild(tmp_path: Path) 
         client = wrap_openai(openai_client(fake), mw, session_id=SID)
         host: list[Any] = [SYSTEM, {"role": "user", "content": "Summarise the repo."}]
         fake.add(Reply(text="It is a library.", input_tokens=OVER_THE_LINE))
-        options = {"include_usage": True}
+        options: ChatCompletionStreamOptionsParam = {"include_usage": True}
         stream = await client.chat.completions.create(
             model=MODEL, messages=host, stream=True, stream_options=options
         )
@@ -354,7 +365,7 @@ async def test_chat_overflow_at_stream_start_is_retried_transparently(tmp_path: 
         assert {c.id for c in chunks} == {"chatcmpl-2"}
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "fresh"
         assert await count_boundaries(mw, SID) == 1
-        assert stream.recorded is not None
+        assert stream_recorded(stream) is not None
 
 
 async def test_chat_overflow_after_content_reaches_host_and_rebuilds(tmp_path: Path) -> None:
@@ -377,7 +388,7 @@ async def test_chat_overflow_after_content_reaches_host_and_rebuilds(tmp_path: P
             await consume()
         assert info.value.code == "context_length_exceeded"
         assert "".join(c.choices[0].delta.content or "" for c in seen) == "partial"
-        assert stream.recorded is None
+        assert stream_recorded(stream) is None
         assert await count_boundaries(mw, SID) == 1
 
 
@@ -421,7 +432,10 @@ async def test_invalid_payload_is_refused_before_sending(
     fake = FakeProvider()
 
     def broken(messages: Any, *, system: str | None = None) -> list[dict[str, Any]]:
-        return [user("a"), tool("call_zz", "orphan")]
+        return [
+            {"role": "user", "content": "a"},
+            {"role": "tool", "tool_call_id": "call_zz", "content": "orphan"},
+        ]
 
     monkeypatch.setattr(openai_module, "to_openai_chat", broken)
     async with running_middleware(tmp_path) as mw:
@@ -542,9 +556,10 @@ async def test_r8_1_responses_stream_bodies_and_events(tmp_path: Path) -> None:
         stream = await client.responses.create(model=MODEL, input=host, stream=True)
         events = [e.model_dump(mode="json", exclude_unset=True) async for e in stream]
         assert events == fake.response_events(reply, 1)
-        assert stream.recorded is not None
-        assert stream.recorded.usage is not None
-        assert stream.recorded.usage.total == OVER_THE_LINE + 10
+        recorded = stream_recorded(stream)
+        assert recorded is not None
+        assert recorded.usage is not None
+        assert recorded.usage.total == OVER_THE_LINE + 10
         host += [{"role": "assistant", "content": "It explains itself."}]
         host += [{"role": "user", "content": "Shorter."}]
         stream = await client.responses.create(model=MODEL, input=host, stream=True)
@@ -625,6 +640,7 @@ async def test_native_context_management_is_refused_with_the_choice_named(
         assert "leave the parameter out" in str(info.value)
         assert fake.bodies(RESPONSES) == []
         assert await mw.store.get_session(SID) is None
+        assert isinstance(client, openai_module.OpenAIWrapper)
         await client.unwrapped.responses.create(model=MODEL, input="hi", **native)
         assert len(fake.bodies(RESPONSES)) == 1
 
@@ -665,4 +681,4 @@ async def test_loopback_server_streams_over_real_sockets(tmp_path: Path) -> None
             text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
             await raw.close()
     assert text == "over the wire"
-    assert stream.recorded is not None
+    assert stream_recorded(stream) is not None
