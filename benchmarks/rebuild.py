@@ -31,7 +31,9 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -332,7 +334,7 @@ def _bare_floor(budgets: list[tuple[Path, int]]) -> int:
     return read
 
 
-def _timed(fn: Any) -> tuple[float, float]:
+def _timed(fn: Callable[[], object]) -> tuple[float, float]:
     start, cpu = time.perf_counter(), time.process_time()
     fn()
     return time.perf_counter() - start, time.process_time() - cpu
@@ -389,9 +391,9 @@ async def _measure_row(
         shift = number % 3
         for step in order[shift:] + order[:shift]:
             if step == "realistic":
-                realistic.append(_timed(lambda p=paths, t=tail: _realistic_floor(p, t)))
+                realistic.append(_timed(partial(_realistic_floor, paths, tail)))
             elif step == "bare":
-                bare.append(_timed(lambda b=budgets: _bare_floor(b)))
+                bare.append(_timed(partial(_bare_floor, budgets)))
             else:
                 seconds, report = await atime(
                     lambda s=session_id: middleware.rebuild(s, manual=True)

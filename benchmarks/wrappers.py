@@ -132,7 +132,12 @@ def _anthropic_answer(number: int) -> dict[str, Any]:
 
 
 def _responses_answer(number: int) -> dict[str, Any]:
-    text = {"type": "output_text", "text": f"Reply {number}.", "annotations": [], "logprobs": []}
+    text: dict[str, Any] = {
+        "type": "output_text",
+        "text": f"Reply {number}.",
+        "annotations": [],
+        "logprobs": [],
+    }
     return {
         "id": f"resp_{number}",
         "object": "response",
@@ -198,7 +203,7 @@ def _openai_stream(number: int) -> bytes:
 
 def _anthropic_stream(number: int) -> bytes:
     """A Messages stream of the answer: start, one text block in two deltas, delta, stop."""
-    start = {**_anthropic_answer(number), "content": [], "stop_reason": None}
+    start: dict[str, Any] = {**_anthropic_answer(number), "content": [], "stop_reason": None}
     events: list[tuple[str, dict[str, Any]]] = [
         ("message_start", {"type": "message_start", "message": start}),
         (
@@ -319,6 +324,47 @@ async def _drain_chat(stream: Any) -> str:
     return text
 
 
+async def _openai_call(client: Any, host: list[Any]) -> Any:
+    reply = await client.chat.completions.create(model="gpt-test", messages=host)
+    return reply.choices[0].message.content
+
+
+async def _openai_stream_call(client: Any, host: list[Any]) -> Any:
+    stream = await client.chat.completions.create(model="gpt-test", messages=host, stream=True)
+    return await _drain_chat(stream)
+
+
+async def _responses_call(client: Any, host: list[Any]) -> Any:
+    reply = await client.responses.create(model="gpt-test", input=host)
+    return reply.output_text
+
+
+async def _anthropic_call(client: Any, host: list[Any]) -> Any:
+    reply = await client.messages.create(model="claude-test", max_tokens=64, messages=host)
+    return reply.content[0].text
+
+
+async def _anthropic_stream_call(client: Any, host: list[Any]) -> Any:
+    async with client.messages.stream(model="claude-test", max_tokens=64, messages=host) as stream:
+        async for _ in stream.text_stream:
+            pass
+        final = await stream.get_final_message()
+    return final.content[0].text
+
+
+_HistoryOf = Callable[[int], list[dict[str, Any]]]
+_Call = Callable[[Any, list[Any]], Awaitable[Any]]
+
+# Per way: the host history it sends and the one SDK call it times.
+_SDK_CALLS: dict[str, tuple[_HistoryOf, _Call]] = {
+    "openai": (_openai_history, _openai_call),
+    "openai stream": (_openai_history, _openai_stream_call),
+    "openai responses": (_responses_history, _responses_call),
+    "anthropic": (_anthropic_history, _anthropic_call),
+    "anthropic stream": (_anthropic_history, _anthropic_stream_call),
+}
+
+
 async def _sdk_way(way: str, size: int, samples: int, root: Path) -> _Pair:
     import anthropic
     import openai
@@ -351,53 +397,14 @@ async def _sdk_way(way: str, size: int, samples: int, root: Path) -> _Pair:
                     http_client=_transport(answer),
                 )
                 managed = wrap_anthropic(raw, mw, session_id=session)
-            host: list[Any]
-            call: Callable[[Any], Awaitable[Any]]
-            if way == "openai":
-                host = _openai_history(size)
-
-                async def call(client: Any) -> Any:
-                    reply = await client.chat.completions.create(model="gpt-test", messages=host)
-                    return reply.choices[0].message.content
-            elif way == "openai stream":
-                host = _openai_history(size)
-
-                async def call(client: Any) -> Any:
-                    stream = await client.chat.completions.create(
-                        model="gpt-test", messages=host, stream=True
-                    )
-                    return await _drain_chat(stream)
-            elif way == "openai responses":
-                host = _responses_history(size)
-
-                async def call(client: Any) -> Any:
-                    reply = await client.responses.create(model="gpt-test", input=host)
-                    return reply.output_text
-            elif way == "anthropic":
-                host = _anthropic_history(size)
-
-                async def call(client: Any) -> Any:
-                    reply = await client.messages.create(
-                        model="claude-test", max_tokens=64, messages=host
-                    )
-                    return reply.content[0].text
-            else:
-                host = _anthropic_history(size)
-
-                async def call(client: Any) -> Any:
-                    async with client.messages.stream(
-                        model="claude-test", max_tokens=64, messages=host
-                    ) as stream:
-                        async for _ in stream.text_stream:
-                            pass
-                        final = await stream.get_final_message()
-                    return final.content[0].text
+            history_of, call = _SDK_CALLS[way]
+            host = history_of(size)
 
             async def bare_call() -> Any:
-                return await call(raw)
+                return await call(raw, host)
 
             async def managed_call() -> Any:
-                return await call(managed)
+                return await call(managed, host)
 
             def answer_of(text: Any) -> Any:
                 return {"role": "assistant", "content": text}
@@ -622,7 +629,8 @@ async def _langchain_way(size: int, samples: int, root: Path) -> _Pair:
     config: Any = {"recursion_limit": 20}
     try:
         async with ContextMiddleware(store, root / "memory", model=_LIMITS) as mw:
-            bare_agent: Any = create_agent(Model(messages=iter([])), [])
+            # Without middleware langchain leaves the graph's context type unsolved.
+            bare_agent: Any = create_agent(Model(messages=iter([])), [])  # pyright: ignore[reportUnknownVariableType]
             managed_agent: Any = create_agent(
                 Model(messages=iter([])),
                 [],

@@ -115,8 +115,8 @@ async def _one_run(size: _Size) -> None:
         outcome = await size.middleware.wait_for_writer(sid, timeout=120)
         size.runs.append((time.perf_counter() - start, time.process_time() - cpu))
         beat.running = False
-    assert started == "started", started
-    assert outcome == "finished", outcome
+        assert started == "started", started
+        assert outcome == "finished", outcome
     size.stall = max(size.stall, beat.stall)
     size.stall_cpu = max(size.stall_cpu, beat.stall_cpu)
 

@@ -149,7 +149,7 @@ class StandIn(BaseHTTPRequestHandler):
             return
         text, path, tokens = step
         usage = {"input_tokens": tokens, "output_tokens": 1}
-        message = {
+        message: dict[str, Any] = {
             "id": f"msg_{number:04d}",
             "type": "message",
             "role": "assistant",
@@ -165,7 +165,12 @@ class StandIn(BaseHTTPRequestHandler):
         if text:
             blocks.append(({"type": "text", "text": ""}, {"type": "text_delta", "text": text}))
         if path:
-            start = {"type": "tool_use", "id": f"toolu_{number}", "name": "read_file", "input": {}}
+            start: dict[str, Any] = {
+                "type": "tool_use",
+                "id": f"toolu_{number}",
+                "name": "read_file",
+                "input": {},
+            }
             delta = {"type": "input_json_delta", "partial_json": json.dumps({"path": path})}
             blocks.append((start, delta))
         for index, (start, delta) in enumerate(blocks):

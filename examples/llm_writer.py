@@ -31,10 +31,11 @@ import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import anyio
 from anthropic import AsyncAnthropic
+from anthropic.types import TextBlockParam
 from openai import AsyncOpenAI
 
 from mimo_ctx.checkpoint import LLMCheckpointWriter, render_checkpoint
@@ -115,6 +116,8 @@ async def openai_agent(base_url: str, memory: Path) -> None:
                 print(f"openai: agent says: {message.content}")
                 break
             for call in message.tool_calls:
+                if call.type != "function":  # only function tools are declared
+                    continue
                 path = json.loads(call.function.arguments)["path"]
                 history.append({"role": "tool", "tool_call_id": call.id, "content": FILES[path]})
         await mw.start_writer("ses_llm_writer_openai", reason="end of task")
@@ -131,7 +134,9 @@ async def anthropic_agent(base_url: str, memory: Path) -> None:
         InMemoryStore(), memory, model=WINDOW, writer=writer, on_event=report("anthropic")
     ) as mw:
         client = wrap_anthropic(raw, mw, session_id="ses_llm_writer_anthropic")
-        system = [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+        system: list[TextBlockParam] = [
+            {"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}
+        ]
         history: list[Any] = [{"role": "user", "content": REQUEST}]
         while True:
             reply = await client.messages.create(
@@ -143,10 +148,10 @@ async def anthropic_agent(base_url: str, memory: Path) -> None:
                 text = "".join(b.text for b in reply.content if b.type == "text")
                 print(f"anthropic: agent says: {text}")
                 break
-            results = [
-                {"type": "tool_result", "tool_use_id": c.id, "content": FILES[c.input["path"]]}
-                for c in calls
-            ]
+            results: list[dict[str, Any]] = []
+            for c in calls:
+                path = cast(dict[str, str], c.input)["path"]  # the SDK types input as `object`
+                results.append({"type": "tool_result", "tool_use_id": c.id, "content": FILES[path]})
             history.append({"role": "user", "content": results})
         await mw.start_writer("ses_llm_writer_anthropic", reason="end of task")
         await mw.wait_for_writer("ses_llm_writer_anthropic", timeout=30)
@@ -170,7 +175,8 @@ CHECKPOINT = render_checkpoint(
 
 def _segments(body: dict[str, Any]) -> list[str]:
     """The prompt as a provider caches it, segment by segment: tools, system, messages."""
-    tools = [json.dumps(t) for t in body.get("tools") or []]
+    declared: list[Any] = body.get("tools") or []
+    tools = [json.dumps(t) for t in declared]
     system = [json.dumps(body["system"])] if "system" in body else []
     return [*tools, *system, *(json.dumps(m) for m in body["messages"])]
 

@@ -78,6 +78,8 @@ async def ask(client: AsyncOpenAI, history: list[Any], question: str) -> str:
         if not message.tool_calls:
             return message.content or ""
         for call in message.tool_calls:
+            if call.type != "function":  # this agent only declares function tools
+                continue
             path = json.loads(call.function.arguments).get("path", "")
             output = FILES.get(path, f"error: no file {path}")
             history.append({"role": "tool", "tool_call_id": call.id, "content": output})
