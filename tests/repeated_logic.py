@@ -9,14 +9,18 @@ punctuation such as a closing ``)`` are dropped, so formatting does not count).
 Statements that are not logic are left out by their AST kind, never by a list of
 file names:
 
-- docstrings (a string literal standing alone as a statement);
+- docstrings (a string literal standing alone as a statement), and the ``...``
+  or ``pass`` of an empty body (protocol methods, stubs);
 - import statements;
 - declarative tables: a module- or class-level assignment whose value is a literal
   container (dict, list, tuple, set, or one call wrapping one, like
   ``frozenset({...})``);
 - field blocks: annotated names in a class body (dataclass, TypedDict, NamedTuple,
   protocol attributes);
-- overload stubs (functions decorated with ``typing.overload``).
+- overload stubs (functions decorated with ``typing.overload``);
+- signatures: a function's ``def`` line and parameter list up to its body (a
+  parameter list declares; sync/async twins and protocol implementations repeat
+  theirs by design). The body is logic like any other.
 
 Every window of :data:`WINDOW` consecutive remaining lines of a module is
 hashed; a window whose text stands at two places (in one module or in two) is a
@@ -100,29 +104,46 @@ def _is_overload(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return False
 
 
-def _left_out(body: Sequence[ast.stmt], *, declarative: bool) -> Iterator[ast.stmt]:
-    """The statements of ``body`` (and below) that are not logic."""
+def _left_out(body: Sequence[ast.stmt], *, declarative: bool) -> Iterator[tuple[int, int]]:
+    """The line ranges of ``body`` (and below) that are not logic, first and last line."""
     for node in body:
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            if isinstance(node.value.value, str):
-                yield node
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            yield node
-        elif declarative and isinstance(node, ast.Assign | ast.AnnAssign):
-            if _is_table(node.value) or (isinstance(node, ast.AnnAssign) and node.value is None):
-                yield node
+        if _is_not_logic(node, declarative=declarative):
+            yield _span(node)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            if _is_overload(node):
-                yield node
-            else:
-                yield from _left_out(node.body, declarative=False)
+            start = _span(node)[0]
+            if node.body[0].lineno > start:
+                yield start, node.body[0].lineno - 1
+            yield from _left_out(node.body, declarative=False)
         elif isinstance(node, ast.ClassDef):
-            class_fields = [n for n in node.body if isinstance(n, ast.AnnAssign)]
-            yield from class_fields
+            yield from (_span(n) for n in node.body if isinstance(n, ast.AnnAssign))
             yield from _left_out(node.body, declarative=True)
         else:
             for block in _blocks(node):
                 yield from _left_out(block, declarative=False)
+
+
+def _span(node: ast.stmt) -> tuple[int, int]:
+    """First and last line of a statement, its decorators included."""
+    decorators: list[ast.expr] = getattr(node, "decorator_list", [])
+    start = min([node.lineno, *(d.lineno for d in decorators)])
+    return start, node.end_lineno or node.lineno
+
+
+def _is_not_logic(node: ast.stmt, *, declarative: bool) -> bool:
+    if isinstance(node, ast.Pass):
+        return True
+    if isinstance(node, ast.Expr):
+        # A docstring, or the ``...`` body of a protocol method or stub.
+        return isinstance(node.value, ast.Constant) and (
+            isinstance(node.value.value, str) or node.value.value is Ellipsis
+        )
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return True
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return _is_overload(node)
+    if declarative and isinstance(node, ast.AnnAssign):
+        return node.value is None or _is_table(node.value)
+    return declarative and isinstance(node, ast.Assign) and _is_table(node.value)
 
 
 def _blocks(node: ast.stmt) -> Iterator[list[ast.stmt]]:
@@ -141,10 +162,8 @@ def code_lines(source: str) -> list[CodeLine]:
     """The lines of logic in ``source``, in order (see the module docstring)."""
     tree = ast.parse(source)
     dropped: set[int] = set()
-    for node in _left_out(tree.body, declarative=True):
-        decorators = getattr(node, "decorator_list", [])
-        start = min([node.lineno, *(d.lineno for d in decorators)])
-        dropped.update(range(start, (node.end_lineno or node.lineno) + 1))
+    for first, last in _left_out(tree.body, declarative=True):
+        dropped.update(range(first, last + 1))
     rows: dict[int, list[str]] = defaultdict(list)
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type not in _SKIPPED_TOKENS and token.start[0] not in dropped:

@@ -137,12 +137,26 @@ def test_docstrings_imports_tables_fields_and_overloads_are_not_logic() -> None:
         '''
     source = textwrap.dedent(source)
     assert find_repeats([("a.py", source), ("b.py", source)]) == []
-    # What is left of it is the class line and the implementation of ``pick``.
-    assert [line.text for line in code_lines(source)] == [
-        "class Row ( TypedDict ) :",
-        "def pick ( a : Any ) -> Any :",
-        "return a",
-    ]
+    # What is left of it is the class line and the body of ``pick``.
+    assert [line.text for line in code_lines(source)] == ["class Row ( TypedDict ) :", "return a"]
+
+
+def test_a_signature_is_a_declaration_and_a_shared_one_is_no_repeat() -> None:
+    signature = """
+    def {name}(
+        path: str,
+        data: bytes,
+        *,
+        strict: bool,
+        session_id: str | None,
+        base_time: int,
+    ) -> int:
+        return {value}
+    """
+    one = textwrap.dedent(signature.format(name="load", value="len(data)"))
+    two = textwrap.dedent(signature.format(name="aload", value="base_time"))
+    assert find_repeats([("a.py", one), ("b.py", two)]) == []
+    assert [line.text for line in code_lines(one)] == ["return len ( data )"]
 
 
 def test_a_table_built_inside_a_function_is_logic() -> None:
