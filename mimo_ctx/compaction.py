@@ -147,13 +147,10 @@ def build_boundary_message(
     ``kept_live`` names the open tool round's messages that the digested range
     would otherwise take in (see :class:`~mimo_ctx.messages.CheckpointPart`).
     """
-    return Message(
-        id=new_message_id(newer_than=newer_than),
-        session_id=watermark.session_id,
-        role="user",
-        agent=watermark.agent,
-        time_created=watermark.time_created + 1,
-        parts=[
+    return _after_watermark(
+        watermark,
+        newer_than,
+        [
             CheckpointPart(
                 covered_up_to=watermark.id,
                 digest_up_to=digest_up_to,
@@ -169,6 +166,20 @@ def build_boundary_message(
     )
 
 
+def _after_watermark(watermark: Message, newer_than: str | None, parts: list[Part]) -> Message:
+    """A user message listed right after ``watermark`` (its time + 1 ms) with a fresh
+    id newer than ``newer_than`` (the newest stored id, so that it sorts after it even
+    when this worker's clock lags another's)."""
+    return Message(
+        id=new_message_id(newer_than=newer_than),
+        session_id=watermark.session_id,
+        role="user",
+        agent=watermark.agent,
+        time_created=watermark.time_created + 1,
+        parts=parts,
+    )
+
+
 def build_compaction_message(
     *, watermark: Message, summary: str, auto: bool, newer_than: str | None = None
 ) -> Message:
@@ -177,13 +188,10 @@ def build_compaction_message(
     Back-dated like a rebuild boundary, so the messages after the watermark stay
     live after it.
     """
-    return Message(
-        id=new_message_id(newer_than=newer_than),
-        session_id=watermark.session_id,
-        role="user",
-        agent=watermark.agent,
-        time_created=watermark.time_created + 1,
-        parts=[CompactionPart(summary=summary, auto=auto, covered_up_to=watermark.id)],
+    return _after_watermark(
+        watermark,
+        newer_than,
+        [CompactionPart(summary=summary, auto=auto, covered_up_to=watermark.id)],
     )
 
 

@@ -453,23 +453,13 @@ class HostHistory:
         for draft, message in zip(drafts, messages, strict=True):
             by_item.setdefault(draft.item, []).append(message.id)
         messages = await self._with_tool_names(messages, parent)
-        depth = self._depth(parent) + 1
-        nodes: list[HostNode] = []
+        links: list[tuple[str, str, list[str]]] = []
         for index, position in enumerate(positions):
             chain, fp = chains[position], fingerprints[position]
             assert chain is not None
             assert fp is not None
-            nodes.append(
-                HostNode(
-                    chain=chain,
-                    parent=parent,
-                    fingerprint=fp,
-                    depth=depth + index,
-                    message_ids=by_item.get(index, []),
-                )
-            )
-            parent = chain
-        return messages, nodes
+            links.append((chain, fp, by_item.get(index, [])))
+        return messages, _linked(parent, self._depth(parent) + 1, links)
 
     def _depth(self, chain: str | None) -> int:
         node = self._nodes.get(chain) if chain is not None else None
@@ -569,21 +559,12 @@ class HostHistory:
     async def _try_record(
         self, message: Message, fingerprints: Sequence[str], after: str | None
     ) -> Message | None:
-        parent = after if after is not None else ROOT
-        nodes: list[HostNode] = []
-        depth = self._depth(after) + 1
+        parent = chain = after if after is not None else ROOT
+        links: list[tuple[str, str, list[str]]] = []
         for index, fp in enumerate(fingerprints):
-            chain = chain_of(parent, fp)
-            nodes.append(
-                HostNode(
-                    chain=chain,
-                    parent=parent,
-                    fingerprint=fp,
-                    depth=depth + index,
-                    message_ids=[message.id] if index == 0 else [],
-                )
-            )
-            parent = chain
+            chain = chain_of(chain, fp)
+            links.append((chain, fp, [message.id] if index == 0 else []))
+        nodes = _linked(parent, self._depth(after) + 1, links)
         if any(n.chain in self._nodes for n in nodes):
             # The same answer is stored already (an identical concurrent answer):
             # keep this one too, off the conversation, so nothing is lost.
@@ -609,3 +590,24 @@ def _prefix(values: list[_T], count: int) -> list[_T]:
     if count == len(values):
         return values
     return values[:count]
+
+
+def _linked(parent: str, depth: int, links: Sequence[tuple[str, str, list[str]]]) -> list[HostNode]:
+    """The index nodes of consecutive host messages, each the parent of the next.
+
+    ``links`` are ``(chain, fingerprint, message ids)`` in order; the first hangs
+    below ``parent`` at ``depth``.
+    """
+    nodes: list[HostNode] = []
+    for index, (chain, fingerprint, message_ids) in enumerate(links):
+        nodes.append(
+            HostNode(
+                chain=chain,
+                parent=parent,
+                fingerprint=fingerprint,
+                depth=depth + index,
+                message_ids=message_ids,
+            )
+        )
+        parent = chain
+    return nodes

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import os
 import shutil
@@ -113,6 +114,7 @@ __all__ = [
     "replayable_messages",
     "request_text",
     "stable_ids",
+    "transcript_compactions",
     "typed_before",
     "user_words_retained",
 ]
@@ -411,15 +413,9 @@ class _Options:
     writer: CheckpointWriter | None = None
 
 
-async def _replay(transcript: ImportedTranscript, options: _Options, root: Path) -> ReplayReport:
-    session = transcript.session
-    session_id = session.id
-    store = InMemoryStore()
-    await store.create_session(session)
-    live_to_imported: dict[str, str] = {}
-    recorder = _Recorder(live_to_imported)
-    first_own_compaction = min((c.index for c in transcript.compactions), default=None)
-    compactions = [
+def transcript_compactions(transcript: ImportedTranscript) -> list[ReplayCompaction]:
+    """The compactions the transcript's own agent performed, as a replay reports them."""
+    return [
         ReplayCompaction(
             at=c.index,
             message_id=c.message_id,
@@ -430,6 +426,17 @@ async def _replay(transcript: ImportedTranscript, options: _Options, root: Path)
         for c in transcript.compactions
     ]
 
+
+async def _replay(transcript: ImportedTranscript, options: _Options, root: Path) -> ReplayReport:
+    session = transcript.session
+    session_id = session.id
+    store = InMemoryStore()
+    await store.create_session(session)
+    live_to_imported: dict[str, str] = {}
+    recorder = _Recorder(live_to_imported)
+    first_own_compaction = min((c.index for c in transcript.compactions), default=None)
+    compactions = transcript_compactions(transcript)
+
     turns = peak = total = 0
     transcript_turns = estimated_turns = 0
     rebuilds: list[ReplayRebuild] = []
@@ -438,6 +445,7 @@ async def _replay(transcript: ImportedTranscript, options: _Options, root: Path)
     limits = options.limits
     input_limit = limits.input_limit if limits.input_limit is not None else limits.context_window
     point: ReplayPoint | None = None
+    entry = functools.partial(_rebuild_entry, options=options, live_to_imported=live_to_imported)
     async with ContextMiddleware(
         store,
         root,
@@ -463,17 +471,7 @@ async def _replay(transcript: ImportedTranscript, options: _Options, root: Path)
             peak = max(peak, view.tokens)
             total += view.tokens
             if view.rebuild is not None:
-                rebuilds.append(
-                    _rebuild_entry(
-                        index,
-                        imported,
-                        view,
-                        turns=turns,
-                        report=view.rebuild,
-                        options=options,
-                        live_to_imported=live_to_imported,
-                    )
-                )
+                rebuilds.append(entry(index, imported, view, turns=turns, report=view.rebuild))
             if view.tokens > input_limit:
                 # The provider would refuse this request: recover as a live loop does.
                 refused = view.tokens
@@ -495,17 +493,7 @@ async def _replay(transcript: ImportedTranscript, options: _Options, root: Path)
                         tokens_after=event.tokens_after,
                         compacted_results=event.compacted_results,
                     )
-                    rebuilds.append(
-                        _rebuild_entry(
-                            index,
-                            imported,
-                            view,
-                            turns=turns,
-                            report=report,
-                            options=options,
-                            live_to_imported=live_to_imported,
-                        )
-                    )
+                    rebuilds.append(entry(index, imported, view, turns=turns, report=report))
                 overflows.append(
                     ReplayOverflow(at=index, tokens=refused, recovered=view.tokens <= input_limit)
                 )

@@ -45,7 +45,7 @@ from mimo_ctx.importers import ImportedTranscript
 from mimo_ctx.messages import MAIN_AGENT, Message, TextPart
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.render import SectionFigure
-from mimo_ctx.replay import ReplayCompaction, replayable_messages
+from mimo_ctx.replay import ReplayCompaction, replayable_messages, transcript_compactions
 from mimo_ctx.store.in_memory import InMemoryStore
 from mimo_ctx.tokens import estimate_message_tokens
 from mimo_ctx.view import apply_send_rules
@@ -239,16 +239,7 @@ async def _inspect(
         compacted=compacted_by_tool(everything),
         digest=activity_digest(boundary),
         request=request,
-        transcript_compactions=[
-            ReplayCompaction(
-                at=c.index,
-                message_id=c.message_id,
-                agent=c.agent,
-                trigger=c.trigger,
-                tokens_before=c.tokens_before,
-            )
-            for c in transcript.compactions
-        ],
+        transcript_compactions=transcript_compactions(transcript),
         memory_root=str(root) if keep else None,
     )
 

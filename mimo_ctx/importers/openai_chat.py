@@ -49,7 +49,7 @@ Decisions (our choices):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -495,19 +495,27 @@ def chat_items(
 
 def convert_items(
     path: Path,
-    items: Sequence[Any],
-    lines: Sequence[int | None],
+    data: bytes,
+    document: object | None,
+    text: str | None,
     *,
+    key: str | None,
     problems: Problems,
     base_time: int,
     label: str,
     parse: Callable[[ChatConverter, object, str], ParsedMessage],
 ) -> ChatConverter:
-    """Validate and apply each item in order; malformed items go to ``problems``.
+    """Read the items (see :func:`chat_items`), then validate and apply each in order.
 
-    ``parse`` validates one item without changing state, so a malformed item is
-    skipped whole (lenient mode) rather than half applied.
+    A document without the array fails whole (:class:`TranscriptError` on line 1);
+    malformed items go to ``problems``. ``parse`` validates one item without
+    changing state, so a malformed item is skipped whole (lenient mode) rather
+    than half applied.
     """
+    try:
+        items, lines = chat_items(path, data, document, text, key=key, problems=problems)
+    except BadRecord as exc:
+        raise TranscriptError(exc.reason, path=str(path), line=1) from None
     conv = ChatConverter(base_time)
     for i, raw in enumerate(items):
         what = f"{label}[{i}]"
@@ -566,10 +574,21 @@ def finish_import(
     )
 
 
-def _tools(value: object) -> list[dict[str, Any]] | None:
-    if value is None:
-        return None
-    return [as_object(t, f"tools[{i}]") for i, t in enumerate(as_list(value, "tools"))]
+def _head(
+    path: Path, document: object | None
+) -> tuple[list[dict[str, Any]] | None, dict[str, Any]]:
+    """The ``tools`` of a ``{...}`` document and the document itself (none for JSONL or an
+    array); malformed tools fail the file (:class:`TranscriptError` on line 1)."""
+    if not is_object(document):
+        return None, {}
+    try:
+        value = document.get("tools")
+        if value is None:
+            return None, document
+        tools = [as_object(t, f"tools[{i}]") for i, t in enumerate(as_list(value, "tools"))]
+    except BadRecord as exc:
+        raise TranscriptError(exc.reason, path=str(path), line=1) from None
+    return tools, document
 
 
 def import_openai_chat(
@@ -594,26 +613,18 @@ def import_openai_chat(
         base_time: Time of the first message in epoch ms.
     """
     problems = Problems(strict=strict)
-    key = "messages" if is_object(document) else None
-    tools = None
-    metadata: dict[str, Any] = {}
-    try:
-        items, lines = chat_items(path, data, document, text, key=key, problems=problems)
-        if is_object(document):
-            doc = as_object(document, "the document")
-            tools = _tools(doc.get("tools"))
-            model = doc.get("model")
-            if isinstance(model, str):
-                metadata["model"] = model
-    except BadRecord as exc:
-        raise TranscriptError(exc.reason, path=str(path), line=1) from None
+    tools, head = _head(path, document)
+    model = head.get("model")
+    metadata: dict[str, Any] = {"model": model} if isinstance(model, str) else {}
     conv = convert_items(
         path,
-        items,
-        lines,
+        data,
+        document,
+        text,
+        key="messages" if is_object(document) else None,
         problems=problems,
         base_time=base_time,
-        label=key or "messages",
+        label="messages",
         parse=lambda c, raw, what: c.parse_chat(raw, what),
     )
     return finish_import(
@@ -644,24 +655,17 @@ def import_openai_responses(
     form one assistant message; a user message or a function call output ends it.
     """
     problems = Problems(strict=strict)
-    key = "input" if is_object(document) else None
-    tools = None
-    try:
-        items, lines = chat_items(path, data, document, text, key=key, problems=problems)
-        if is_object(document):
-            tools = _tools(as_object(document, "the document").get("tools"))
-            instructions = as_object(document, "the document").get("instructions")
-        else:
-            instructions = None
-    except BadRecord as exc:
-        raise TranscriptError(exc.reason, path=str(path), line=1) from None
+    tools, head = _head(path, document)
+    instructions = head.get("instructions")
     conv = convert_items(
         path,
-        items,
-        lines,
+        data,
+        document,
+        text,
+        key="input" if is_object(document) else None,
         problems=problems,
         base_time=base_time,
-        label=key or "items",
+        label="input" if is_object(document) else "items",
         parse=lambda c, raw, what: c.parse_responses_item(raw, what),
     )
     if isinstance(instructions, str) and instructions:

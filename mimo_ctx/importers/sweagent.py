@@ -42,7 +42,6 @@ from typing import Any, Final
 from mimo_ctx.errors import TranscriptError
 from mimo_ctx.importers._common import (
     FORMAT_SWEAGENT,
-    BadRecord,
     ImportedTranscript,
     Problems,
     as_object,
@@ -53,7 +52,6 @@ from mimo_ctx.importers._common import (
 from mimo_ctx.importers.openai_chat import (
     ChatConverter,
     ParsedMessage,
-    chat_items,
     convert_items,
     finish_import,
 )
@@ -131,14 +129,12 @@ def import_sweagent(
     if not is_object(document) or "history" not in document:
         raise TranscriptError("the trajectory has no 'history'", path=str(path), line=1)
     doc = document
-    try:
-        items, lines = chat_items(path, data, doc, text, key="history", problems=problems)
-    except BadRecord as exc:
-        raise TranscriptError(exc.reason, path=str(path), line=1) from None
     conv = convert_items(
         path,
-        items,
-        lines,
+        data,
+        doc,
+        text,
+        key="history",
         problems=problems,
         base_time=base_time,
         label="history",
