@@ -23,6 +23,7 @@ Nothing is deleted: compacted results keep their output in storage.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Sequence
@@ -353,16 +354,18 @@ class Rebuilder:
         manual = trigger == "manual"
         session = await self._session(session_id)
         await self._events.emit(UsagePending(session_id=session_id, time=now_ms()))
+        # A3: the plain compaction these outcomes fall back to.
+        fallback = functools.partial(
+            self._compact,
+            session_id,
+            agent=MAIN_AGENT,
+            usage_key=usage_key,
+            trigger=trigger,
+            before=before,
+            prefix_tokens=prefix_tokens,
+        )
         if not self._config.checkpoint_enabled:
-            return await self._compact(  # A3: the fallback of these outcomes
-                session_id,
-                agent=MAIN_AGENT,
-                usage_key=usage_key,
-                outcome="checkpoint-off",
-                trigger=trigger,
-                before=before,
-                prefix_tokens=prefix_tokens,
-            )
+            return await fallback(outcome="checkpoint-off")
         store, coordinator = self._store, self._coordinator
         checkpoint_path = self._layout.checkpoint_path(session_id)
         watermark_id = await store.get_watermark(session_id)
@@ -386,15 +389,7 @@ class Rebuilder:
                     await coordinator.wait(session_id, timeout)
             watermark_id = await store.get_watermark(session_id)
             if watermark_id is None or not await anyio.Path(checkpoint_path).exists():
-                return await self._compact(  # A3: the fallback of these outcomes
-                    session_id,
-                    agent=MAIN_AGENT,
-                    usage_key=usage_key,
-                    outcome="writer-failed",
-                    trigger=trigger,
-                    before=before,
-                    prefix_tokens=prefix_tokens,
-                )
+                return await fallback(outcome="writer-failed")
         else:
             latest = await store.latest_boundary(session_id)
             if recovers is not None and latest is not None and written_after(latest, recovers):

@@ -191,14 +191,8 @@ class HostHistory:
         if head == self._head:
             return
         self._head = head
-        # Walk up from the new head to the branch known so far: O(new) when the
-        # head only moved forward.
-        path: list[str] = []
-        chain = head if head is not None else ROOT
-        while chain != ROOT and chain not in self._branch_at:
-            path.append(chain)
-            chain = self._nodes[chain].parent
-        keep = self._branch_at[chain] + 1 if chain != ROOT else 0
+        # O(new) when the head only moved forward.
+        path, keep = self._up_to_branch(head)
         for dropped in self._branch[keep:]:
             del self._branch_at[dropped]
         del self._branch[keep:]
@@ -407,13 +401,22 @@ class HostHistory:
         """
         if last_stored == self._head:
             return [], []
-        path: list[str] = []
-        chain = last_stored if last_stored is not None else ROOT
-        while chain != ROOT and chain not in self._branch_at:
-            path.append(chain)
-            chain = self._nodes[chain].parent
-        cut = self._branch_at[chain] + 1 if chain != ROOT else 0
+        path, cut = self._up_to_branch(last_stored)
         return list(self._branch[cut:]), list(reversed(path))
+
+    def _up_to_branch(self, chain: str | None) -> tuple[list[str], int]:
+        """Walk up from ``chain`` to the current branch.
+
+        Returns the chains passed on the way (``chain`` first, none on the branch)
+        and how many chains of the branch stay below them (where the branch and the
+        path from ``chain`` part).
+        """
+        path: list[str] = []
+        at = chain if chain is not None else ROOT
+        while at != ROOT and at not in self._branch_at:
+            path.append(at)
+            at = self._nodes[at].parent
+        return path, self._branch_at[at] + 1 if at != ROOT else 0
 
     async def _marks(self, dropped: list[str], restored: list[str]) -> list[Message]:
         """The stored messages to mark off-branch (``dropped``) or back on (``restored``)."""

@@ -378,11 +378,16 @@ def _openai_chat(data: bytes) -> list[TypedInput]:
         if role == "assistant":
             turns += 1
         elif role == "user":
-            for text in _texts(item.get("content"), _CHAT_TEXT):
-                said = _chat_typed_text(text)
-                if said:
-                    typed.append(TypedInput(said, line, turns))
+            typed.extend(_chat_typed(item, line, turns))
     return typed
+
+
+def _chat_typed(item: dict[str, Any], line: int | None, turns: int) -> Iterator[TypedInput]:
+    """What the user typed in one chat or Responses user message."""
+    for text in _texts(item.get("content"), _CHAT_TEXT):
+        said = _chat_typed_text(text)
+        if said:
+            yield TypedInput(said, line, turns)
 
 
 def _openai_responses(data: bytes) -> list[TypedInput]:
@@ -399,10 +404,7 @@ def _openai_responses(data: bytes) -> list[TypedInput]:
             turns += 1
         in_output = output
         if kind == "message" and role == "user":
-            for text in _texts(item.get("content"), _CHAT_TEXT):
-                said = _chat_typed_text(text)
-                if said:
-                    typed.append(TypedInput(said, line, turns))
+            typed.extend(_chat_typed(item, line, turns))
     return typed
 
 

@@ -31,8 +31,10 @@ __all__ = [
     "ProviderFormat",
     "ProviderRequest",
     "Runner",
+    "StoredSessionArguments",
     "Streams",
     "activity_digest",
+    "add_stored_session_arguments",
     "add_transcript_arguments",
     "compacted_by_tool",
     "load_cli_config",
@@ -143,6 +145,53 @@ async def read_transcript_argument(
 def load_cli_config(path: str | None) -> RebuildConfig:
     """The settings: ``pyproject.toml``, the ``--config`` file, ``MIMO_CTX_*`` variables."""
     return load_config(Path(path) if path else None)
+
+
+def add_stored_session_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of the commands that read a session in an SQLite store.
+
+    ``--store``, ``--session``, ``--memory-root``, ``--config`` and ``--json``; read
+    them back with :meth:`StoredSessionArguments.of`.
+    """
+    parser.add_argument("--store", metavar="PATH", required=True, help="the SQLite store file")
+    parser.add_argument(
+        "--session", metavar="ID", help="the session (default: the newest session in the store)"
+    )
+    parser.add_argument(
+        "--memory-root",
+        metavar="DIR",
+        help="the session's memory root (default: <dir>/<stem>-memory beside the store)",
+    )
+    parser.add_argument("--config", metavar="FILE", help="settings file (.toml or .json)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSessionArguments:
+    """What :func:`add_stored_session_arguments` parsed.
+
+    Attributes:
+        store: The SQLite store file.
+        session: The session id (``None``: the newest session in the store).
+        memory_root: The memory root (``None``: the default beside the store).
+        config: The settings (see :func:`load_cli_config`).
+    """
+
+    store: Path
+    session: str | None
+    memory_root: Path | None
+    config: RebuildConfig
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> StoredSessionArguments:
+        """Read the arguments back; loads the ``--config`` settings."""
+        memory_root = cast("str | None", args.memory_root)
+        return cls(
+            store=Path(cast(str, args.store)),
+            session=cast("str | None", args.session),
+            memory_root=Path(memory_root) if memory_root else None,
+            config=load_cli_config(cast("str | None", args.config)),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,12 @@ import argparse
 from pathlib import Path
 from typing import Any, Final, cast
 
-from mimo_ctx.cli._common import Streams, load_cli_config, window_tokens
+from mimo_ctx.cli._common import (
+    StoredSessionArguments,
+    Streams,
+    add_stored_session_arguments,
+    window_tokens,
+)
 from mimo_ctx.cli._output import Output, dump_json, fmt_tokens
 from mimo_ctx.cli._render import default_memory_root, stored_session
 from mimo_ctx.config import RebuildConfig
@@ -114,10 +119,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "results live and cleared, reminders) with tokens, share of the window and the "
         "room left before the trigger line. Read-only.",
     )
-    context.add_argument("--store", metavar="PATH", required=True, help="the SQLite store file")
-    context.add_argument(
-        "--session", metavar="ID", help="the session (default: the newest session in the store)"
-    )
+    add_stored_session_arguments(context)
     context.add_argument(
         "--window",
         type=window_tokens,
@@ -126,26 +128,18 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="the model's context window (default 200K): shares and the trigger line",
     )
     context.add_argument("--agent", default=MAIN_AGENT, help="the agent (default: main)")
-    context.add_argument(
-        "--memory-root",
-        metavar="DIR",
-        help="the session's memory root (default: <dir>/<stem>-memory beside the store)",
-    )
-    context.add_argument("--config", metavar="FILE", help="settings file (.toml or .json)")
-    context.add_argument("--json", action="store_true", help="print one JSON document")
     context.set_defaults(run=_run)
 
 
 async def _run(args: argparse.Namespace, streams: Streams) -> int:
-    config = load_cli_config(cast("str | None", args.config))
-    memory_arg = cast("str | None", args.memory_root)
+    stored = StoredSessionArguments.of(args)
     usage = await context_of(
-        Path(cast(str, args.store)),
-        cast("str | None", args.session),
+        stored.store,
+        stored.session,
         window=cast(int, args.window),
         agent=cast(str, args.agent),
-        memory_root=Path(memory_arg) if memory_arg else None,
-        config=config,
+        memory_root=stored.memory_root,
+        config=stored.config,
     )
     if args.json:
         dump_json(usage.to_json(), streams.out)

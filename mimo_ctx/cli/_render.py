@@ -29,8 +29,9 @@ from mimo_ctx.cli._common import (
     PROVIDER_FORMATS,
     CliError,
     ProviderRequest,
+    StoredSessionArguments,
     Streams,
-    load_cli_config,
+    add_stored_session_arguments,
     provider_request,
 )
 from mimo_ctx.cli._output import Output, dump_json, fmt_tokens
@@ -249,36 +250,25 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         description="Print the next request of a session stored in an SQLite store, without "
         "changing the store (no writer starts, nothing is rebuilt).",
     )
-    render.add_argument("--store", metavar="PATH", required=True, help="the SQLite store file")
-    render.add_argument(
-        "--session", metavar="ID", help="the session (default: the newest session in the store)"
-    )
+    add_stored_session_arguments(render)
     render.add_argument(
         "--format",
         choices=("text", *PROVIDER_FORMATS),
         default="text",
         help="text (default), or the openai / anthropic payload",
     )
-    render.add_argument(
-        "--memory-root",
-        metavar="DIR",
-        help="the session's memory root (default: <dir>/<stem>-memory beside the store)",
-    )
     render.add_argument("--full", action="store_true", help="do not shorten long parts (text)")
-    render.add_argument("--config", metavar="FILE", help="settings file (.toml or .json)")
-    render.add_argument("--json", action="store_true", help="print one JSON document")
     render.set_defaults(run=_run)
 
 
 async def _run(args: argparse.Namespace, streams: Streams) -> int:
-    config = load_cli_config(cast("str | None", args.config))
-    memory_arg = cast("str | None", args.memory_root)
+    stored = StoredSessionArguments.of(args)
     result = await render_session(
-        Path(cast(str, args.store)),
-        cast("str | None", args.session),
-        memory_root=Path(memory_arg) if memory_arg else None,
+        stored.store,
+        stored.session,
+        memory_root=stored.memory_root,
         fmt=cast(RenderFormat, args.format),
-        config=config,
+        config=stored.config,
     )
     if args.json:
         dump_json(result.to_json(), streams.out)

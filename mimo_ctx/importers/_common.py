@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, TypeGuard
+from typing import Any, Final, TypeGuard, TypeVar
 
 from mimo_ctx import ids
 from mimo_ctx.convert import MessageDraft, build_messages
@@ -227,33 +227,32 @@ def as_list(value: object, what: str) -> list[Any]:
     return value
 
 
+_T = TypeVar("_T")
+
+
 def req_str(obj: Mapping[str, Any], key: str, what: str) -> str:
     """A required string field."""
     if key not in obj:
         raise BadRecord(f"{what} has no {key!r} field")
-    value = obj[key]
-    if not isinstance(value, str):
-        raise BadRecord(f"{what}.{key} must be a string, got {type_name(value)}")
-    return value
+    return _checked(obj[key], str, "a string", f"{what}.{key}")
 
 
 def opt_str(obj: Mapping[str, Any], key: str, what: str) -> str | None:
     """An optional string field (absent or null gives ``None``)."""
     value = obj.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise BadRecord(f"{what}.{key} must be a string, got {type_name(value)}")
-    return value
+    return None if value is None else _checked(value, str, "a string", f"{what}.{key}")
 
 
 def opt_bool(obj: Mapping[str, Any], key: str, what: str) -> bool:
     """An optional boolean flag (absent or null gives ``False``)."""
     value = obj.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise BadRecord(f"{what}.{key} must be a boolean, got {type_name(value)}")
+    return False if value is None else _checked(value, bool, "a boolean", f"{what}.{key}")
+
+
+def _checked(value: object, kind: type[_T], noun: str, what: str) -> _T:
+    """``value`` when it is a ``kind``; else the error naming the field and the type found."""
+    if not isinstance(value, kind):
+        raise BadRecord(f"{what} must be {noun}, got {type_name(value)}")
     return value
 
 

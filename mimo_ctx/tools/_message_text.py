@@ -24,6 +24,7 @@ from mimo_ctx.messages import (
     ToolResultPart,
     ToolStateCompleted,
     ToolStateError,
+    ToolTime,
 )
 
 __all__ = [
@@ -65,22 +66,14 @@ def render_part(part: Part) -> str:
         )
         state = part.state
         if isinstance(state, ToolStateCompleted):
-            note = (
-                " (cleared from the context by a rebuild; full output kept in storage)"
-                if state.time.compacted is not None
-                else ""
-            )
+            note = _cleared_note(state.time)
             return f"{head}\n[tool result {part.tool} call_id={part.call_id}{note}]\n{state.output}"
         if isinstance(state, ToolStateError):
             return f"{head}\n[tool error {part.tool} call_id={part.call_id}]\n{state.error}"
         return f"{head}\n[tool call not finished: {state.status}]"
     if isinstance(part, ToolResultPart):
         flag = ", error" if part.is_error else ""
-        note = (
-            " (cleared from the context by a rebuild; full output kept in storage)"
-            if part.time.compacted is not None
-            else ""
-        )
+        note = _cleared_note(part.time)
         return f"[tool result {part.tool} call_id={part.call_id}{flag}{note}]\n{part.output}"
     if isinstance(part, FilePart):
         url = part.url
@@ -100,6 +93,12 @@ def render_part(part: Part) -> str:
         return f"[compaction summary]\n{part.summary}"
     assert isinstance(part, OpaquePart)
     return f"[{part.source} {part.kind} part]"
+
+
+def _cleared_note(time: ToolTime) -> str:
+    if time.compacted is None:
+        return ""
+    return " (cleared from the context by a rebuild; full output kept in storage)"
 
 
 def message_body(message: Message) -> str:
