@@ -74,6 +74,8 @@ __all__ = [
     "claude_code_typed_text",
     "newest_words",
     "run_share",
+    "strip_ansi",
+    "tag_body",
     "typed_inputs",
     "words",
 ]
@@ -219,11 +221,13 @@ def _same(word: str) -> str:
 # --------------------------------------------------------------------------- records
 
 
-def _strip_ansi(text: str) -> str:
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape sequences (colours, cursor moves, titles)."""
     return _ANSI.sub("", text)
 
 
-def _tag_body(text: str, tag: str) -> str | None:
+def tag_body(text: str, tag: str) -> str | None:
+    """What the first ``<tag>…</tag>`` block of ``text`` holds, or ``None``."""
     match = re.search(rf"<{tag}>(.*?)</{tag}>", text, re.DOTALL)
     return match.group(1) if match else None
 
@@ -242,15 +246,15 @@ def claude_code_typed_text(text: str) -> tuple[str, TypedKind]:
 
     See the module docs for the rules.
     """
-    clean = _strip_ansi(text)
-    name = _tag_body(clean, "command-name")
+    clean = strip_ansi(text)
+    name = tag_body(clean, "command-name")
     if name is not None:
         name = name.strip()
         if name and not name.startswith("/"):
             name = "/" + name
-        args = (_tag_body(clean, "command-args") or "").strip()
+        args = (tag_body(clean, "command-args") or "").strip()
         return (f"{name} {args}".strip(), "command")
-    bash = _tag_body(clean, "bash-input")
+    bash = tag_body(clean, "bash-input")
     if bash is not None:
         return (f"!{bash.strip()}" if bash.strip() else "", "command")
     rest = _without_tags(clean, CLAUDE_CODE_MACHINE_TAGS, to_end=("task-notification",))
@@ -259,7 +263,7 @@ def claude_code_typed_text(text: str) -> tuple[str, TypedKind]:
 
 
 def _chat_typed_text(text: str) -> str:
-    return _without_tags(_strip_ansi(text), CHAT_MACHINE_TAGS).strip()
+    return _without_tags(strip_ansi(text), CHAT_MACHINE_TAGS).strip()
 
 
 def _jsonl(data: bytes) -> Iterator[tuple[int, dict[str, Any]]]:

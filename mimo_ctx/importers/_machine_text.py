@@ -21,21 +21,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Final
 
 from mimo_ctx.messages import TextPart
+from mimo_ctx.typed_input import strip_ansi
 
 __all__ = ["split_machine_text", "strip_ansi", "user_text_parts"]
-
-# CSI (ESC [ … final byte), OSC (ESC ] … BEL or ESC \), and two-byte escapes.
-_ANSI: Final = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]"
-)
-
-
-def strip_ansi(text: str) -> str:
-    """``text`` without terminal escape sequences (colours, cursor moves, titles)."""
-    return _ANSI.sub("", text)
 
 
 def _pattern(tags: Sequence[str], to_end: Sequence[str], lines: Sequence[str]) -> re.Pattern[str]:

@@ -93,7 +93,6 @@ from __future__ import annotations
 
 import glob
 import heapq
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +125,7 @@ from mimo_ctx.messages import (
     Part,
     TextPart,
 )
+from mimo_ctx.typed_input import CLAUDE_CODE_MACHINE_TAGS, tag_body
 
 __all__ = ["find_subagent_files", "import_claude_code"]
 
@@ -137,17 +137,6 @@ _STOP_REASONS: Final = {
     "refusal": "content-filter",
 }
 
-# Blocks the Claude Code CLI writes into user lines on the user's behalf.
-_MACHINE_TAGS: Final = (
-    "bash-stderr",
-    "bash-stdout",
-    "command-message",
-    "local-command-caveat",
-    "local-command-stderr",
-    "local-command-stdout",
-    "system-reminder",
-    "user-prompt-submit-hook",
-)
 # A task notification runs to the end of its text (a "Read the output file" line follows).
 _MACHINE_TO_END: Final = ("task-notification",)
 _MACHINE_LINES: Final = (r"\[Request interrupted by user[^\]\n]*\]",)
@@ -305,11 +294,6 @@ def _select_branch(agent: str, lines: list[Line], by_uuid: dict[str, Line]) -> l
 # ---------------------------------------------------------------------------
 
 
-def _tag_body(text: str, tag: str) -> str | None:
-    match = re.search(rf"<{tag}>(.*?)</{tag}>", text, re.DOTALL)
-    return match.group(1) if match is not None else None
-
-
 def _user_parts(part: TextPart, is_meta: bool) -> list[TextPart]:
     """One user text block as typed, synthetic and ignored parts (see the module docs)."""
     raw = part.text
@@ -318,19 +302,19 @@ def _user_parts(part: TextPart, is_meta: bool) -> list[TextPart]:
         if clean == raw:
             return [part.model_copy(update={"synthetic": True})]
         return [TextPart(text=clean, synthetic=True), TextPart(text=raw, ignored=True)]
-    name = _tag_body(raw, "command-name")
+    name = tag_body(raw, "command-name")
     if name is not None:
         name = strip_ansi(name).strip()
         if name and not name.startswith("/"):
             name = "/" + name
-        args = strip_ansi(_tag_body(raw, "command-args") or "").strip()
+        args = strip_ansi(tag_body(raw, "command-args") or "").strip()
         typed = f"{name} {args}".strip()
         return user_text_parts(raw, typed, [] if typed else [raw])
-    bash = _tag_body(raw, "bash-input")
+    bash = tag_body(raw, "bash-input")
     if bash is not None and strip_ansi(bash).strip():
         return user_text_parts(raw, f"!{strip_ansi(bash).strip()}", [])
     typed, machine = split_machine_text(
-        raw, _MACHINE_TAGS, to_end=_MACHINE_TO_END, lines=_MACHINE_LINES
+        raw, CLAUDE_CODE_MACHINE_TAGS, to_end=_MACHINE_TO_END, lines=_MACHINE_LINES
     )
     if not machine and typed == raw.strip():
         return [part]

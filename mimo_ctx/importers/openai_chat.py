@@ -92,6 +92,7 @@ from mimo_ctx.messages import (
     TextPart,
     TokenUsage,
 )
+from mimo_ctx.typed_input import CHAT_MACHINE_TAGS
 
 __all__ = [
     "ChatConverter",
@@ -165,17 +166,12 @@ def _content_parts(content: object, what: str) -> list[Part]:
     return parts
 
 
-# Blocks agent frameworks write into user turns on the user's behalf (Codex CLI's
-# environment and AGENTS.md blocks, Claude Code's reminders when it speaks the API).
-_MACHINE_TAGS: Final = ("environment_context", "system-reminder", "user_instructions")
-
-
 def _user_parts(parts: list[Part]) -> list[Part]:
     """User content with machine blocks split out of the typed text (:mod:`._machine_text`)."""
     out: list[Part] = []
     for part in parts:
         if isinstance(part, TextPart):
-            typed, machine = split_machine_text(part.text, _MACHINE_TAGS)
+            typed, machine = split_machine_text(part.text, CHAT_MACHINE_TAGS)
             if not machine and typed == part.text.strip():
                 out.append(part)
             else:
