@@ -28,8 +28,8 @@ import anyio.to_thread
 from mimo_ctx.checkpoint.protocol import SentRequest
 from mimo_ctx.digest import collapse_checkpoint_tail
 from mimo_ctx.memory import MemoryLayout
-from mimo_ctx.messages import MAIN_AGENT, Message, message_key, written_after
-from mimo_ctx.reminders import append_per_turn_reminder
+from mimo_ctx.messages import MAIN_AGENT, Message, TextPart, message_key, written_after
+from mimo_ctx.reminders import per_turn_reminder_part, with_per_turn_reminder
 from mimo_ctx.session import RequestPrefix, Session
 from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import (
@@ -154,7 +154,9 @@ class LiveWindow:
 class LiveSession:
     """What one process keeps per session: the lock every step runs under, windows, prefix."""
 
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    # fast_acquire: taken without contention (every turn) the lock does not yield to
+    # the loop; each step under it still checkpoints (a store call, a feed read).
+    lock: anyio.Lock = field(default_factory=lambda: anyio.Lock(fast_acquire=True))
     windows: dict[str, LiveWindow] = field(default_factory=dict[str, LiveWindow])
     prefix: RequestPrefix | None = None
     prefix_tokens: int | None = None
@@ -179,6 +181,10 @@ class LiveSession:
     sent_tokens: dict[str, int] = field(default_factory=dict[str, int])
     # The main agent's last request (what a forked checkpoint writer resends).
     last_request: SentRequest | None = None
+    # The per-turn reminder part and its estimate, made once: its text only names
+    # the session's memory directory, and every turn with a new user message
+    # appends it to a copy of that message (R8.3).
+    reminder_part: tuple[TextPart, int] | None = None
 
     def note_view(self, window: LiveWindow) -> None:
         """Remember the boundary the calling task's view of ``window`` starts at."""
@@ -371,15 +377,17 @@ class Windows:
             if cached is not None and cached[0] is source:
                 replaced = cached[1]
             else:
-                replaced = append_per_turn_reminder(
-                    [source], str(self._layout.session_dir(session_id))
-                )[0]
+                if state.reminder_part is None:
+                    part = per_turn_reminder_part(str(self._layout.session_dir(session_id)))
+                    state.reminder_part = (part, estimate_part_tokens(part))
+                part, part_tokens = state.reminder_part
+                replaced = with_per_turn_reminder(source, part)
                 if replaced is not source:
                     # The estimate is a sum over parts: the copy's is the source's
                     # plus its reminder part's, not a new pass over the user's text.
-                    replaced._token_estimate = estimate_message_tokens(  # pyright: ignore[reportPrivateUsage]
-                        source
-                    ) + estimate_part_tokens(replaced.parts[-1])
+                    replaced._token_estimate = (  # pyright: ignore[reportPrivateUsage]
+                        estimate_message_tokens(source) + part_tokens
+                    )
                 window.reminder = (source, replaced)
             tokens += estimate_message_tokens(replaced) - estimate_message_tokens(source)
             sendable[user] = replaced

@@ -50,8 +50,10 @@ __all__ = [
     "latest_request_note",
     "next_step_reminder",
     "per_turn_reminder",
+    "per_turn_reminder_part",
     "progress_check_reminder",
     "reminder_for",
+    "with_per_turn_reminder",
 ]
 
 CLOSING_WITH_ACTIVITY: Final = (
@@ -330,13 +332,36 @@ def has_per_turn_reminder(text: str) -> bool:
     return PER_TURN_MARKER in text
 
 
+def per_turn_reminder_part(memory_dir: str) -> TextPart:
+    """The synthetic text part that carries the per-turn reminder (SPEC R8.3).
+
+    A value: one part may be appended to any number of copies (it is never stored).
+
+    Args:
+        memory_dir: The session memory directory named in the reminder.
+    """
+    return TextPart(text=per_turn_reminder(memory_dir), synthetic=True)
+
+
+def with_per_turn_reminder(message: Message, part: TextPart) -> Message:
+    """``message`` carrying the reminder ``part``: a copy with it appended.
+
+    ``message`` itself (unchanged) when one of its text parts already holds the
+    marker. The input is never modified, so nothing reaches the store (R8.3).
+    """
+    if any(isinstance(p, TextPart) and has_per_turn_reminder(p.text) for p in message.parts):
+        return message
+    return message.model_copy(update={"parts": [*message.parts, part]})
+
+
 def append_per_turn_reminder(messages: Sequence[Message], memory_dir: str) -> list[Message]:
     """Return a new list whose last user message carries the per-turn reminder.
 
     SPEC R8.3: the reminder lives in memory only. The last user message is
-    replaced by a copy with a synthetic text part appended; no input message is
-    modified, so nothing reaches the store. When that message already holds the
-    marker, or there is no user message, the new list has the same messages.
+    replaced by a copy with a synthetic text part appended
+    (:func:`with_per_turn_reminder`); no input message is modified, so nothing
+    reaches the store. When that message already holds the marker, or there is
+    no user message, the new list has the same messages.
 
     Args:
         messages: The outgoing request's messages in order.
@@ -344,14 +369,9 @@ def append_per_turn_reminder(messages: Sequence[Message], memory_dir: str) -> li
     """
     out = list(messages)
     for index in range(len(out) - 1, -1, -1):
-        message = out[index]
-        if message.role != "user":
-            continue
-        if any(isinstance(p, TextPart) and has_per_turn_reminder(p.text) for p in message.parts):
+        if out[index].role == "user":
+            out[index] = with_per_turn_reminder(out[index], per_turn_reminder_part(memory_dir))
             return out
-        reminder = TextPart(text=per_turn_reminder(memory_dir), synthetic=True)
-        out[index] = message.model_copy(update={"parts": [*message.parts, reminder]})
-        return out
     return out
 
 

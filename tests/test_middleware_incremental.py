@@ -28,7 +28,7 @@ from mimo_ctx.messages import (
     ToolStatePending,
 )
 from mimo_ctx.middleware import ContextMiddleware
-from mimo_ctx.reminders import append_per_turn_reminder
+from mimo_ctx.reminders import append_per_turn_reminder, per_turn_reminder
 from mimo_ctx.store import InMemoryStore, SQLiteStore, Store
 from mimo_ctx.tokens import estimate_message_tokens
 from mimo_ctx.triggers import ModelLimits
@@ -127,15 +127,26 @@ async def _scenario(seed: int, store: Store, root: Path, *, memory: bool = False
                 full = append_per_turn_reminder(full, str(directory))
                 # Counted afresh: copies carry no cached estimate.
                 tokens = sum(estimate_message_tokens(Message(**m.model_dump())) for m in full)
-                assert [(m.id, len(m.parts)) for m in view.messages] == [
-                    (m.id, len(m.parts)) for m in full
-                ], (seed, step)
+                # The same messages and parts; the reminder part (made once per
+                # session) has its own id.
+                assert [_shape(m) for m in view.messages] == [_shape(m) for m in full], (
+                    seed,
+                    step,
+                )
             else:
                 assert [m.model_dump() for m in view.messages] == [m.model_dump() for m in full], (
                     seed,
                     step,
                 )
             assert view.tokens == tokens + (state_.prefix_tokens or 0), (seed, step)
+
+
+def _shape(message: Message) -> tuple[str, list[tuple[str, str | None, bool]]]:
+    """A message's id and, per part, its type, text and whether it is synthetic."""
+    return message.id, [
+        (p.type, getattr(p, "text", None), bool(getattr(p, "synthetic", False)))
+        for p in message.parts
+    ]
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -199,3 +210,36 @@ async def test_r8_window_adopted_after_a_rebuild_equals_a_reload(kind: str, tmp_
         assert fresh.last_finished is not None
         assert adopted.last_finished.id == fresh.last_finished.id
     await store.aclose()
+
+
+async def test_r8_3_the_reminder_part_is_made_once_per_session(tmp_path: Path) -> None:
+    """Every new user message's copy carries the same reminder part, naming the
+    session's memory directory; the stored messages never carry it."""
+    root = tmp_path / "mem"
+    async with ContextMiddleware(InMemoryStore(), root, model=ModelLimits(10_000_000)) as mw:
+        sid = (await mw.open_session(system="sys")).id
+        directory = MemoryLayout(root).session_dir(sid)
+        directory.mkdir(parents=True)
+        (directory / "checkpoint.md").write_text("Topic: t\n", encoding="utf-8")
+        parts: list[TextPart] = []
+        for turn in range(3):
+            user = Message(
+                session_id=sid,
+                role="user",
+                time_created=1_700_000_000_000 + turn,
+                parts=[TextPart(text=f"u{turn}")],
+            )
+            await mw.append([user])
+            view = await mw.prepare(sid)
+            last = view.messages[-1]
+            assert last.id == user.id
+            assert next(p.text for p in last.parts if isinstance(p, TextPart)) == f"u{turn}"
+            reminder = last.parts[-1]
+            assert isinstance(reminder, TextPart)
+            parts.append(reminder)
+            stored = await mw.store.get_message(user.id)
+            assert stored is not None
+            assert len(stored.parts) == 1
+        assert parts[0] is parts[1] is parts[2]
+        assert parts[0].synthetic
+        assert parts[0].text == per_turn_reminder(str(directory))

@@ -24,8 +24,10 @@ from mimo_ctx.reminders import (
     has_per_turn_reminder,
     next_step_reminder,
     per_turn_reminder,
+    per_turn_reminder_part,
     progress_check_reminder,
     reminder_for,
+    with_per_turn_reminder,
 )
 from mimo_ctx.tokens import estimate_text_tokens
 
@@ -253,6 +255,23 @@ def test_a12_never_duplicated() -> None:
     assert twice[0] is once[0]
     texts = [p.text for p in twice[0].parts if isinstance(p, TextPart)]
     assert sum(has_per_turn_reminder(t) for t in texts) == 1
+
+
+def test_r8_3_one_reminder_part_serves_every_copy() -> None:
+    """The part made once per session is appended to each new user message's copy;
+    the messages stay as they were, and one already holding the marker is returned."""
+    part = per_turn_reminder_part(MEMORY_DIR)
+    assert part.synthetic
+    assert part.text == per_turn_reminder(MEMORY_DIR)
+    first, second = _msg(0, "user", [TextPart(text="a")]), _msg(2, "user", [TextPart(text="b")])
+    snapshot = [first.model_dump(), second.model_dump()]
+    copies = [with_per_turn_reminder(m, part) for m in (first, second)]
+    assert [c.parts[-1] for c in copies] == [part, part]
+    assert [c.parts[:-1] for c in copies] == [first.parts, second.parts]
+    assert [first.model_dump(), second.model_dump()] == snapshot
+    assert with_per_turn_reminder(copies[0], part) is copies[0]
+    held = _msg(4, "user", [TextPart(text="x\n" + per_turn_reminder("/elsewhere"))])
+    assert with_per_turn_reminder(held, part) is held
 
 
 def test_r8_3_no_user_message_changes_nothing() -> None:
