@@ -24,7 +24,9 @@ Interleaved with each timed turn, on the same window and the same new messages:
   ``ContextEditingMiddleware`` with ``ClearToolUsesEdit`` on the same messages as
   a LangChain agent holds them (skipped with a note when langchain is absent).
 
-The window is reset to 500 messages every few turns (a new boundary, untimed).
+The window is reset to 500 messages every few turns (a new boundary, untimed),
+and the shapes take turns block by block (a block of each shape per reset round),
+so a busy spell of a shared machine falls on every shape alike.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ class _Plan:
     turns: int
 
 
-FULL = _Plan(stored=5_000, window=500, resets=6, turns=25)
+FULL = _Plan(stored=5_000, window=500, resets=10, turns=25)
 QUICK = _Plan(stored=200, window=60, resets=2, turns=3)
 
 
@@ -203,7 +205,7 @@ class _ShapeTimings:
     view_messages: int = 0
 
 
-async def _measure_shape(
+async def _measure_block(
     middleware: ContextMiddleware,
     store: SQLiteStore,
     stored: _Stored,
@@ -212,62 +214,61 @@ async def _measure_shape(
     shape: str,
     counter: itertools.count[int],
     pair: _LangChainPair | None,
-) -> _ShapeTimings:
+    timings: _ShapeTimings,
+) -> None:
+    """One block of ``plan.turns`` turns of ``shape`` on a window reset to ``plan.window``."""
     sid = stored.session_id
-    timings = _ShapeTimings([], [], [], [], [])
-    for _ in range(plan.resets):
-        await _reset_window(store, text, stored, plan.window)
-        view = await middleware.prepare(sid)  # untimed: loads the new window
-        timings.view_messages = len(view.messages)
-        window = await _window_messages(store, stored, plan.window)
-        host = to_openai_chat(window)
-        chain = to_langchain(window) if pair is not None else []
-        for _turn_number in range(plan.turns):
-            turn = _turn(shape, text, sid, next(counter))
+    await _reset_window(store, text, stored, plan.window)
+    view = await middleware.prepare(sid)  # untimed: loads the new window
+    timings.view_messages = len(view.messages)
+    window = await _window_messages(store, stored, plan.window)
+    host = to_openai_chat(window)
+    chain = to_langchain(window) if pair is not None else []
+    for _turn_number in range(plan.turns):
+        turn = _turn(shape, text, sid, next(counter))
+        gc.disable()
+        try:
+            start = _clock()
+            for kind, message in turn.writes:
+                if kind == "record":
+                    await middleware.record(message)
+                else:
+                    await middleware.append([message])
+            wrote = _since(start)
+            between = _clock()
+            await middleware.prepare(sid)
+            prepared = _since(between)
+        finally:
+            gc.enable()
+        stored.main.extend((m.id, m.time_created) for m in turn.final)
+        timings.record.append(wrote)
+        timings.prepare.append(prepared)
+        timings.turn.append((wrote[0] + prepared[0], wrote[1] + prepared[1]))
+        # The baselines, interleaved: the same turn on the same window.
+        host.extend(to_openai_chat(turn.final))
+        gc.disable()
+        try:
+            start = _clock()
+            _baseline_i(host)
+            timings.base_i.append(_since(start))
+        finally:
+            gc.enable()
+        if pair is not None:
+            chain.extend(to_langchain(turn.final))
             gc.disable()
             try:
                 start = _clock()
-                for kind, message in turn.writes:
-                    if kind == "record":
-                        await middleware.record(message)
-                    else:
-                        await middleware.append([message])
-                wrote = _since(start)
-                between = _clock()
-                await middleware.prepare(sid)
-                prepared = _since(between)
+                pair.turn(chain)
+                timings.base_ii.append(_since(start))
             finally:
                 gc.enable()
-            stored.main.extend((m.id, m.time_created) for m in turn.final)
-            timings.record.append(wrote)
-            timings.prepare.append(prepared)
-            timings.turn.append((wrote[0] + prepared[0], wrote[1] + prepared[1]))
-            # The baselines, interleaved: the same turn on the same window.
-            host.extend(to_openai_chat(turn.final))
-            gc.disable()
-            try:
-                start = _clock()
-                _baseline_i(host)
-                timings.base_i.append(_since(start))
-            finally:
-                gc.enable()
-            if pair is not None:
-                chain.extend(to_langchain(turn.final))
-                gc.disable()
-                try:
-                    start = _clock()
-                    pair.turn(chain)
-                    timings.base_ii.append(_since(start))
-                finally:
-                    gc.enable()
-    return timings
 
 
 async def _run(plan: _Plan) -> dict[str, Any]:
     text = _Text()
     langchain = _langchain_available()
     directory = Path(tempfile.mkdtemp(prefix="mimo-ctx-bench-turns-"))
-    shapes: dict[str, _ShapeTimings] = {}
+    shapes = {shape: _ShapeTimings([], [], [], [], []) for shape in SHAPES}
     try:
         stored = await _build(directory, text, plan.stored, plan.window)
         memory_root = directory / "memory"
@@ -283,10 +284,13 @@ async def _run(plan: _Plan) -> dict[str, Any]:
         ):
             await middleware.prepare(stored.session_id)
             settle_heap()
-            for shape in SHAPES:
-                shapes[shape] = await _measure_shape(
-                    middleware, store, stored, text, plan, shape, counter, pair
-                )
+            # The shapes take turns block by block, so a busy spell of the machine
+            # falls on every shape alike rather than on whichever ran then.
+            for _block in range(plan.resets):
+                for shape in SHAPES:
+                    await _measure_block(
+                        middleware, store, stored, text, plan, shape, counter, pair, shapes[shape]
+                    )
         gc.unfreeze()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -408,7 +412,8 @@ def _report(plan: _Plan, shapes: dict[str, _ShapeTimings], langchain: bool) -> d
         "messages appended as they come) and times one json.dumps of the list per turn; "
         "(ii) holds LangChain messages likewise and times the two middlewares' per-turn "
         "hooks with triggers that do not fire.",
-        f"The window is reset to {plan.window} messages every {plan.turns} turns.",
+        f"The window is reset to {plan.window} messages every {plan.turns} turns; the "
+        f"shapes take turns block by block ({plan.resets} blocks of each).",
     ]
     return result(NAME, TITLE, tables=[main], targets=targets, notes=notes, data=data)
 
