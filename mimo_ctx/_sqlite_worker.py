@@ -77,15 +77,17 @@ class SQLiteWorker(AsyncResource):
         the lock, before the connection: the last connection to close checkpoints)."""
         return
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+    def _check_open(self) -> None:
         if self._closed:
             raise StoreError(f"the {self._label} {self._path} is closed")
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        self._check_open()
         return await anyio.to_thread.run_sync(self._call, fn, limiter=self._limiter)
 
     def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         with self._lock:
-            if self._closed:
-                raise StoreError(f"the {self._label} {self._path} is closed")
+            self._check_open()
             conn = self._conn
             if conn is None:
                 conn = self._conn = self._connect()

@@ -343,9 +343,11 @@ class SQLiteBase(SQLiteWorker):
 
         ``write`` gets the rows inside the transaction and returns the first
         change-feed number it took (the batch takes that one and the next ones)
-        and each message's insert_seq. An empty batch writes nothing.
+        and each message's insert_seq. An empty batch writes nothing (a closed
+        store still refuses it).
         """
         if not batch:
+            self._check_open()
             return
 
         def run(conn: sqlite3.Connection) -> None:

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Self, TypeVar
 
 import anyio
-from anyio.abc import AsyncResource
 
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message, set_insert_seq
@@ -40,15 +39,18 @@ from mimo_ctx.session import (
     Task,
     task_order_key,
 )
-from mimo_ctx.store._common import reject_repeated_ids
+from mimo_ctx.store._common import (
+    HostCommit,
+    MessageQuery,
+    RebuildCommit,
+    StoreBase,
+    UserMessageQuery,
+    reject_repeated_ids,
+)
 from mimo_ctx.store.base import (
-    HeadMove,
     HostIndex,
     HostNode,
     apply_state_change,
-    check_host_commit,
-    check_rebuild_arguments,
-    check_user_message_window,
 )
 
 __all__ = ["InMemoryStore"]
@@ -158,7 +160,7 @@ class _HostIndex:
     head: str | None = None
 
 
-class InMemoryStore(AsyncResource):
+class InMemoryStore(StoreBase):
     """A :class:`~mimo_ctx.store.base.Store` kept in memory.
 
     Example:
@@ -364,28 +366,15 @@ class InMemoryStore(AsyncResource):
             self._check_open()
             return self._messages.get(message_id)
 
-    async def list_messages(
-        self,
-        session_id: str,
-        *,
-        agent: str | None = MAIN_AGENT,
-        since: tuple[int, str] | None = None,
-        last: int | None = None,
-        exclude_agent: str | None = None,
-    ) -> list[Message]:
-        """List a session's messages ordered by ``(time_created, id)``.
-
-        See :meth:`mimo_ctx.store.base.Store.list_messages`.
-        """
-        if last is not None and last < 0:
-            raise StoreError(f"list_messages: last must be >= 0, got {last}")
+    async def _list_messages(self, query: MessageQuery) -> list[Message]:
+        last, agent, exclude_agent = query.last, query.agent, query.exclude_agent
         async with self._lock:
             self._check_open()
-            index = self._index.get(session_id)
+            index = self._index.get(query.session_id)
             if index is None or last == 0:
                 return []
             keys = index.by_time
-            start = 0 if since is None else bisect.bisect_left(keys, since)
+            start = 0 if query.since is None else bisect.bisect_left(keys, query.since)
 
             def wanted(mid: str) -> bool:
                 of = self._keys[mid].agent
@@ -405,31 +394,19 @@ class InMemoryStore(AsyncResource):
             newest.reverse()
             return newest
 
-    async def list_user_messages(
-        self,
-        session_id: str,
-        *,
-        agent: str = MAIN_AGENT,
-        first: int | None = None,
-        last: int | None = None,
-        before: tuple[int, str] | None = None,
-    ) -> list[Message]:
-        """The agent's user messages that are not boundaries, by ``(time_created, id)``.
-
-        See :meth:`mimo_ctx.store.base.Store.list_user_messages`.
-        """
-        limit = check_user_message_window(first, last)
+    async def _list_user_messages(self, query: UserMessageQuery) -> list[Message]:
         async with self._lock:
             self._check_open()
-            index = self._index.get(session_id)
-            keys = index.users.get(agent, []) if index is not None else []
-            end = len(keys) if before is None else bisect.bisect_left(keys, before)
-            if first is not None:
-                chosen = keys[: min(end, first)]
-            elif limit is not None:
+            index = self._index.get(query.session_id)
+            keys = index.users.get(query.agent, []) if index is not None else []
+            end = len(keys) if query.before is None else bisect.bisect_left(keys, query.before)
+            limit = query.limit
+            if limit is None:
+                chosen = keys[:end]
+            elif query.newest:
                 chosen = keys[max(0, end - limit) : end]
             else:
-                chosen = keys[:end]
+                chosen = keys[: min(end, limit)]
             return [self._messages[mid] for _, mid in chosen]
 
     async def count_messages(self, session_id: str, *, agent: str | None = None) -> int:
@@ -479,27 +456,15 @@ class InMemoryStore(AsyncResource):
             changed.reverse()
             return changed, self._seq
 
-    async def commit_rebuild(
-        self,
-        session_id: str,
-        *,
-        usage_key: str,
-        boundary: Message,
-        updated: Sequence[Message],
-        state: StateChange | None = None,
-    ) -> bool:
-        """Append ``boundary`` and replace ``updated`` atomically, once per usage key.
-
-        See :meth:`mimo_ctx.store.base.Store.commit_rebuild`.
-
-        Raises:
-            StoreError: The session is unknown, the boundary id exists, or an
-                updated message is missing or belongs to another session; nothing
-                is written and the key stays unused.
-        """
+    async def _commit_rebuild(self, commit: RebuildCommit) -> bool:
+        session_id, usage_key, boundary, updated = (
+            commit.session_id,
+            commit.usage_key,
+            commit.boundary,
+            commit.updated,
+        )
         async with self._lock:
             self._check_open()
-            check_rebuild_arguments(session_id, boundary, updated)
             stored = self._require_session(session_id)
             if (session_id, usage_key) in self._rebuild_keys or self._recovered(
                 session_id, usage_key, boundary.agent
@@ -507,6 +472,7 @@ class InMemoryStore(AsyncResource):
                 return False
             self._check_new([boundary], "commit_rebuild")
             self._check_existing(updated, "commit_rebuild", session_id)
+            state = commit.state
             new_state = (
                 None if state is None else apply_state_change(session_id, stored.state, state)
             )
@@ -560,20 +526,11 @@ class InMemoryStore(AsyncResource):
             fresh.reverse()
             return HostIndex(nodes=fresh, head=host.head, seq=self._seq)
 
-    async def commit_host_history(
-        self,
-        session_id: str,
-        *,
-        agent: str,
-        nodes: Sequence[HostNode] = (),
-        messages: Sequence[Message] = (),
-        updated: Sequence[Message] = (),
-        move: HeadMove | None = None,
-    ) -> bool:
-        """Store host messages, their nodes and the head atomically (see the Store contract)."""
+    async def _commit_host_history(self, commit: HostCommit) -> bool:
+        session_id, agent, nodes, move = commit.session_id, commit.agent, commit.nodes, commit.move
+        messages, updated = commit.messages, commit.updated
         async with self._lock:
             self._check_open()
-            check_host_commit(session_id, nodes, [*messages, *updated])
             self._require_session(session_id)
             host = self._hosts.get((session_id, agent))
             if host is not None and any(n.chain in host.nodes for n in nodes):

@@ -70,7 +70,6 @@ from collections.abc import Sequence
 from typing import Self, TypeVar
 
 import anyio
-from anyio.abc import AsyncResource
 from pydantic import BaseModel
 
 try:
@@ -86,7 +85,14 @@ from mimo_ctx.checkpoint.lease import LeaseHolder
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
 from mimo_ctx.session import Actor, Session, SessionState, StateChange, Task, task_order_key
-from mimo_ctx.store._common import reject_repeated_ids
+from mimo_ctx.store._common import (
+    POSTGRES,
+    HostCommit,
+    RebuildCommit,
+    SQLStoreBase,
+    host_node,
+    reject_repeated_ids,
+)
 from mimo_ctx.store._pg_base import (
     AlreadyCommitted,
     PostgresBase,
@@ -108,12 +114,7 @@ from mimo_ctx.store._pg_schema import (
     upgrade,
 )
 from mimo_ctx.store.base import (
-    HeadMove,
     HostIndex,
-    HostNode,
-    check_host_commit,
-    check_rebuild_arguments,
-    check_user_message_window,
 )
 
 __all__ = [
@@ -128,7 +129,7 @@ _T = TypeVar("_T")
 _M = TypeVar("_M", bound=BaseModel)
 
 
-class PostgresStore(PostgresBase, AsyncResource):
+class PostgresStore(PostgresBase, SQLStoreBase):
     """A :class:`~mimo_ctx.store.base.Store` in PostgreSQL, shared by many workers.
 
     The pool is opened on first use; ``await PostgresStore.open(dsn)`` or
@@ -140,6 +141,8 @@ class PostgresStore(PostgresBase, AsyncResource):
         >>> async with PostgresStore("postgresql://app@db/agents") as store:  # doctest: +SKIP
         ...     await store.create_session(Session(time_created=0))
     """
+
+    _dialect = POSTGRES
 
     @classmethod
     async def open(
@@ -301,90 +304,13 @@ class PostgresStore(PostgresBase, AsyncResource):
             row = await conn.fetchrow(self._sql.get_message, message_id)
         return None if row is None else self._load_message(row[0], row[1], row[2])
 
-    async def list_messages(
-        self,
-        session_id: str,
-        *,
-        agent: str | None = MAIN_AGENT,
-        since: tuple[int, str] | None = None,
-        last: int | None = None,
-        exclude_agent: str | None = None,
-    ) -> list[Message]:
-        """List a session's messages ordered by ``(time_created, id)``.
-
-        See :meth:`mimo_ctx.store.base.Store.list_messages`.
-        """
-        if last is not None and last < 0:
-            raise StoreError(f"list_messages: last must be >= 0, got {last}")
-        self._check_open()
-        if last == 0:
-            return []
-        where = ["session_id = $1", "NOT off_branch"]
-        params: list[object] = [session_id]
-        if agent is not None:
-            params.append(agent)
-            where.append(f"agent = ${len(params)}")
-        if exclude_agent is not None:
-            params.append(exclude_agent)
-            where.append(f"agent <> ${len(params)}")
-        if since is not None:
-            # A row comparison: PostgreSQL scans the (…, time_created, id) index
-            # from that key.
-            params.extend(since)
-            where.append(f"(time_created, id) >= (${len(params) - 1}, ${len(params)})")
-        return await self._select_messages(" AND ".join(where), params, last=last, newest=True)
-
-    async def list_user_messages(
-        self,
-        session_id: str,
-        *,
-        agent: str = MAIN_AGENT,
-        first: int | None = None,
-        last: int | None = None,
-        before: tuple[int, str] | None = None,
-    ) -> list[Message]:
-        """The agent's user messages that are not boundaries, by ``(time_created, id)``.
-
-        See :meth:`mimo_ctx.store.base.Store.list_user_messages`; read through the
-        ``messages_user`` partial index (schema version 2).
-        """
-        limit = check_user_message_window(first, last)
-        self._check_open()
-        if limit == 0:
-            return []
-        where = (
-            "session_id = $1 AND agent = $2 AND role = 'user' AND NOT is_boundary"
-            " AND NOT off_branch"
-        )
-        params: list[object] = [session_id, agent]
-        if before is not None:
-            params.extend(before)
-            where += f" AND (time_created, id) < (${len(params) - 1}, ${len(params)})"
-        return await self._select_messages(where, params, last=limit, newest=last is not None)
-
-    async def _select_messages(
-        self, where: str, params: list[object], *, last: int | None, newest: bool
-    ) -> list[Message]:
-        """Messages matching ``where`` by ``(time_created, id)``, at most ``last`` of them.
-
-        ``newest``: the newest ``last`` (read backwards, returned oldest first);
-        otherwise the oldest.
-        """
-        order = "DESC" if newest and last is not None else "ASC"
+    async def _fetch_messages(self, tail: str, params: Sequence[object]) -> list[Message]:
         sql = render(
-            f"SELECT token_estimate, payload, insert_seq FROM {{s}}.messages WHERE {where}"
-            f" ORDER BY time_created {order}, id {order}",
-            self._schema,
+            f"SELECT token_estimate, payload, insert_seq FROM {{s}}.messages {tail}", self._schema
         )
-        if last is not None:
-            params = [*params, last]
-            sql += f" LIMIT ${len(params)}"
         async with self._connection() as conn:
             rows = await conn.fetch(sql, *params)
-        messages = [self._load_message(r[0], r[1], r[2]) for r in rows]
-        if order == "DESC":
-            messages.reverse()
-        return messages
+        return [self._load_message(r[0], r[1], r[2]) for r in rows]
 
     async def count_messages(self, session_id: str, *, agent: str | None = None) -> int:
         """Count a session's messages (of one agent, or of all when ``agent`` is None)."""
@@ -430,32 +356,17 @@ class PostgresStore(PostgresBase, AsyncResource):
         changed = [self._load_message(r[0], r[1], r[3]) for r in rows if r[1] is not None]
         return changed, current
 
-    async def commit_rebuild(
-        self,
-        session_id: str,
-        *,
-        usage_key: str,
-        boundary: Message,
-        updated: Sequence[Message],
-        state: StateChange | None = None,
-    ) -> bool:
-        """Append ``boundary`` and replace ``updated`` in one transaction, once per usage key.
+    async def _commit_rebuild(self, commit: RebuildCommit) -> bool:
+        """Write a checked :meth:`commit_rebuild`, once per usage key.
 
-        See :meth:`mimo_ctx.store.base.Store.commit_rebuild`. The key is claimed
-        first, against the ``rebuilds`` primary key, by the same transaction that
-        writes everything else: across processes and machines exactly one commit
-        per key succeeds (SPEC R1.4, R4). The newer-boundary check runs in that
-        transaction too, under the session's write lock, so no boundary can be
-        inserted between it and the commit.
-
-        Raises:
-            StoreError: The session is unknown, the boundary id exists, or an
-                updated message is missing or belongs to another session; nothing
-                is written and the key stays unused.
+        The key is claimed first, against the ``rebuilds`` primary key, by the
+        same transaction that writes everything else: across processes and
+        machines exactly one commit per key succeeds (SPEC R1.4, R4). The
+        newer-boundary check runs in that transaction too, under the session's
+        write lock, so no boundary can be inserted between it and the commit.
         """
-        batch = list(updated)
-        check_rebuild_arguments(session_id, boundary, batch)
-        for m in batch:
+        session_id, boundary = commit.session_id, commit.boundary
+        for m in commit.updated:
             if m.session_id != session_id:
                 raise StoreError(
                     f"commit_rebuild: message {m.id!r} belongs to session {m.session_id!r}, "
@@ -463,24 +374,25 @@ class PostgresStore(PostgresBase, AsyncResource):
                 )
 
         async def body(conn: Connection) -> dict[str, int]:
-            row = await conn.fetchrow(self._sql.claim_rebuild, session_id, usage_key, boundary.id)
+            key = commit.usage_key
+            row = await conn.fetchrow(self._sql.claim_rebuild, session_id, key, boundary.id)
             if row is None or not row[0]:
                 raise StoreError(f"commit_rebuild: unknown session {session_id!r}")
             if not row[1]:
                 raise AlreadyCommitted
-            if await conn.fetchval(self._sql.newer_boundary, session_id, usage_key, boundary.agent):
+            if await conn.fetchval(self._sql.newer_boundary, session_id, key, boundary.agent):
                 raise AlreadyCommitted  # that usage was recovered (R1.4); the claim rolls back
             written = await self._insert_messages(conn, [boundary], "commit_rebuild")
-            written.update(await self._update_messages(conn, batch, "commit_rebuild"))
-            if state is not None:
-                await self._change_state(conn, session_id, state)
+            written.update(await self._update_messages(conn, commit.updated, "commit_rebuild"))
+            if commit.state is not None:
+                await self._change_state(conn, session_id, commit.state)
             return written
 
         try:
             written = await self._write([session_id], body)
         except AlreadyCommitted:
             return False
-        stamp([boundary, *batch], written)
+        stamp([boundary, *commit.updated], written)
         return True
 
     async def update_session_state(self, session_id: str, change: StateChange) -> SessionState:
@@ -515,39 +427,17 @@ class PostgresStore(PostgresBase, AsyncResource):
             finally:
                 with anyio.CancelScope(shield=True):
                     await quiet_rollback(conn)
-        nodes = [
-            HostNode(
-                chain=str(r[0]),
-                parent=str(r[1]),
-                fingerprint=str(r[2]),
-                depth=int(r[3]),
-                message_ids=[str(i) for i in json.loads(str(r[4]))],
-                seq=int(r[5]),
-            )
-            for r in rows
-        ]
+        nodes = [host_node(r) for r in rows]
         return HostIndex(nodes=nodes, head=None if head is None else str(head), seq=int(current))
 
-    async def commit_host_history(
-        self,
-        session_id: str,
-        *,
-        agent: str,
-        nodes: Sequence[HostNode] = (),
-        messages: Sequence[Message] = (),
-        updated: Sequence[Message] = (),
-        move: HeadMove | None = None,
-    ) -> bool:
-        """Store host messages, their nodes and the head in one transaction.
+    async def _commit_host_history(self, commit: HostCommit) -> bool:
+        """Write a checked :meth:`commit_host_history` in one transaction.
 
-        See :meth:`mimo_ctx.store.base.Store.commit_host_history`: the transaction
-        holds the session's write lock, the head is compared under it, and the
-        ``host_nodes`` primary key refuses a node another worker stored first.
+        The transaction holds the session's write lock, the head is compared under
+        it, and the ``host_nodes`` primary key refuses a node another worker stored
+        first.
         """
-        new = list(messages)
-        changed = list(updated)
-        check_host_commit(session_id, nodes, [*new, *changed])
-        reject_repeated_ids(new, "commit_host_history")
+        session_id, agent, nodes, move = commit.session_id, commit.agent, commit.nodes, commit.move
 
         async def body(conn: Connection) -> None:
             if not await conn.fetchval(self._sql.session_exists, session_id):
@@ -569,9 +459,9 @@ class PostgresStore(PostgresBase, AsyncResource):
                 )
                 if len(inserted) != len(nodes):
                     raise AlreadyCommitted
-            if new:
-                await self._insert_messages(conn, new, "commit_host_history")
-            await self._update_messages(conn, changed, "commit_host_history")
+            if commit.messages:
+                await self._insert_messages(conn, commit.messages, "commit_host_history")
+            await self._update_messages(conn, commit.updated, "commit_host_history")
             if move is not None:
                 await conn.execute(self._sql.move_head, session_id, agent, move.head)
 

@@ -63,7 +63,14 @@ from mimo_ctx.session import (
     Task,
     task_order_key,
 )
-from mimo_ctx.store._common import reject_repeated_ids
+from mimo_ctx.store._common import (
+    SQLITE,
+    HostCommit,
+    RebuildCommit,
+    SQLStoreBase,
+    host_node,
+    reject_repeated_ids,
+)
 from mimo_ctx.store._sqlite_base import (
     SQL_CURRENT_SEQ,
     AlreadyCommitted,
@@ -74,13 +81,8 @@ from mimo_ctx.store._sqlite_base import (
 )
 from mimo_ctx.store._sqlite_schema import SCHEMA_VERSION, write_transaction
 from mimo_ctx.store.base import (
-    HeadMove,
     HostIndex,
-    HostNode,
     apply_state_change,
-    check_host_commit,
-    check_rebuild_arguments,
-    check_user_message_window,
 )
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -131,10 +133,9 @@ _SQL_INSERT_HOST_NODE: Final = (
 
 
 _ACTIVE_STATUSES_SQL: Final = ", ".join(f"'{s}'" for s in sorted(ACTIVE_ACTOR_STATUSES))
-_SQLITE_MAX_INT: Final = 2**63 - 1
 
 
-class SQLiteStore(SQLiteBase):
+class SQLiteStore(SQLiteBase, SQLStoreBase):
     """A :class:`~mimo_ctx.store.base.Store` in one SQLite file (the embedded default).
 
     The file is opened on first use; ``await SQLiteStore.open(path)`` or
@@ -145,6 +146,8 @@ class SQLiteStore(SQLiteBase):
         >>> async with SQLiteStore("agent.db") as store:  # doctest: +SKIP
         ...     await store.create_session(Session(time_created=0))
     """
+
+    _dialect = SQLITE
 
     @classmethod
     async def open(
@@ -340,86 +343,11 @@ class SQLiteStore(SQLiteBase):
 
         return await self._run(run)
 
-    async def list_messages(
-        self,
-        session_id: str,
-        *,
-        agent: str | None = MAIN_AGENT,
-        since: tuple[int, str] | None = None,
-        last: int | None = None,
-        exclude_agent: str | None = None,
-    ) -> list[Message]:
-        """List a session's messages ordered by ``(time_created, id)``.
-
-        See :meth:`mimo_ctx.store.base.Store.list_messages`.
-        """
-        if last is not None and last < 0:
-            raise StoreError(f"list_messages: last must be >= 0, got {last}")
-        if last == 0:
-            return []
-        where = ["session_id = ?", "off_branch = 0"]
-        params: list[object] = [session_id]
-        if agent is not None:
-            where.append("agent = ?")
-            params.append(agent)
-        if exclude_agent is not None:
-            where.append("agent != ?")
-            params.append(exclude_agent)
-        if since is not None:
-            # Row-value comparison: SQLite turns it into an index range scan.
-            where.append("(time_created, id) >= (?, ?)")
-            params.extend(since)
-        return await self._select_messages(" AND ".join(where), params, last=last, newest=True)
-
-    async def list_user_messages(
-        self,
-        session_id: str,
-        *,
-        agent: str = MAIN_AGENT,
-        first: int | None = None,
-        last: int | None = None,
-        before: tuple[int, str] | None = None,
-    ) -> list[Message]:
-        """The agent's user messages that are not boundaries, by ``(time_created, id)``.
-
-        See :meth:`mimo_ctx.store.base.Store.list_user_messages`; read through the
-        ``messages_user`` partial index.
-        """
-        limit = check_user_message_window(first, last)
-        if limit == 0:
-            return []
-        where = (
-            "session_id = ? AND agent = ? AND role = 'user' AND is_boundary = 0 AND off_branch = 0"
-        )
-        params: list[object] = [session_id, agent]
-        if before is not None:
-            where += " AND (time_created, id) < (?, ?)"
-            params.extend(before)
-        return await self._select_messages(where, params, last=limit, newest=last is not None)
-
-    async def _select_messages(
-        self, where: str, params: list[object], *, last: int | None, newest: bool
-    ) -> list[Message]:
-        """Messages matching ``where`` by ``(time_created, id)``, at most ``last`` of them.
-
-        ``newest``: the newest ``last`` (read backwards, returned oldest first);
-        otherwise the oldest.
-        """
-        order = "DESC" if newest and last is not None else "ASC"
-        sql = (
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE {where}"
-            f" ORDER BY time_created {order}, id {order}"
-        )
-        if last is not None:
-            sql += " LIMIT ?"
-            # A huge configured window means "no limit"; SQLite integers are 64-bit.
-            params = [*params, min(last, _SQLITE_MAX_INT)]
+    async def _fetch_messages(self, tail: str, params: Sequence[object]) -> list[Message]:
+        sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages {tail}"
 
         def run(conn: sqlite3.Connection) -> list[Message]:
-            messages = [self._load_message(r) for r in conn.execute(sql, params)]
-            if order == "DESC":
-                messages.reverse()
-            return messages
+            return [self._load_message(r) for r in conn.execute(sql, params)]
 
         return await self._run(run)
 
@@ -491,26 +419,9 @@ class SQLiteStore(SQLiteBase):
 
         return await self._run(run)
 
-    async def commit_rebuild(
-        self,
-        session_id: str,
-        *,
-        usage_key: str,
-        boundary: Message,
-        updated: Sequence[Message],
-        state: StateChange | None = None,
-    ) -> bool:
-        """Append ``boundary`` and replace ``updated`` in one transaction, once per usage key.
-
-        See :meth:`mimo_ctx.store.base.Store.commit_rebuild`.
-
-        Raises:
-            StoreError: The session is unknown, the boundary id exists, or an
-                updated message is missing or belongs to another session; nothing
-                is written and the key stays unused.
-        """
-        batch = list(updated)
-        check_rebuild_arguments(session_id, boundary, batch)
+    async def _commit_rebuild(self, commit: RebuildCommit) -> bool:
+        """Write a checked :meth:`commit_rebuild` in one transaction, once per usage key."""
+        session_id, boundary, batch = commit.session_id, commit.boundary, commit.updated
 
         def run(conn: sqlite3.Connection) -> bool:
             boundary_row = message_row(boundary)
@@ -525,21 +436,21 @@ class SQLiteStore(SQLiteBase):
                     conn.execute(
                         "INSERT INTO rebuilds (session_id, usage_key, boundary_id,"
                         " time_committed) VALUES (?, ?, ?, ?)",
-                        (session_id, usage_key, boundary.id, now_ms()),
+                        (session_id, commit.usage_key, boundary.id, now_ms()),
                     )
                 except sqlite3.IntegrityError:
                     raise AlreadyCommitted from None
                 # Inside the same transaction: a boundary inserted after the usage
                 # message already recovered it (R1.4), whoever wrote it.
                 newer = conn.execute(
-                    _SQL_NEWER_BOUNDARY, (boundary.agent, usage_key, session_id)
+                    _SQL_NEWER_BOUNDARY, (boundary.agent, commit.usage_key, session_id)
                 ).fetchone()
                 if newer is not None:
                     raise AlreadyCommitted
                 first = self._insert_messages(conn, [boundary_row], "commit_rebuild")
                 kept = self._update_messages(conn, rows, "commit_rebuild", session_id)
-                if state is not None:
-                    self._change_state(conn, session_id, state)
+                if commit.state is not None:
+                    self._change_state(conn, session_id, commit.state)
                 return first, kept
 
             try:
@@ -568,17 +479,7 @@ class SQLiteStore(SQLiteBase):
                 rows = conn.execute(_SQL_HOST_NODES, (session_id, agent, since)).fetchall()
                 head = conn.execute(_SQL_HOST_HEAD, (session_id, agent)).fetchone()
                 current = int(conn.execute(SQL_CURRENT_SEQ).fetchone()[0])
-                nodes = [
-                    HostNode(
-                        chain=str(r[0]),
-                        parent=str(r[1]),
-                        fingerprint=str(r[2]),
-                        depth=int(r[3]),
-                        message_ids=[str(i) for i in json.loads(r[4])],
-                        seq=int(r[5]),
-                    )
-                    for r in rows
-                ]
+                nodes = [host_node(r) for r in rows]
                 return HostIndex(
                     nodes=nodes, head=None if head is None else str(head[0]), seq=current
                 )
@@ -587,28 +488,13 @@ class SQLiteStore(SQLiteBase):
 
         return await self._run(run)
 
-    async def commit_host_history(
-        self,
-        session_id: str,
-        *,
-        agent: str,
-        nodes: Sequence[HostNode] = (),
-        messages: Sequence[Message] = (),
-        updated: Sequence[Message] = (),
-        move: HeadMove | None = None,
-    ) -> bool:
-        """Store host messages, their nodes and the head in one transaction.
-
-        See :meth:`mimo_ctx.store.base.Store.commit_host_history`.
-        """
-        new = list(messages)
-        changed = list(updated)
-        check_host_commit(session_id, nodes, [*new, *changed])
-        reject_repeated_ids(new, "commit_host_history")
+    async def _commit_host_history(self, commit: HostCommit) -> bool:
+        """Write a checked :meth:`commit_host_history` in one transaction."""
+        session_id, agent, nodes, move = commit.session_id, commit.agent, commit.nodes, commit.move
 
         def run(conn: sqlite3.Connection) -> bool:
-            new_rows = [message_row(m) for m in new]
-            changed_rows = [message_row(m) for m in changed]
+            new_rows = [message_row(m) for m in commit.messages]
+            changed_rows = [message_row(m) for m in commit.updated]
 
             def body() -> None:
                 if not self._session_exists(conn, session_id):

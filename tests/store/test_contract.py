@@ -1084,6 +1084,16 @@ async def test_off_branch_messages_are_kept_but_not_listed(store: Store) -> None
     assert (await store.latest_finished_assistant(s.id)) == old
 
 
+async def test_a_window_beyond_64_bit_integers_means_no_limit(store: Store) -> None:
+    """A huge configured window lists everything (both SQL stores' integers are 64-bit)."""
+    s = await new_session(store)
+    users = [user(s.id, f"u{i}", t=T0 + i) for i in range(3)]
+    await store.append_messages(users)
+    assert ids_of(await store.list_messages(s.id, last=2**64)) == ids_of(users)
+    assert ids_of(await store.list_user_messages(s.id, last=2**64)) == ids_of(users)
+    assert ids_of(await store.list_user_messages(s.id, first=2**64)) == ids_of(users)
+
+
 # --------------------------------------------------------------------------- lifecycle
 
 
@@ -1105,6 +1115,27 @@ async def test_aclose_is_idempotent_and_closed_store_raises(store_factory: Store
         store.commit_rebuild(s.id, usage_key="k", boundary=boundary(s.id, "", t=T0), updated=[]),
         store.list_tasks(s.id),
         store.list_actors(s.id),
+    ]
+    for call in calls:
+        with pytest.raises(StoreError, match="closed"):
+            await call
+
+
+async def test_a_closed_store_refuses_calls_it_could_answer_without_reading(
+    store_factory: StoreFactory,
+) -> None:
+    """Empty batches and empty windows still say the store is closed, on every store."""
+    store = await store_factory()
+    s = make_session()
+    await store.create_session(s)
+    await store.aclose()
+    calls = [
+        store.append_messages([]),
+        store.update_messages([]),
+        store.upsert_messages([]),
+        store.list_messages(s.id, last=0),
+        store.list_user_messages(s.id, last=0),
+        store.list_user_messages(s.id, first=0),
     ]
     for call in calls:
         with pytest.raises(StoreError, match="closed"):
