@@ -61,8 +61,7 @@ Our choices, documented:
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar, cast
 
 from anyio.abc import AsyncResource
@@ -70,20 +69,32 @@ from anyio.abc import AsyncResource
 from mimo_ctx.convert import MessageDraft, decode_arguments
 from mimo_ctx.errors import ConfigError, MimoCtxError
 from mimo_ctx.messages import MAIN_AGENT, Message, TokenUsage
-from mimo_ctx.middleware import ContextMiddleware, RequestView
+from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.overflow import OVERFLOW_ERROR_CODES
 from mimo_ctx.providers._sync import (
     ClientWrapper,
     Conversations,
-    ProviderReportedOverflow,
     RecordingStream,
     SessionBinding,
     Turn,
-    client_origin,
     fingerprint,
     has_async_method,
     plain,
     refuse_native_context,
+)
+from mimo_ctx.providers._wrapper import (
+    Accumulator,
+    Answer,
+    ManagedApi,
+    Resource,
+    as_dict,
+    assistant_answer,
+    bind,
+    dicts,
+    finish_of,
+    managed_call,
+    positive_int,
+    recovering_call,
 )
 from mimo_ctx.providers.anthropic import (
     CACHE_BREAKPOINTS,
@@ -116,19 +127,11 @@ def _require_anthropic() -> Any:
     return anthropic
 
 
-def _dict(value: object) -> dict[str, Any]:
-    data = plain(value)
-    return cast(dict[str, Any], data) if isinstance(data, dict) else {}
-
-
 def _blocks(content: object) -> list[dict[str, Any]]:
     """Message content as a list of block mappings (a string is one text block)."""
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
-    data = plain(content)
-    if not isinstance(data, list):
-        return []
-    return [cast(dict[str, Any], b) for b in cast(list[Any], data) if isinstance(b, dict)]
+    return dicts(content)
 
 
 _IGNORED_KEYS: Final = frozenset({"cache_control", "citations"})
@@ -162,20 +165,16 @@ def anthropic_fingerprint(message: Mapping[str, Any]) -> str:
     return fingerprint(str(role), results, others)
 
 
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
 def anthropic_usage(usage: object) -> TokenUsage | None:
     """Messages API ``usage`` -> :class:`TokenUsage` (None when absent)."""
-    data = _dict(usage)
+    data = as_dict(usage)
     if not data:
         return None
     return TokenUsage(
-        input=_int(data.get("input_tokens")),
-        output=_int(data.get("output_tokens")),
-        cache_read=_int(data.get("cache_read_input_tokens")),
-        cache_write=_int(data.get("cache_creation_input_tokens")),
+        input=positive_int(data.get("input_tokens")),
+        output=positive_int(data.get("output_tokens")),
+        cache_read=positive_int(data.get("cache_read_input_tokens")),
+        cache_write=positive_int(data.get("cache_creation_input_tokens")),
     )
 
 
@@ -190,44 +189,33 @@ _STOP: Final = {
 }
 
 
-def _answer(response: Mapping[str, Any], *, turn: Turn) -> tuple[Message | None, tuple[str, ...]]:
+def _answer(response: Mapping[str, Any], turn: Turn) -> Answer:
     """The recorded message of a Messages API response (a ``Message`` as JSON)."""
     content = _blocks(response.get("content"))
     host = {"role": "assistant", "content": content}
     _, converted = from_anthropic(None, [host], session_id=turn.session_id, agent=turn.agent)
-    reason = response.get("stop_reason")
     calls = any(b.get("type") == "tool_use" for b in content)
-    finish = (
-        _STOP.get(reason, reason.replace("_", "-"))
-        if isinstance(reason, str)
-        else ("tool-calls" if calls else "stop")
-    )
-    now = time.time_ns() // 1_000_000
-    base = next((m for m in converted if m.role == "assistant"), None)
-    if base is None:
-        base = Message(
-            session_id=turn.session_id, role="assistant", agent=turn.agent, time_created=now
-        )
-    model = response.get("model")
-    response_id = response.get("id")
-    recorded = base.model_copy(
-        update={
-            "finish": finish,
-            "time_completed": now,
-            "usage": anthropic_usage(response.get("usage")),
-            "model": model if isinstance(model, str) else None,
-            "provider_message_id": response_id if isinstance(response_id, str) else None,
-        }
+    recorded = assistant_answer(
+        converted,
+        turn=turn,
+        finish=finish_of(response.get("stop_reason"), _STOP, calls=calls),
+        usage=anthropic_usage(response.get("usage")),
+        model=response.get("model"),
+        response_id=response.get("id"),
     )
     return recorded, (anthropic_fingerprint(host),)
 
 
-class _AnthropicStream:
-    """Accumulates raw Messages stream events into the final message."""
+def _stop_overflow(answer: object) -> str | None:
+    """The overflow a response (or a ``message_delta``'s delta) reports in its stop reason."""
+    reason = getattr(answer, "stop_reason", None)
+    if isinstance(reason, str) and reason in OVERFLOW_ERROR_CODES:
+        return f"stop_reason {reason}"
+    return None
 
-    def __init__(self, turn: Turn) -> None:
-        self._turn = turn
-        self.reset()
+
+class _AnthropicStream(Accumulator):
+    """Accumulates raw Messages stream events into the final message."""
 
     def reset(self) -> None:
         self._message: dict[str, Any] | None = None
@@ -241,10 +229,7 @@ class _AnthropicStream:
     def overflow(self, event: Any) -> str | None:
         if getattr(event, "type", None) != "message_delta":
             return None
-        reason = getattr(getattr(event, "delta", None), "stop_reason", None)
-        if isinstance(reason, str) and reason in OVERFLOW_ERROR_CODES:
-            return f"stop_reason {reason}"
-        return None
+        return _stop_overflow(getattr(event, "delta", None))
 
     def complete(self) -> bool:
         return self._stopped
@@ -253,23 +238,24 @@ class _AnthropicStream:
         kind = getattr(event, "type", None)
         index = getattr(event, "index", None)
         if kind == "message_start":
-            self._message = _dict(getattr(event, "message", None))
+            self._message = as_dict(getattr(event, "message", None))
             self._blocks = dict(enumerate(_blocks(self._message.get("content"))))
         elif kind == "content_block_start" and isinstance(index, int):
-            self._blocks[index] = _dict(getattr(event, "content_block", None))
+            self._blocks[index] = as_dict(getattr(event, "content_block", None))
         elif kind == "content_block_delta" and isinstance(index, int):
             self._delta(index, getattr(event, "delta", None))
         elif kind == "content_block_stop" and isinstance(index, int):
             if index in self._json and index in self._blocks:
                 self._blocks[index]["input"] = decode_arguments(self._json.pop(index))
         elif kind == "message_delta" and self._message is not None:
-            delta = _dict(getattr(event, "delta", None))
+            delta = as_dict(getattr(event, "delta", None))
             for key in ("stop_reason", "stop_sequence"):
                 if key in delta:
                     self._message[key] = delta[key]
             self._stopped = self._stopped or delta.get("stop_reason") is not None
-            usage = {k: v for k, v in _dict(getattr(event, "usage", None)).items() if v is not None}
-            self._message["usage"] = {**_dict(self._message.get("usage")), **usage}
+            reported = as_dict(getattr(event, "usage", None))
+            usage = {k: v for k, v in reported.items() if v is not None}
+            self._message["usage"] = {**as_dict(self._message.get("usage")), **usage}
 
     def _delta(self, index: int, delta: Any) -> None:
         block = self._blocks.setdefault(index, {"type": "text", "text": ""})
@@ -285,7 +271,7 @@ class _AnthropicStream:
         elif kind == "signature_delta":
             block["signature"] = getattr(delta, "signature", None)
 
-    def answer(self) -> tuple[Message | None, tuple[str, ...]]:
+    def answer(self) -> Answer:
         if self._message is None:
             return None, ()
         blocks = dict(self._blocks)
@@ -295,7 +281,7 @@ class _AnthropicStream:
             if index in blocks:
                 blocks[index] = {**blocks[index], "input": decode_arguments(partial)}
         response = {**self._message, "content": [blocks[i] for i in sorted(blocks)]}
-        return _answer(response, turn=self._turn)
+        return _answer(response, self._turn)
 
 
 def _is_system(message: Mapping[str, Any]) -> bool:
@@ -310,20 +296,13 @@ def _system_text(system: object) -> str:
     )
 
 
-def _tools(value: object) -> list[dict[str, Any]]:
-    data = plain(value)
-    if not isinstance(data, list):
-        return []
-    return [cast(dict[str, Any], t) for t in cast(list[Any], data) if isinstance(t, dict)]
-
-
 def _item_fingerprint(item: object) -> str | None:
-    data = _dict(item)
+    data = as_dict(item)
     return None if _is_system(data) else anthropic_fingerprint(data)
 
 
 def _drafts(run: Sequence[object]) -> list[MessageDraft]:
-    return drafts_from_anthropic(None, [_dict(i) for i in run])[1]
+    return drafts_from_anthropic(None, [as_dict(i) for i in run])[1]
 
 
 def _turns(run: Sequence[Message], previous: Message | None) -> list[dict[str, Any]]:
@@ -342,46 +321,36 @@ def _cached(kwargs: Mapping[str, Any], messages: list[Any]) -> list[Any]:
     return mark_conversation_cache(messages) if used < CACHE_BREAKPOINTS else messages
 
 
-class _Messages:
+_API: Final = ManagedApi(
+    key="messages",
+    format="anthropic",
+    convert=_turns,
+    adapter=_AnthropicStream,
+    answer=_answer,
+    overflow=_stop_overflow,
+    merges=_same_role,
+)
+
+
+class _Messages(Resource):
     """``messages`` with managed ``create`` and ``stream``; everything else delegated."""
 
     def __init__(self, inner: Any, binding: SessionBinding, *, cache: bool = True) -> None:
-        self._inner = inner
-        self._binding = binding
+        super().__init__(inner, binding)
         self._cache = cache
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def _prepare_call(
-        self, kwargs: dict[str, Any], *, opener: Any, check_stop: bool, call: str
-    ) -> Turn:
+    async def _sync(self, kwargs: dict[str, Any], *, call: str) -> Turn:
         refuse_native_context(kwargs, api="messages", call=call)
-        binding = self._binding
-        turn = await binding.sync(
+        return await self._binding.sync(
             cast(Sequence[object], kwargs["messages"]),
             fingerprint=_item_fingerprint,
             convert=_drafts,
-            prefix=lambda heads: (_system_text(kwargs.get("system")), _tools(kwargs.get("tools"))),
+            prefix=lambda heads: (_system_text(kwargs.get("system")), dicts(kwargs.get("tools"))),
         )
-        builder = turn.builder("anthropic", _turns, merges=_same_role)
 
-        def build(view: RequestView) -> dict[str, Any]:
-            converted = builder.build(view.messages, view.boundary_id)
-            messages = [*turn.head, *converted]
-            payload = {**kwargs, "messages": _cached(kwargs, messages) if self._cache else messages}
-            binding.sent(view, "anthropic", payload)
-            return payload
-
-        async def send(payload: dict[str, Any]) -> Any:
-            result = await opener(payload)
-            reason = getattr(result, "stop_reason", None)
-            if check_stop and isinstance(reason, str) and reason in OVERFLOW_ERROR_CODES:
-                raise ProviderReportedOverflow(f"stop_reason {reason}", result)
-            return result
-
-        binding.call(turn, build, send)
-        return turn
+    def _finish(self, kwargs: Mapping[str, Any]) -> Callable[[list[Any]], list[Any]] | None:
+        """The conversation breakpoint put on each request, when the wrapper caches."""
+        return (lambda messages: _cached(kwargs, messages)) if self._cache else None
 
     def _managed(self, kwargs: Mapping[str, Any]) -> bool:
         raw = kwargs.get("messages")
@@ -391,22 +360,11 @@ class _Messages:
         """``messages.create`` on the managed history (see the module docs)."""
         if not self._managed(kwargs):
             return await self._inner.create(**kwargs)  # let the SDK report the error
-        binding = self._binding
-        streaming = kwargs.get("stream") is True
-
-        async def opener(payload: dict[str, Any]) -> Any:
-            return await self._inner.create(**payload)
-
-        turn = await self._prepare_call(
-            kwargs, opener=opener, check_stop=not streaming, call="messages.create"
+        turn = await self._sync(kwargs, call="messages.create")
+        send = self._inner.create
+        return await managed_call(
+            self._binding, turn, kwargs, _API, send=lambda p: send(**p), finish=self._finish(kwargs)
         )
-        assert turn.call is not None
-        result = await turn.call.run()
-        if streaming:
-            return RecordingStream(binding, turn, result, _AnthropicStream(turn))
-        message, fps = _answer(_dict(result), turn=turn)
-        await binding.record(turn, message, fingerprints=fps)
-        return result
 
     def stream(self, **kwargs: Any) -> Any:
         """``messages.stream`` on the managed history: an async context manager giving the
@@ -444,11 +402,12 @@ class _MessageStreamManager(AsyncResource):
                 )
             return raw
 
-        turn = await messages._prepare_call(  # pyright: ignore[reportPrivateUsage]
-            self._kwargs, opener=opener, check_stop=False, call="messages.stream"
+        turn = await messages._sync(self._kwargs, call="messages.stream")  # pyright: ignore[reportPrivateUsage]
+        finish = messages._finish(self._kwargs)  # pyright: ignore[reportPrivateUsage]
+        call = recovering_call(
+            binding, turn, self._kwargs, _API, send=opener, streaming=True, finish=finish
         )
-        assert turn.call is not None
-        raw = await turn.call.run()
+        raw = await call.run()
         self._recording = RecordingStream(binding, turn, raw, _AnthropicStream(turn))
         output_format = self._kwargs.get("output_format")
         if output_format is None:
@@ -535,14 +494,5 @@ def wrap_anthropic(
             "wrap_anthropic needs an async client (anthropic.AsyncAnthropic; "
             f"messages.create must be async), got {type(client).__name__}"
         )
-    if not session_id:
-        raise ConfigError("session_id must be a non-empty string")
-    binding = SessionBinding(
-        middleware,
-        session_id,
-        agent=agent,
-        project_id=project_id,
-        conversations=conversations,
-        origin=client_origin(client),
-    )
+    binding = bind(client, middleware, session_id, agent, project_id, conversations=conversations)
     return cast(_C, AnthropicWrapper(client, binding, cache_conversation=cache_conversation))

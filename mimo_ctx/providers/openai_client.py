@@ -62,27 +62,36 @@ Our choices, documented:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar, cast
 
 from mimo_ctx.convert import MessageDraft
 from mimo_ctx.errors import ConfigError
-from mimo_ctx.messages import MAIN_AGENT, Message, Part, TokenUsage
-from mimo_ctx.middleware import ContextMiddleware, RequestView
+from mimo_ctx.messages import MAIN_AGENT, TokenUsage
+from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.overflow import OVERFLOW_ERROR_CODES, is_overflow_stream_event
 from mimo_ctx.providers._sync import (
     ClientWrapper,
     Conversations,
-    ProviderReportedOverflow,
-    RecordingStream,
     SessionBinding,
     Turn,
-    client_origin,
     fingerprint,
     has_async_method,
     plain,
     refuse_native_context,
+)
+from mimo_ctx.providers._wrapper import (
+    Accumulator,
+    Answer,
+    ManagedApi,
+    Resource,
+    as_dict,
+    assistant_answer,
+    bind,
+    dicts,
+    finish_of,
+    managed_call,
+    positive_int,
 )
 from mimo_ctx.providers.openai import (
     drafts_from_openai_chat,
@@ -118,17 +127,6 @@ def _require_openai() -> Any:
     return openai
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _dict(value: object) -> dict[str, Any]:
-    data = plain(value)
-    if isinstance(data, dict):
-        return cast(dict[str, Any], data)
-    return {}
-
-
 def _list(value: object) -> list[Any]:
     data = plain(value)
     if isinstance(data, list):
@@ -142,11 +140,6 @@ def _items(obj: object, name: str) -> list[Any]:
     if isinstance(value, list | tuple):
         return list(cast(Sequence[Any], value))
     return []
-
-
-def _dicts(value: object) -> list[dict[str, Any]]:
-    """The mappings of a list (other entries skipped)."""
-    return [cast(dict[str, Any], v) for v in _list(value) if isinstance(v, dict)]
 
 
 def _text_parts(content: object) -> list[str]:
@@ -174,10 +167,6 @@ def _system_text(head: Sequence[Mapping[str, Any]], key: str = "content") -> str
     return "\n\n".join("\n".join(_text_parts(m.get(key))) for m in head)
 
 
-def _tools(value: object) -> list[dict[str, Any]]:
-    return [cast(dict[str, Any], t) for t in _list(value) if isinstance(t, dict)]
-
-
 # --------------------------------------------------------------------------- #
 # Fingerprints (what identifies a host message across turns)
 # --------------------------------------------------------------------------- #
@@ -191,7 +180,7 @@ def chat_fingerprint(message: Mapping[str, Any]) -> str:
     """
     role = message.get("role")
     if role == "assistant":
-        calls = [c.get("id") for c in _dicts(message.get("tool_calls"))]
+        calls = [c.get("id") for c in dicts(message.get("tool_calls"))]
         if calls:
             return fingerprint("assistant-calls", calls)
         texts = _text_parts(message.get("content"))
@@ -237,43 +226,31 @@ def _is_system(item: Mapping[str, Any]) -> bool:
 # --------------------------------------------------------------------------- #
 
 
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+def _usage(usage: object, *, sent: str, received: str) -> TokenUsage | None:
+    """An OpenAI ``usage`` whose counts are ``<sent>_tokens`` / ``<received>_tokens``."""
+    data = as_dict(usage)
+    if not data:
+        return None
+    cached = positive_int(as_dict(data.get(f"{sent}_tokens_details")).get("cached_tokens"))
+    details = as_dict(data.get(f"{received}_tokens_details"))
+    total = positive_int(data.get("total_tokens"))
+    return TokenUsage(
+        input=max(positive_int(data.get(f"{sent}_tokens")) - cached, 0),
+        output=positive_int(data.get(f"{received}_tokens")),
+        reasoning=positive_int(details.get("reasoning_tokens")),
+        cache_read=cached,
+        total=total or None,
+    )
 
 
 def chat_usage(usage: object) -> TokenUsage | None:
     """Chat Completions ``usage`` -> :class:`TokenUsage` (None when absent)."""
-    data = _dict(usage)
-    if not data:
-        return None
-    cached = _int(_dict(data.get("prompt_tokens_details")).get("cached_tokens"))
-    reasoning = _int(_dict(data.get("completion_tokens_details")).get("reasoning_tokens"))
-    prompt = _int(data.get("prompt_tokens"))
-    total = _int(data.get("total_tokens"))
-    return TokenUsage(
-        input=max(prompt - cached, 0),
-        output=_int(data.get("completion_tokens")),
-        reasoning=reasoning,
-        cache_read=cached,
-        total=total or None,
-    )
+    return _usage(usage, sent="prompt", received="completion")
 
 
 def responses_usage(usage: object) -> TokenUsage | None:
     """Responses API ``usage`` -> :class:`TokenUsage` (None when absent)."""
-    data = _dict(usage)
-    if not data:
-        return None
-    cached = _int(_dict(data.get("input_tokens_details")).get("cached_tokens"))
-    reasoning = _int(_dict(data.get("output_tokens_details")).get("reasoning_tokens"))
-    total = _int(data.get("total_tokens"))
-    return TokenUsage(
-        input=max(_int(data.get("input_tokens")) - cached, 0),
-        output=_int(data.get("output_tokens")),
-        reasoning=reasoning,
-        cache_read=cached,
-        total=total or None,
-    )
+    return _usage(usage, sent="input", received="output")
 
 
 _CHAT_FINISH: Final = {
@@ -285,61 +262,36 @@ _CHAT_FINISH: Final = {
 }
 
 
-def _assistant(
-    converted: Sequence[Message],
-    *,
-    session_id: str,
-    agent: str,
-    finish: str,
-    usage: TokenUsage | None,
-    model: object,
-    response_id: object,
-) -> Message:
-    """One finished assistant message from converter output (empty when there is none)."""
-    now = _now_ms()
-    parts: list[Part] = [p for m in converted if m.role == "assistant" for p in m.parts]
-    base = next((m for m in converted if m.role == "assistant"), None)
-    if base is None:
-        base = Message(session_id=session_id, role="assistant", agent=agent, time_created=now)
-    return base.model_copy(
-        update={
-            "parts": parts,
-            "finish": finish,
-            "time_completed": now,
-            "usage": usage,
-            "model": model if isinstance(model, str) else None,
-            "provider_message_id": response_id if isinstance(response_id, str) else None,
-        }
-    )
+def _chat_overflow(answer: object) -> str | None:
+    """The overflow a completion (or a chunk) reports in a choice's finish reason."""
+    for choice in _items(answer, "choices"):
+        reason = getattr(choice, "finish_reason", None)
+        if isinstance(reason, str) and reason.lower() in OVERFLOW_ERROR_CODES:
+            return f"finish_reason {reason}"
+    return None
 
 
 def _chat_answer(
     message: Mapping[str, Any],
+    turn: Turn,
     *,
     finish_reason: object,
     usage: object,
     model: object,
     response_id: object,
-    session_id: str,
-    agent: str,
-) -> tuple[Message, tuple[str, ...]]:
-    calls = _dicts(message.get("tool_calls"))
+) -> Answer:
+    calls = dicts(message.get("tool_calls"))
     host: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
     if calls:
         host["tool_calls"] = calls
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal:
         host["refusal"] = refusal
-    _, converted = from_openai_chat([host], session_id=session_id, agent=agent)
-    if isinstance(finish_reason, str):
-        finish = _CHAT_FINISH.get(finish_reason, finish_reason.replace("_", "-"))
-    else:
-        finish = "tool-calls" if calls else "stop"
-    recorded = _assistant(
+    _, converted = from_openai_chat([host], session_id=turn.session_id, agent=turn.agent)
+    recorded = assistant_answer(
         converted,
-        session_id=session_id,
-        agent=agent,
-        finish=finish,
+        turn=turn,
+        finish=finish_of(finish_reason, _CHAT_FINISH, calls=bool(calls)),
         usage=chat_usage(usage),
         model=model,
         response_id=response_id,
@@ -347,41 +299,35 @@ def _chat_answer(
     return recorded, (chat_fingerprint(host),)
 
 
-def _completion_answer(
-    completion: Mapping[str, Any], *, session_id: str, agent: str
-) -> tuple[Message, tuple[str, ...]]:
-    choices = _dicts(completion.get("choices"))
+def _completion_answer(completion: Mapping[str, Any], turn: Turn) -> Answer:
+    choices = dicts(completion.get("choices"))
     choice = next((c for c in choices if c.get("index") == 0), choices[0] if choices else {})
     return _chat_answer(
-        _dict(choice.get("message")),
+        as_dict(choice.get("message")),
+        turn,
         finish_reason=choice.get("finish_reason"),
         usage=completion.get("usage"),
         model=completion.get("model"),
         response_id=completion.get("id"),
-        session_id=session_id,
-        agent=agent,
     )
 
 
-def _response_answer(
-    response: Mapping[str, Any], *, session_id: str, agent: str
-) -> tuple[Message | None, tuple[str, ...]]:
+def _response_answer(response: Mapping[str, Any], turn: Turn) -> Answer:
     status = response.get("status")
     if status == "failed":
         return None, ()
-    output = _dicts(response.get("output"))
-    _, converted = from_openai_responses(output, session_id=session_id, agent=agent)
+    output = dicts(response.get("output"))
+    _, converted = from_openai_responses(output, session_id=turn.session_id, agent=turn.agent)
     calls = any(o.get("type") == "function_call" for o in output)
     finish = "tool-calls" if calls else "stop"
     if status == "incomplete":
-        reason = _dict(response.get("incomplete_details")).get("reason")
+        reason = as_dict(response.get("incomplete_details")).get("reason")
         finish = {"max_output_tokens": "length", "content_filter": "content-filter"}.get(
             str(reason), "other"
         )
-    recorded = _assistant(
+    recorded = assistant_answer(
         converted,
-        session_id=session_id,
-        agent=agent,
+        turn=turn,
         finish=finish,
         usage=responses_usage(response.get("usage")),
         model=response.get("model"),
@@ -390,17 +336,23 @@ def _response_answer(
     return recorded, tuple(responses_fingerprint(o) for o in output)
 
 
+def _response_overflow(response: object) -> str | None:
+    """The overflow a failed (not streamed) response reports in its error."""
+    if getattr(response, "status", None) != "failed":
+        return None
+    error = as_dict(getattr(response, "error", None))
+    if error and is_overflow_stream_event({"type": "error", **error}):
+        return "response failed"
+    return None
+
+
 # --------------------------------------------------------------------------- #
 # Stream adapters
 # --------------------------------------------------------------------------- #
 
 
-class _ChatStream:
+class _ChatStream(Accumulator):
     """Accumulates Chat Completions chunks (choice 0) into the final message."""
-
-    def __init__(self, turn: Turn) -> None:
-        self._turn = turn
-        self.reset()
 
     def reset(self) -> None:
         self._id: object = None
@@ -428,11 +380,7 @@ class _ChatStream:
         return True
 
     def overflow(self, event: Any) -> str | None:
-        for choice in _items(event, "choices"):
-            reason = getattr(choice, "finish_reason", None)
-            if isinstance(reason, str) and reason.lower() in OVERFLOW_ERROR_CODES:
-                return f"finish_reason {reason}"
-        return None
+        return _chat_overflow(event)
 
     def complete(self) -> bool:
         return self._finish is not None
@@ -480,7 +428,7 @@ class _ChatStream:
             if isinstance(arguments, str):
                 entry["function"]["arguments"] += arguments
 
-    def answer(self) -> tuple[Message | None, tuple[str, ...]]:
+    def answer(self) -> Answer:
         if not self._seen:
             return None, ()
         # A call cut before its id arrived cannot be sent back: it is left out.
@@ -493,12 +441,11 @@ class _ChatStream:
             message["refusal"] = "".join(self._refusal)
         return _chat_answer(
             message,
+            self._turn,
             finish_reason=self._finish,
             usage=self._usage,
             model=self._model,
             response_id=self._id,
-            session_id=self._turn.session_id,
-            agent=self._turn.agent,
         )
 
 
@@ -510,12 +457,8 @@ _RESPONSES_FINAL: Final = frozenset(
 )
 
 
-class _ResponsesStream:
+class _ResponsesStream(Accumulator):
     """Accumulates Responses API stream events into the final message."""
-
-    def __init__(self, turn: Turn) -> None:
-        self._turn = turn
-        self.reset()
 
     def reset(self) -> None:
         self._final: dict[str, Any] | None = None
@@ -539,10 +482,10 @@ class _ResponsesStream:
         kind = getattr(event, "type", None)
         index = getattr(event, "output_index", None)
         if kind == "response.created":
-            self._start = _dict(getattr(event, "response", None))
+            self._start = as_dict(getattr(event, "response", None))
         elif kind in ("response.output_item.added", "response.output_item.done"):
             if isinstance(index, int):
-                self._items[index] = _dict(getattr(event, "item", None))
+                self._items[index] = as_dict(getattr(event, "item", None))
         elif kind == "response.output_text.delta" and isinstance(index, int):
             item = self._items.get(index)
             if item is not None:
@@ -558,11 +501,11 @@ class _ResponsesStream:
                     getattr(event, "delta", "")
                 )
         elif kind in _RESPONSES_FINAL:
-            self._final = _dict(getattr(event, "response", None))
+            self._final = as_dict(getattr(event, "response", None))
         if kind in ("error", "response.failed"):
             self._failed = True
 
-    def answer(self) -> tuple[Message | None, tuple[str, ...]]:
+    def answer(self) -> Answer:
         if self._failed:
             return None, ()
         response = self._final
@@ -572,7 +515,7 @@ class _ResponsesStream:
             # The stream ended without its final event: what had arrived.
             output = [self._items[i] for i in sorted(self._items)]
             response = {**self._start, "output": output, "status": "completed", "usage": None}
-        return _response_answer(response, session_id=self._turn.session_id, agent=self._turn.agent)
+        return _response_answer(response, self._turn)
 
 
 # --------------------------------------------------------------------------- #
@@ -581,36 +524,48 @@ class _ResponsesStream:
 
 
 def _chat_item_fingerprint(item: object) -> str | None:
-    data = _dict(item)
+    data = as_dict(item)
     return None if _is_system(data) else chat_fingerprint(data)
 
 
 def _chat_drafts(run: Sequence[object]) -> list[MessageDraft]:
-    return drafts_from_openai_chat([_dict(i) for i in run])[1]
+    return drafts_from_openai_chat([as_dict(i) for i in run])[1]
 
 
 def _chat_prefix(heads: Sequence[object], tools: object) -> tuple[str, list[dict[str, Any]]]:
-    return _system_text([_dict(h) for h in heads]), _tools(tools)
+    return _system_text([as_dict(h) for h in heads]), dicts(tools)
 
 
 def _responses_item_fingerprint(item: object) -> str | None:
-    data = _dict(item)
+    data = as_dict(item)
     return None if _is_system(data) else responses_fingerprint(data)
 
 
 def _responses_drafts(run: Sequence[object]) -> list[MessageDraft]:
-    return drafts_from_openai_responses([_dict(i) for i in run])[1]
+    return drafts_from_openai_responses([as_dict(i) for i in run])[1]
 
 
-class _ChatCompletions:
+_CHAT_API: Final = ManagedApi(
+    key="messages",
+    format="openai-chat",
+    convert=lambda run, previous: to_openai_chat(run),
+    adapter=_ChatStream,
+    answer=_completion_answer,
+    overflow=_chat_overflow,
+)
+
+_RESPONSES_API: Final = ManagedApi(
+    key="input",
+    format="openai-responses",
+    convert=lambda run, previous: to_openai_responses(run, shorthand=True),
+    adapter=_ResponsesStream,
+    answer=_response_answer,
+    overflow=_response_overflow,
+)
+
+
+class _ChatCompletions(Resource):
     """``chat.completions`` with a managed ``create``; everything else delegated."""
-
-    def __init__(self, inner: Any, binding: SessionBinding) -> None:
-        self._inner = inner
-        self._binding = binding
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     async def create(self, **kwargs: Any) -> Any:
         """``chat.completions.create`` on the managed history (see the module docs)."""
@@ -625,32 +580,8 @@ class _ChatCompletions:
             convert=_chat_drafts,
             prefix=lambda heads: _chat_prefix(heads, kwargs.get("tools")),
         )
-        streaming = kwargs.get("stream") is True
-        builder = turn.builder("openai-chat", lambda run, previous: to_openai_chat(run))
-
-        def build(view: RequestView) -> dict[str, Any]:
-            converted = builder.build(view.messages, view.boundary_id)
-            payload = {**kwargs, "messages": [*turn.head, *converted]}
-            binding.sent(view, "openai-chat", payload)
-            return payload
-
-        async def send(payload: dict[str, Any]) -> Any:
-            result = await self._inner.create(**payload)
-            if not streaming:
-                for choice in _items(result, "choices"):
-                    reason = getattr(choice, "finish_reason", None)
-                    if isinstance(reason, str) and reason.lower() in OVERFLOW_ERROR_CODES:
-                        raise ProviderReportedOverflow(f"finish_reason {reason}", result)
-            return result
-
-        result = await binding.call(turn, build, send).run()
-        if streaming:
-            return RecordingStream(binding, turn, result, _ChatStream(turn))
-        message, fps = _completion_answer(
-            _dict(result), session_id=turn.session_id, agent=turn.agent
-        )
-        await binding.record(turn, message, fingerprints=fps)
-        return result
+        send = self._inner.create
+        return await managed_call(binding, turn, kwargs, _CHAT_API, send=lambda p: send(**p))
 
 
 class _Chat:
@@ -662,15 +593,8 @@ class _Chat:
         return getattr(self._inner, name)
 
 
-class _Responses:
+class _Responses(Resource):
     """``responses`` with a managed ``create``; everything else delegated."""
-
-    def __init__(self, inner: Any, binding: SessionBinding) -> None:
-        self._inner = inner
-        self._binding = binding
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     async def create(self, **kwargs: Any) -> Any:
         """``responses.create`` on the managed history (see the module docs)."""
@@ -687,38 +611,15 @@ class _Responses:
         instructions = kwargs.get("instructions")
 
         def prefix(heads: Sequence[object]) -> tuple[str, list[dict[str, Any]]]:
-            head_text = _system_text([_dict(h) for h in heads])
+            head_text = _system_text([as_dict(h) for h in heads])
             first = instructions if isinstance(instructions, str) else ""
-            return "\n\n".join(t for t in (first, head_text) if t), _tools(kwargs.get("tools"))
+            return "\n\n".join(t for t in (first, head_text) if t), dicts(kwargs.get("tools"))
 
         turn = await binding.sync(
             items, fingerprint=_responses_item_fingerprint, convert=_responses_drafts, prefix=prefix
         )
-        streaming = kwargs.get("stream") is True
-        builder = turn.builder(
-            "openai-responses", lambda run, previous: to_openai_responses(run, shorthand=True)
-        )
-
-        def build(view: RequestView) -> dict[str, Any]:
-            converted = builder.build(view.messages, view.boundary_id)
-            payload = {**kwargs, "input": [*turn.head, *converted]}
-            binding.sent(view, "openai-responses", payload)
-            return payload
-
-        async def send(payload: dict[str, Any]) -> Any:
-            result = await self._inner.create(**payload)
-            if not streaming and getattr(result, "status", None) == "failed":
-                error = _dict(getattr(result, "error", None))
-                if error and is_overflow_stream_event({"type": "error", **error}):
-                    raise ProviderReportedOverflow("response failed", result)
-            return result
-
-        result = await binding.call(turn, build, send).run()
-        if streaming:
-            return RecordingStream(binding, turn, result, _ResponsesStream(turn))
-        message, fps = _response_answer(_dict(result), session_id=turn.session_id, agent=turn.agent)
-        await binding.record(turn, message, fingerprints=fps)
-        return result
+        send = self._inner.create
+        return await managed_call(binding, turn, kwargs, _RESPONSES_API, send=lambda p: send(**p))
 
 
 class OpenAIWrapper(ClientWrapper):
@@ -776,14 +677,5 @@ def wrap_openai(
             "wrap_openai needs an openai.AsyncOpenAI client "
             f"(chat.completions.create must be async), got {type(client).__name__}"
         )
-    if not session_id:
-        raise ConfigError("session_id must be a non-empty string")
-    binding = SessionBinding(
-        middleware,
-        session_id,
-        agent=agent,
-        project_id=project_id,
-        conversations=conversations,
-        origin=client_origin(client),
-    )
+    binding = bind(client, middleware, session_id, agent, project_id, conversations=conversations)
     return cast(_C, OpenAIWrapper(client, binding))

@@ -1,0 +1,261 @@
+"""What the managed resources of the client wrappers share around one call.
+
+A managed call of :mod:`mimo_ctx.providers.openai_client` or
+:mod:`mimo_ctx.providers.anthropic_client` runs the same steps with the
+provider's formats plugged in: the host's list is synced
+(:meth:`~mimo_ctx.providers._sync.SessionBinding.sync`), each request is built
+from the view and sent with one overflow retry (:func:`recovering_call`), and the
+answer is recorded, at once or when its stream ends (:func:`managed_call`). The
+pieces of an answer (:func:`finish_of`, :func:`assistant_answer`) and of a
+stream (:class:`Accumulator`) are shared too; what differs from call to call is
+declared in a :class:`ManagedApi`. No SDK is imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from mimo_ctx._util import now_ms
+from mimo_ctx.errors import ConfigError, ProviderReportedOverflow
+from mimo_ctx.messages import Message, TokenUsage
+from mimo_ctx.middleware import ContextMiddleware, RequestView
+from mimo_ctx.providers._payload import Convert
+from mimo_ctx.providers._sync import (
+    Conversations,
+    RecordingStream,
+    RecoveringCall,
+    SessionBinding,
+    StreamAdapter,
+    Turn,
+    client_origin,
+    plain,
+)
+from mimo_ctx.providers.validate import RequestFormat
+
+__all__ = [
+    "Accumulator",
+    "Answer",
+    "ManagedApi",
+    "Resource",
+    "as_dict",
+    "assistant_answer",
+    "bind",
+    "dicts",
+    "finish_of",
+    "managed_call",
+    "positive_int",
+    "recovering_call",
+]
+
+Answer = tuple[Message | None, tuple[str, ...]]
+"""A recorded answer (None: nothing to record) and the fingerprints the host sends back for it."""
+
+
+def as_dict(value: object) -> dict[str, Any]:
+    """``value`` as plain JSON data when it is a mapping (an SDK object dumped), else ``{}``."""
+    data = plain(value)
+    return cast(dict[str, Any], data) if isinstance(data, dict) else {}
+
+
+def dicts(value: object) -> list[dict[str, Any]]:
+    """The mappings of a list as plain JSON data (other entries skipped; not a list: none)."""
+    data = plain(value)
+    if not isinstance(data, list):
+        return []
+    return [cast(dict[str, Any], v) for v in cast(list[Any], data) if isinstance(v, dict)]
+
+
+def positive_int(value: object) -> int:
+    """A token count of a usage report: a positive ``int``, anything else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def finish_of(reason: object, names: Mapping[str, str], *, calls: bool) -> str:
+    """Our finish for a provider's stop reason: ``names`` maps the known ones, another
+    is kept with ``-`` for ``_``; without one, ``tool-calls`` when the answer calls
+    tools, else ``stop``."""
+    if isinstance(reason, str):
+        return names.get(reason, reason.replace("_", "-"))
+    return "tool-calls" if calls else "stop"
+
+
+def assistant_answer(
+    converted: Sequence[Message],
+    *,
+    turn: Turn,
+    finish: str,
+    usage: TokenUsage | None,
+    model: object,
+    response_id: object,
+) -> Message:
+    """The finished assistant message of a converted answer (an empty one when it has none).
+
+    Args:
+        converted: The answer's messages, as the provider's converter made them.
+        turn: The call it answers.
+        finish: How it ended (:func:`finish_of`).
+        usage: The usage the provider reported (None: the middleware estimates it).
+        model: The ``model`` of the response (kept when it is a string).
+        response_id: The ``id`` of the response (kept when it is a string).
+    """
+    now = now_ms()
+    parts = [p for m in converted if m.role == "assistant" for p in m.parts]
+    base = next((m for m in converted if m.role == "assistant"), None)
+    if base is None:
+        base = Message(
+            session_id=turn.session_id, role="assistant", agent=turn.agent, time_created=now
+        )
+    return base.model_copy(
+        update={
+            "parts": parts,
+            "finish": finish,
+            "time_completed": now,
+            "usage": usage,
+            "model": model if isinstance(model, str) else None,
+            "provider_message_id": response_id if isinstance(response_id, str) else None,
+        }
+    )
+
+
+class Resource:
+    """An SDK resource with managed calls; every other attribute is the SDK's own."""
+
+    def __init__(self, inner: Any, binding: SessionBinding) -> None:
+        self._inner = inner
+        self._binding = binding
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class Accumulator:
+    """The base of the wrappers' stream adapters (:class:`~mimo_ctx.providers._sync.StreamAdapter`):
+    the turn whose answer they accumulate; a subclass's :meth:`reset` sets its state."""
+
+    def __init__(self, turn: Turn) -> None:
+        self._turn = turn
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was accumulated (a retried stream starts over)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedApi:
+    """How the managed call of one SDK method reads and writes its provider's format.
+
+    Attributes:
+        key: The keyword argument the history goes in (``messages``, ``input``).
+        format: The payload format (the session's builder, the forked writer's API).
+        convert: Converts a run of view messages (see
+            :class:`~mimo_ctx.providers._payload.PayloadBuilder`).
+        adapter: The stream adapter of a turn (``stream=True``).
+        answer: A response (as JSON) -> the message to record and its fingerprints.
+        overflow: What a response (not a stream) reports as a context overflow, or
+            None; such a response is retried like an overflow error.
+        merges: Whether two payload entries merge (see the builder).
+    """
+
+    key: str
+    format: RequestFormat
+    convert: Convert
+    adapter: Callable[[Turn], StreamAdapter[Any]]
+    answer: Callable[[Mapping[str, Any], Turn], Answer]
+    overflow: Callable[[Any], str | None]
+    merges: Callable[[Any, Any], bool] | None = None
+
+
+def recovering_call(
+    binding: SessionBinding,
+    turn: Turn,
+    kwargs: Mapping[str, Any],
+    api: ManagedApi,
+    *,
+    send: Callable[[dict[str, Any]], Awaitable[Any]],
+    streaming: bool,
+    finish: Callable[[list[Any]], list[Any]] | None = None,
+) -> RecoveringCall[dict[str, Any], Any]:
+    """The turn's call: the host's keyword arguments with ``api.key`` replaced by the view.
+
+    Args:
+        binding: The wrapper's session binding.
+        turn: The synced call.
+        kwargs: The host's keyword arguments.
+        api: The format of the call.
+        send: Sends a payload.
+        streaming: The answer is a stream (its overflow is the stream's to report).
+        finish: A last change to the sent list (the Anthropic cache breakpoint).
+    """
+    builder = turn.builder(api.format, api.convert, merges=api.merges)
+    overflow = None if streaming else api.overflow
+
+    def build(view: RequestView) -> dict[str, Any]:
+        sent = [*turn.head, *builder.build(view.messages, view.boundary_id)]
+        payload = {**kwargs, api.key: sent if finish is None else finish(sent)}
+        binding.sent(view, api.format, payload)
+        return payload
+
+    async def checked(payload: dict[str, Any]) -> Any:
+        result = await send(payload)
+        reported = None if overflow is None else overflow(result)
+        if reported is not None:
+            raise ProviderReportedOverflow(reported, result)
+        return result
+
+    return binding.call(turn, build, checked)
+
+
+async def managed_call(
+    binding: SessionBinding,
+    turn: Turn,
+    kwargs: Mapping[str, Any],
+    api: ManagedApi,
+    *,
+    send: Callable[[dict[str, Any]], Awaitable[Any]],
+    finish: Callable[[list[Any]], list[Any]] | None = None,
+) -> Any:
+    """Send the turn's call (one overflow retry) and give the host its answer.
+
+    A stream (``stream=True``) is returned as a recording stream; any other answer
+    is recorded, then returned as the SDK gave it. The arguments are those of
+    :func:`recovering_call`.
+    """
+    streaming = kwargs.get("stream") is True
+    call = recovering_call(
+        binding, turn, kwargs, api, send=send, streaming=streaming, finish=finish
+    )
+    result = await call.run()
+    if streaming:
+        return RecordingStream(binding, turn, result, api.adapter(turn))
+    message, fps = api.answer(as_dict(result), turn)
+    await binding.record(turn, message, fingerprints=fps)
+    return result
+
+
+def bind(
+    client: object,
+    middleware: ContextMiddleware,
+    session_id: str,
+    agent: str,
+    project_id: str,
+    *,
+    conversations: Conversations,
+) -> SessionBinding:
+    """The session binding of a wrapped ``client`` (see the ``wrap_*`` functions).
+
+    Raises:
+        ConfigError: ``session_id`` is empty, or ``conversations`` is not a choice.
+    """
+    if not session_id:
+        raise ConfigError("session_id must be a non-empty string")
+    return SessionBinding(
+        middleware,
+        session_id,
+        agent=agent,
+        project_id=project_id,
+        conversations=conversations,
+        origin=client_origin(client),
+    )
