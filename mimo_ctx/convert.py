@@ -31,7 +31,7 @@ import base64
 import json
 import mimetypes
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -69,14 +69,18 @@ __all__ = [
     "build_messages",
     "decode_arguments",
     "encode_arguments",
+    "file_data_part",
     "file_mention",
+    "finished_messages",
     "guess_mime",
     "infer_finish",
+    "json_entries",
     "json_list",
     "json_object",
     "make_data_url",
     "opt_object",
     "parse_data_url",
+    "result_content",
     "tool_outcome",
     "tool_result_content",
 ]
@@ -121,6 +125,18 @@ def json_list(value: object, where: str) -> list[Any]:
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         raise InvalidRequestError(f"{where}: expected a list, got {type(value).__name__}")
     return list(value)  # pyright: ignore[reportUnknownArgumentType]
+
+
+def json_entries(value: object, where: str) -> Iterator[tuple[int, str, Mapping[str, Any]]]:
+    """The objects of the JSON list ``value``: ``(index, place, object)``, the place
+    being ``where[index]`` (what an error names).
+
+    Raises:
+        InvalidRequestError: ``value`` is not a list, or an entry is not an object.
+    """
+    for index, raw in enumerate(json_list(value, where)):
+        place = f"{where}[{index}]"
+        yield index, place, json_object(raw, place)
 
 
 # --------------------------------------------------------------------------- #
@@ -270,6 +286,27 @@ def tool_result_content(parts: Iterable[Part]) -> tuple[str, list[FilePart]]:
         else:
             lines.append(js_json(part.model_dump(mode="json", exclude_none=True)))
     return "\n".join(lines), files
+
+
+def result_content(
+    content: object, parts: Callable[[object], Iterable[Part]]
+) -> tuple[str, list[FilePart]]:
+    """A provider's tool result content as ``(output, attachments)``: none is empty, a
+    string is the output, a list is read into parts by ``parts`` and joined by
+    :func:`tool_result_content`."""
+    if content is None:
+        return "", []
+    if isinstance(content, str):
+        return content, []
+    return tool_result_content(parts(content))
+
+
+def file_data_part(data: str, filename: str | None) -> FilePart:
+    """A file a request carries inline (a ``data:`` URL or bare base64), its type
+    guessed from the URL or else from ``filename``."""
+    mime = guess_mime(filename or "", "application/octet-stream")
+    url = data if parse_data_url(data) is not None else make_data_url(mime, data)
+    return FilePart(mime=guess_mime(url, mime), url=url, filename=filename)
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,3 +562,19 @@ def build_messages(
             )
         )
     return out
+
+
+def finished_messages(
+    converted: tuple[str | None, list[MessageDraft]],
+    session_id: str,
+    agent: str,
+    time_ms: int | None,
+) -> tuple[str | None, list[Message]]:
+    """A provider converter's ``(system text, drafts)`` with the drafts built into
+    finished messages (:func:`build_messages` with ``finished=True``: a provider
+    payload holds only finished turns)."""
+    system, drafts = converted
+    messages = build_messages(
+        drafts, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
+    )
+    return system, messages

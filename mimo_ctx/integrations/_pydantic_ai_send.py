@@ -15,13 +15,14 @@ from typing import Any, Final, cast
 
 from mimo_ctx.convert import (
     BOUNDARY_TEXT_SEPARATOR,
+    ToolOutcome,
     file_mention,
     parse_data_url,
-    tool_outcome,
 )
 from mimo_ctx.integrations._sync import (
     OutgoingItem,
     extra_error,
+    own_outcomes,
     stored_items,
 )
 from mimo_ctx.messages import (
@@ -129,12 +130,12 @@ def _user_prompt(parts: Sequence[Part]) -> list[Any]:
     return [UserPromptPart(content=items)]
 
 
-def _tool_return(part: ToolResultPart) -> ToolReturnPart:
+def _tool_return(part: ToolPart | ToolResultPart, outcome: ToolOutcome) -> ToolReturnPart:
     return ToolReturnPart(
         tool_name=part.tool,
-        content=part.output,
+        content=outcome.output,
         tool_call_id=part.call_id,
-        outcome="failed" if part.is_error else "success",
+        outcome="failed" if outcome.is_error else "success",
     )
 
 
@@ -246,7 +247,7 @@ def _convert_all(parts: Sequence[Part], role: str) -> list[Any]:
         if role == "assistant":
             out.extend(_response_part(part))
         elif isinstance(part, ToolResultPart):
-            out.append(_tool_return(part))
+            out.append(_tool_return(part, ToolOutcome(part.output, part.is_error)))
     return out
 
 
@@ -322,18 +323,7 @@ def convert_items(
         response = item.role == "assistant"
         add(response, _item_parts(item), item.origin)
         if response and item.message is not None:
-            answers: list[Any] = []
-            for part in item.message.parts:
-                if isinstance(part, ToolPart) and part.call_id not in results:
-                    outcome = tool_outcome(part, results)
-                    answers.append(
-                        ToolReturnPart(
-                            tool_name=part.tool,
-                            content=outcome.output,
-                            tool_call_id=part.call_id,
-                            outcome="failed" if outcome.is_error else "success",
-                        )
-                    )
+            answers = [_tool_return(p, o) for p, o in own_outcomes(item.message, results)]
             add(False, answers, None)
     out: list[ModelMessage] = []
     for group in groups:

@@ -42,7 +42,8 @@ from typing import Any, Final, TypeVar, cast
 
 import anyio
 
-from mimo_ctx.convert import MessageDraft, build_messages
+from mimo_ctx.checkpoint.protocol import SentRequest
+from mimo_ctx.convert import MessageDraft, ToolOutcome, build_messages, tool_outcome
 from mimo_ctx.errors import MimoCtxError
 from mimo_ctx.messages import (
     MAIN_AGENT,
@@ -51,6 +52,7 @@ from mimo_ctx.messages import (
     OpaquePart,
     Part,
     Role,
+    ToolPart,
     ToolResultPart,
 )
 from mimo_ctx.middleware import ContextMiddleware, RequestView
@@ -64,9 +66,11 @@ __all__ = [
     "IntegrationSync",
     "OutgoingItem",
     "Slot",
+    "StandaloneWriterModel",
     "add_part",
     "extra_error",
     "new_draft",
+    "own_outcomes",
     "stored_items",
 ]
 
@@ -82,6 +86,35 @@ def extra_error(module: str, extra: str, package: str) -> ImportError:
         f"mimo_ctx.integrations.{module} needs {package}, which is not installed: "
         f'pip install "mimo-ctx[{extra}]"'
     )
+
+
+class StandaloneWriterModel:
+    """The base of the integrations' checkpoint-writer models: they never fork.
+
+    A framework builds its own request bytes, so a writer call through it cannot
+    repeat the session's request (and hit its cache): every call is standalone.
+    """
+
+    def forks(self, sent: SentRequest) -> bool:
+        """Never: see the class docs."""
+        return False
+
+    def can_fork(self) -> bool:
+        """No."""
+        return False
+
+
+def own_outcomes(
+    message: Message, results: Mapping[str, ToolResultPart]
+) -> list[tuple[ToolPart, ToolOutcome]]:
+    """The calls of an assistant message that no separately stored result answers
+    (``results``), each with the outcome its own state gives (SPEC A10): the framework
+    results sent right after the message."""
+    return [
+        (part, tool_outcome(part, results))
+        for part in message.parts
+        if isinstance(part, ToolPart) and part.call_id not in results
+    ]
 
 
 def new_draft(role: Role, source: str, **fields: Any) -> MessageDraft:

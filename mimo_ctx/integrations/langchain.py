@@ -52,23 +52,24 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeGuard, cast
 
 from mimo_ctx.checkpoint.llm import ModelAnswer, WriterPrompt
-from mimo_ctx.checkpoint.protocol import SentRequest
 from mimo_ctx.convert import (
     BOUNDARY_TEXT_SEPARATOR,
     MessageDraft,
+    ToolOutcome,
     build_messages,
     decode_arguments,
     file_mention,
     make_data_url,
-    tool_outcome,
 )
 from mimo_ctx.errors import ContextOverflowError, MimoCtxError
 from mimo_ctx.integrations._sync import (
     IntegrationSync,
     OutgoingItem,
+    StandaloneWriterModel,
     add_part,
     extra_error,
     new_draft,
+    own_outcomes,
     stored_items,
 )
 from mimo_ctx.messages import (
@@ -388,6 +389,15 @@ def _user_content(parts: Sequence[Part]) -> str | list[str | dict[Any, Any]]:
     return blocks
 
 
+def _tool_message(part: ToolPart | ToolResultPart, outcome: ToolOutcome) -> ToolMessage:
+    return ToolMessage(
+        content=outcome.output,
+        tool_call_id=part.call_id,
+        name=part.tool,
+        status="error" if outcome.is_error else "success",
+    )
+
+
 def _convert(message: Message, parts: Sequence[Part]) -> list[BaseMessage]:
     """A message the framework never had (or parts it never had) as LangChain's."""
     if message.role == "user":
@@ -395,12 +405,7 @@ def _convert(message: Message, parts: Sequence[Part]) -> list[BaseMessage]:
         return [HumanMessage(content=content)] if content else []
     if message.role == "tool":
         return [
-            ToolMessage(
-                content=p.output,
-                tool_call_id=p.call_id,
-                name=p.tool,
-                status="error" if p.is_error else "success",
-            )
+            _tool_message(p, ToolOutcome(p.output, p.is_error))
             for p in parts
             if isinstance(p, ToolResultPart)
         ]
@@ -487,17 +492,7 @@ def _convert_items(
             converted = _convert(item.message, parts)
         out.extend(converted)
         if item.role == "assistant" and item.message is not None:
-            for part in item.message.parts:
-                if isinstance(part, ToolPart) and part.call_id not in results:
-                    outcome = tool_outcome(part, results)
-                    out.append(
-                        ToolMessage(
-                            content=outcome.output,
-                            tool_call_id=part.call_id,
-                            name=part.tool,
-                            status="error" if outcome.is_error else "success",
-                        )
-                    )
+            out.extend(_tool_message(p, o) for p, o in own_outcomes(item.message, results))
     return out
 
 
@@ -666,7 +661,7 @@ class MimoCtxMiddleware(AgentMiddleware):
 # --------------------------------------------------------------------------- checkpoint writer
 
 
-class LangChainWriterModel:
+class LangChainWriterModel(StandaloneWriterModel):
     """A checkpoint-writer model on a LangChain chat model (``LLMCheckpointWriter.from_langchain``).
 
     Each call is one ``ainvoke`` with a system message (the writer's instructions)
@@ -685,14 +680,6 @@ class LangChainWriterModel:
     def name(self) -> str:
         """``langchain:<model type>``."""
         return f"langchain:{self._chat_model.get_name()}"
-
-    def forks(self, sent: SentRequest) -> bool:
-        """Never: see the class docs."""
-        return False
-
-    def can_fork(self) -> bool:
-        """No."""
-        return False
 
     async def complete(self, prompt: WriterPrompt) -> ModelAnswer:
         """Send one call and return its text and usage."""

@@ -64,7 +64,6 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from mimo_ctx.checkpoint.llm import ModelAnswer, WriterPrompt
-from mimo_ctx.checkpoint.protocol import SentRequest
 from mimo_ctx.convert import (
     MessageDraft,
     build_messages,
@@ -84,6 +83,7 @@ from mimo_ctx.integrations._pydantic_ai_send import (
 )
 from mimo_ctx.integrations._sync import (
     IntegrationSync,
+    StandaloneWriterModel,
     add_part,
     extra_error,
     new_draft,
@@ -509,7 +509,7 @@ class MimoCtxCapability(AbstractCapability[Any]):
 # --------------------------------------------------------------------------- checkpoint writer
 
 
-class PydanticAIWriterModel:
+class PydanticAIWriterModel(StandaloneWriterModel):
     """A checkpoint-writer model on a pydantic-ai model (``LLMCheckpointWriter.from_pydantic_ai``).
 
     Each call is one direct model request (``pydantic_ai.direct.model_request``)
@@ -529,14 +529,6 @@ class PydanticAIWriterModel:
         """``pydantic-ai:<model name>``."""
         model = self._model
         return f"pydantic-ai:{model if isinstance(model, str) else model.model_name}"
-
-    def forks(self, sent: SentRequest) -> bool:
-        """Never: see the class docs."""
-        return False
-
-    def can_fork(self) -> bool:
-        """No."""
-        return False
 
     async def complete(self, prompt: WriterPrompt) -> ModelAnswer:
         """Send one request and return its text and usage."""

@@ -9,7 +9,8 @@ extra when it is missing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Generator, Iterable
 from typing import Any
 
 from mimo_ctx.tools.definitions import ToolDefinition
@@ -33,12 +34,8 @@ def to_pydantic_ai_tools(tools: Iterable[ToolDefinition]) -> list[Any]:
     Raises:
         ImportError: pydantic-ai is not installed (``pip install "mimo-ctx[pydantic-ai]"``).
     """
-    try:
+    with _framework("pydantic-ai tools need pydantic-ai", "pydantic-ai"):
         from pydantic_ai import Tool
-    except ImportError as exc:  # pragma: no cover - the test extra installs it
-        raise ImportError(
-            'pydantic-ai tools need pydantic-ai: pip install "mimo-ctx[pydantic-ai]"'
-        ) from exc
     return [
         Tool.from_schema(
             _keyword_runner(definition),
@@ -65,12 +62,8 @@ def to_langchain_tools(tools: Iterable[ToolDefinition]) -> list[Any]:
     Raises:
         ImportError: langchain-core is not installed (``pip install "mimo-ctx[langchain]"``).
     """
-    try:
+    with _framework("LangChain tools need langchain-core", "langchain"):
         from langchain_core.tools import StructuredTool
-    except ImportError as exc:  # pragma: no cover - the test extra installs it
-        raise ImportError(
-            'LangChain tools need langchain-core: pip install "mimo-ctx[langchain]"'
-        ) from exc
     return [
         StructuredTool(
             name=definition.name,
@@ -80,6 +73,15 @@ def to_langchain_tools(tools: Iterable[ToolDefinition]) -> list[Any]:
         )
         for definition in tools
     ]
+
+
+@contextlib.contextmanager
+def _framework(needs: str, extra: str) -> Generator[None]:
+    """Imports of a framework: an ImportError says which extra installs it."""
+    try:
+        yield
+    except ImportError as exc:
+        raise ImportError(f'{needs}: pip install "mimo-ctx[{extra}]"') from exc
 
 
 def _keyword_runner(definition: ToolDefinition) -> Any:

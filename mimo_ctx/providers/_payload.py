@@ -32,7 +32,7 @@ from mimo_ctx.messages import CheckpointPart, CompactionPart, Message, Part, Tex
 from mimo_ctx.providers.validate import RequestFormat, RequestValidator, ValidatorMark
 from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER, COMPACTION_SUMMARY_HEADER
 
-__all__ = ["Convert", "PayloadBuilder", "mark_boundary"]
+__all__ = ["Convert", "PayloadBuilder", "mark_boundary", "marked_view"]
 
 Convert = Callable[[Sequence[Message], Message | None], list[Any]]
 """Converts a run of view messages; the second argument is the view message before the
@@ -64,6 +64,11 @@ def mark_boundary(message: Message) -> Message:
     if marker is None:
         return message
     return message.model_copy(update={"parts": [marker, *message.parts[1:]]})
+
+
+def marked_view(messages: Sequence[Message], boundary_id: str | None) -> list[Message]:
+    """The view's messages with the boundary's marker part back (:func:`mark_boundary`)."""
+    return [mark_boundary(m) if m.id == boundary_id else m for m in messages]
 
 
 @dataclass(slots=True)

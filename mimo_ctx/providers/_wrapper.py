@@ -13,6 +13,7 @@ declared in a :class:`ManagedApi`. No SDK is imported here.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -47,10 +48,23 @@ __all__ = [
     "managed_call",
     "positive_int",
     "recovering_call",
+    "require_sdk",
 ]
 
 Answer = tuple[Message | None, tuple[str, ...]]
 """A recorded answer (None: nothing to record) and the fingerprints the host sends back for it."""
+
+
+def require_sdk(module: str, who: str, extra: str) -> Any:
+    """The provider SDK ``module``, imported when it is first needed (an optional extra).
+
+    Raises:
+        ImportError: It is not installed: ``<who> needs the <module> SDK: <extra>``.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"{who} needs the {module} SDK: {extra}") from exc
 
 
 def as_dict(value: object) -> dict[str, Any]:
@@ -213,8 +227,8 @@ async def managed_call(
     turn: Turn,
     kwargs: Mapping[str, Any],
     api: ManagedApi,
-    *,
     send: Callable[[dict[str, Any]], Awaitable[Any]],
+    *,
     finish: Callable[[list[Any]], list[Any]] | None = None,
 ) -> Any:
     """Send the turn's call (one overflow retry) and give the host its answer.

@@ -51,16 +51,15 @@ from mimo_ctx.convert import (
     DataUrl,
     MessageDraft,
     ToolCallJoiner,
-    build_messages,
     file_mention,
+    finished_messages,
     guess_mime,
-    json_list,
-    json_object,
+    json_entries,
     make_data_url,
     opt_object,
     parse_data_url,
+    result_content,
     tool_outcome,
-    tool_result_content,
 )
 from mimo_ctx.errors import InvalidRequestError
 from mimo_ctx.messages import (
@@ -363,7 +362,7 @@ def anthropic_turns(
 def _blocks(content: object, where: str) -> list[Mapping[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
-    return [json_object(b, f"{where}[{j}]") for j, b in enumerate(json_list(content, where))]
+    return [block for *_, block in json_entries(content, where)]
 
 
 def _text_of(content: object, where: str) -> str:
@@ -412,11 +411,7 @@ def _content_part(block: Mapping[str, Any]) -> Part:
 
 
 def _result_content(content: object, where: str) -> tuple[str, list[FilePart]]:
-    if content is None:
-        return "", []
-    if isinstance(content, str):
-        return content, []
-    return tool_result_content(_content_part(b) for b in _blocks(content, where))
+    return result_content(content, lambda blocks: map(_content_part, _blocks(blocks, where)))
 
 
 def _assistant_part(
@@ -471,11 +466,7 @@ def from_anthropic(
         InvalidRequestError: A message or block is malformed; the message names
             its index.
     """
-    system_text, drafts = drafts_from_anthropic(system, messages)
-    built = build_messages(
-        drafts, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
-    )
-    return system_text, built
+    return finished_messages(drafts_from_anthropic(system, messages), session_id, agent, time_ms)
 
 
 def drafts_from_anthropic(
@@ -492,9 +483,7 @@ def drafts_from_anthropic(
         system_texts.append(_text_of(system, "system"))
     drafts: list[MessageDraft] = []
     joiner = ToolCallJoiner()
-    for i, raw in enumerate(json_list(messages, "messages")):
-        where = f"messages[{i}]"
-        message = json_object(raw, where)
+    for i, where, message in json_entries(messages, "messages"):
         role = message.get("role")
         content = message.get("content")
         if role == "system":

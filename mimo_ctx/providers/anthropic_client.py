@@ -95,6 +95,7 @@ from mimo_ctx.providers._wrapper import (
     managed_call,
     positive_int,
     recovering_call,
+    require_sdk,
 )
 from mimo_ctx.providers.anthropic import (
     CACHE_BREAKPOINTS,
@@ -117,14 +118,6 @@ ANTHROPIC_EXTRA: Final = 'pip install "mimo-ctx[anthropic]"'
 """How to install the Anthropic SDK extra (named by the ImportError of :func:`wrap_anthropic`)."""
 
 _C = TypeVar("_C")
-
-
-def _require_anthropic() -> Any:
-    try:
-        import anthropic
-    except ImportError as exc:
-        raise ImportError(f"wrap_anthropic needs the anthropic SDK: {ANTHROPIC_EXTRA}") from exc
-    return anthropic
 
 
 def _blocks(content: object) -> list[dict[str, Any]]:
@@ -363,7 +356,7 @@ class _Messages(Resource):
         turn = await self._sync(kwargs, call="messages.create")
         send = self._inner.create
         return await managed_call(
-            self._binding, turn, kwargs, _API, send=lambda p: send(**p), finish=self._finish(kwargs)
+            self._binding, turn, kwargs, _API, lambda p: send(**p), finish=self._finish(kwargs)
         )
 
     def stream(self, **kwargs: Any) -> Any:
@@ -462,10 +455,10 @@ def wrap_anthropic(
     middleware: ContextMiddleware,
     *,
     session_id: str,
+    cache_conversation: bool = True,
     agent: str = MAIN_AGENT,
     project_id: str = "default",
     conversations: Conversations = "refuse",
-    cache_conversation: bool = True,
 ) -> _C:
     """Wrap an ``anthropic.AsyncAnthropic`` client so its calls run through ``middleware``.
 
@@ -477,6 +470,8 @@ def wrap_anthropic(
             Vertex variant).
         middleware: A running :class:`~mimo_ctx.middleware.ContextMiddleware`.
         session_id: The session every call belongs to (created on first use).
+        cache_conversation: Put the conversation's prompt-cache breakpoint on each
+            request (see the module docs); False sends the history without it.
         agent: The agent the calls are made for.
         project_id: Project of the session when it is created.
         conversations: What a call whose messages share nothing with the session
@@ -488,7 +483,7 @@ def wrap_anthropic(
         ImportError: The ``anthropic`` SDK is not installed (names the extra).
         ConfigError: ``client`` is a sync client, or ``session_id`` is empty.
     """
-    _require_anthropic()
+    require_sdk("anthropic", "wrap_anthropic", ANTHROPIC_EXTRA)
     if not has_async_method(client, "messages", "create"):
         raise ConfigError(
             "wrap_anthropic needs an async client (anthropic.AsyncAnthropic; "

@@ -19,8 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mimo_ctx.middleware import ContextMiddleware
-from mimo_ctx.providers._payload import mark_boundary
+from mimo_ctx.messages import Message
+from mimo_ctx.middleware import ContextMiddleware, RequestView
+from mimo_ctx.providers._payload import marked_view
 from mimo_ctx.providers._sync import sdk_client
 from mimo_ctx.providers.anthropic import to_anthropic
 from mimo_ctx.providers.openai import to_openai_responses
@@ -68,6 +69,16 @@ class Calibration:
         return CalibratedEstimator(self.ratio)
 
 
+async def _next_request(
+    middleware: ContextMiddleware, session_id: str, *, system: str
+) -> tuple[RequestView, list[Message], dict[str, Any]]:
+    """The session's next request: its view, the view's messages as the wrappers convert
+    them, and its system prompt as the count call's keyword argument ``system``."""
+    view = await middleware.prepare(session_id)
+    extra: dict[str, Any] = {system: view.prefix.system} if view.prefix.system else {}
+    return view, marked_view(view.messages, view.boundary_id), extra
+
+
 async def calibrate_anthropic(
     client: Any, middleware: ContextMiddleware, session_id: str, *, model: str
 ) -> Calibration:
@@ -79,12 +90,8 @@ async def calibrate_anthropic(
         session_id: The session.
         model: The model to count for.
     """
-    view = await middleware.prepare(session_id)
-    messages = [mark_boundary(m) if m.id == view.boundary_id else m for m in view.messages]
+    view, messages, extra = await _next_request(middleware, session_id, system="system")
     _, turns = to_anthropic(messages)
-    extra: dict[str, Any] = {}
-    if view.prefix.system:
-        extra["system"] = view.prefix.system
     if view.prefix.tools:
         extra["tools"] = view.prefix.tools
     counted = await sdk_client(client).messages.count_tokens(model=model, messages=turns, **extra)
@@ -102,12 +109,8 @@ async def calibrate_openai(
         session_id: The session.
         model: The model to count for.
     """
-    view = await middleware.prepare(session_id)
-    messages = [mark_boundary(m) if m.id == view.boundary_id else m for m in view.messages]
+    view, messages, extra = await _next_request(middleware, session_id, system="instructions")
     items = to_openai_responses(messages)
-    extra: dict[str, Any] = {}
-    if view.prefix.system:
-        extra["instructions"] = view.prefix.system
     # Tools stored in the Responses shape (a name at the top) are counted; Chat
     # Completions tools are not a Responses parameter and are left out.
     tools = [t for t in view.prefix.tools if "name" in t]

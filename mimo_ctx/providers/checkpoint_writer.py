@@ -38,13 +38,14 @@ from mimo_ctx.checkpoint.llm import LLMCheckpointWriter, ModelAnswer, WriterProm
 from mimo_ctx.checkpoint.protocol import SentApi, SentRequest
 from mimo_ctx.errors import ConfigError
 from mimo_ctx.messages import Message, TokenUsage
-from mimo_ctx.providers._payload import mark_boundary
+from mimo_ctx.providers._payload import marked_view
 from mimo_ctx.providers._sync import (
     client_origin,
     has_async_method,
     plain,
     sdk_client,
 )
+from mimo_ctx.providers._wrapper import as_dict, require_sdk
 from mimo_ctx.providers.anthropic import mark_conversation_cache, to_anthropic
 from mimo_ctx.providers.anthropic_client import ANTHROPIC_EXTRA, anthropic_usage
 from mimo_ctx.providers.openai import to_openai_chat, to_openai_responses
@@ -86,7 +87,7 @@ def _sent_tokens(usage: TokenUsage | None) -> tuple[int | None, int, int | None]
 
 def _view(sent: SentRequest) -> list[Message]:
     """The view's messages as a wrapped client converts them (its boundary recognisable)."""
-    return [mark_boundary(m) if m.id == sent.boundary_id else m for m in sent.messages]
+    return marked_view(sent.messages, sent.boundary_id)
 
 
 def _forced(choice: object) -> bool:
@@ -189,12 +190,7 @@ class OpenAIWriterModel(_SdkWriterModel):
         timeout: float = _REQUEST_TIMEOUT,
         owns_client: bool = False,
     ) -> None:
-        try:
-            import openai
-        except ImportError as exc:
-            raise ImportError(
-                f"the OpenAI checkpoint writer needs the openai SDK: {OPENAI_EXTRA}"
-            ) from exc
+        openai = require_sdk("openai", "the OpenAI checkpoint writer", OPENAI_EXTRA)
         client = sdk_client(client)
         if isinstance(client, openai.OpenAI) or not has_async_method(
             client, "chat", "completions", "create"
@@ -229,10 +225,9 @@ class OpenAIWriterModel(_SdkWriterModel):
         """Send one call and return its text and usage."""
         body = self.body(prompt)
         if self._api == "chat":
-            result = plain(
+            data = as_dict(
                 await self._client.chat.completions.create(**body, timeout=self._timeout)
             )
-            data = cast("dict[str, Any]", result) if isinstance(result, dict) else {}
             choices = cast("list[Any]", data.get("choices") or [])
             first = cast("dict[str, Any]", choices[0]) if choices else {}
             message = cast("dict[str, Any]", first.get("message") or {})
@@ -240,8 +235,7 @@ class OpenAIWriterModel(_SdkWriterModel):
             text = content if isinstance(content, str) else ""
             sent, cached, output = _sent_tokens(chat_usage(data.get("usage")))
         else:
-            result = plain(await self._client.responses.create(**body, timeout=self._timeout))
-            data = cast("dict[str, Any]", result) if isinstance(result, dict) else {}
+            data = as_dict(await self._client.responses.create(**body, timeout=self._timeout))
             text = "".join(
                 str(part.get("text") or "")
                 for item in cast("list[dict[str, Any]]", data.get("output") or [])
@@ -334,12 +328,7 @@ class AnthropicWriterModel(_SdkWriterModel):
         timeout: float = _REQUEST_TIMEOUT,
         owns_client: bool = False,
     ) -> None:
-        try:
-            import anthropic  # noqa: F401  # pyright: ignore[reportUnusedImport]
-        except ImportError as exc:
-            raise ImportError(
-                f"the Anthropic checkpoint writer needs the anthropic SDK: {ANTHROPIC_EXTRA}"
-            ) from exc
+        require_sdk("anthropic", "the Anthropic checkpoint writer", ANTHROPIC_EXTRA)
         client = sdk_client(client)
         if not has_async_method(client, "messages", "create"):
             raise ConfigError(
@@ -391,10 +380,9 @@ class AnthropicWriterModel(_SdkWriterModel):
 
     async def complete(self, prompt: WriterPrompt) -> ModelAnswer:
         """Send one call and return its text and usage."""
-        result = plain(
+        data = as_dict(
             await self._client.messages.create(**self.body(prompt), timeout=self._timeout)
         )
-        data = cast("dict[str, Any]", result) if isinstance(result, dict) else {}
         text = "".join(
             str(block.get("text") or "")
             for block in cast("list[dict[str, Any]]", data.get("content") or [])
@@ -424,18 +412,10 @@ def writer_from_spec(spec: str, *, limits: ModelLimits | int | None = None) -> L
         )
     model = model.strip()
     if provider == "anthropic":
-        try:
-            import anthropic
-        except ImportError as exc:
-            raise ImportError(
-                f"the anthropic writer needs the anthropic SDK: {ANTHROPIC_EXTRA}"
-            ) from exc
+        anthropic = require_sdk("anthropic", "the anthropic writer", ANTHROPIC_EXTRA)
         made = AnthropicWriterModel(anthropic.AsyncAnthropic(), model=model, owns_client=True)
         return LLMCheckpointWriter(made, limits=limits)
-    try:
-        import openai
-    except ImportError as exc:
-        raise ImportError(f"the openai writer needs the openai SDK: {OPENAI_EXTRA}") from exc
+    openai = require_sdk("openai", "the openai writer", OPENAI_EXTRA)
     api: OpenAIApi = "responses" if provider == "openai-responses" else "chat"
     made = OpenAIWriterModel(openai.AsyncOpenAI(), model=model, api=api, owns_client=True)
     return LLMCheckpointWriter(made, limits=limits)

@@ -48,23 +48,24 @@ only there; assistant ``phase`` is not kept.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, Protocol
 
 from mimo_ctx.convert import (
     BOUNDARY_TEXT_SEPARATOR,
     MessageDraft,
     ToolCallJoiner,
-    build_messages,
     decode_arguments,
     encode_arguments,
+    file_data_part,
     file_mention,
+    finished_messages,
     guess_mime,
+    json_entries,
     json_list,
     json_object,
-    make_data_url,
     opt_object,
-    parse_data_url,
+    result_content,
     tool_outcome,
     tool_result_content,
 )
@@ -182,20 +183,39 @@ def to_openai_chat(
         The ``messages`` list, valid for :func:`~mimo_ctx.providers.validate.validate_request`
         with ``format="openai-chat"``.
     """
+    head = [{"role": "system", "content": system}] if system else []
+    return _converted(messages, head, _chat_assistant, _chat_user)
+
+
+def _chat_user(parts: Sequence[Part], *, boundary: bool) -> dict[str, Any] | None:
+    content = _chat_user_parts(parts, boundary=boundary)
+    return {"role": "user", "content": _chat_content(content)} if content else None
+
+
+_Assistant = Callable[[Message, Mapping[str, ToolResultPart]], list[dict[str, Any]]]
+
+
+class _User(Protocol):
+    def __call__(self, parts: Sequence[Part], *, boundary: bool) -> dict[str, Any] | None: ...
+
+
+def _converted(
+    messages: Sequence[Message], head: list[dict[str, Any]], assistant: _Assistant, user: _User
+) -> list[dict[str, Any]]:
+    """The send view of ``messages`` after ``head``: an assistant message as the entries
+    of ``assistant`` (its calls' results right after it), a user message as the entry
+    of ``user`` (None: nothing to send); ``tool`` messages add nothing of their own."""
     boundaries = {m.id for m in messages if m.is_boundary}
     view = apply_send_rules(messages)
     results = tool_results_by_call(view)
-    out: list[dict[str, Any]] = []
-    if system:
-        out.append({"role": "system", "content": system})
+    out = head
     for message in view:
         if message.role == "assistant":
-            out.extend(_chat_assistant(message, results))
+            out.extend(assistant(message, results))
         elif message.role == "user":
-            parts = _chat_user_parts(message.parts, boundary=message.id in boundaries)
-            if parts:
-                out.append({"role": "user", "content": _chat_content(parts)})
-        # role "tool": its results were sent right after their calls.
+            entry = user(message.parts, boundary=message.id in boundaries)
+            if entry is not None:
+                out.append(entry)
     return out
 
 
@@ -210,12 +230,9 @@ def _text_of(content: object, where: str) -> str:
         return ""
     if isinstance(content, str):
         return content
-    texts: list[str] = []
-    for j, raw in enumerate(json_list(content, where)):
-        part = json_object(raw, f"{where}[{j}]")
-        text = part.get("text")
-        if isinstance(text, str):
-            texts.append(text)
+    texts = [
+        p["text"] for _, _, p in json_entries(content, where) if isinstance(p.get("text"), str)
+    ]
     return "\n".join(texts)
 
 
@@ -235,11 +252,8 @@ def _chat_user_part(raw: object, where: str) -> Part:
         if file is not None:
             data = file.get("file_data")
             name = file.get("filename")
-            filename = name if isinstance(name, str) else None
             if isinstance(data, str) and data:
-                mime = guess_mime(filename or "", "application/octet-stream")
-                url = data if parse_data_url(data) is not None else make_data_url(mime, data)
-                return FilePart(mime=guess_mime(url, mime), url=url, filename=filename)
+                return file_data_part(data, name if isinstance(name, str) else None)
     return OpaquePart(source="openai", kind=str(kind), data=dict(part))
 
 
@@ -273,11 +287,7 @@ def from_openai_chat(
     Raises:
         InvalidRequestError: A message is malformed; the message names its index.
     """
-    system, drafts = drafts_from_openai_chat(payload_messages)
-    messages = build_messages(
-        drafts, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
-    )
-    return system, messages
+    return finished_messages(drafts_from_openai_chat(payload_messages), session_id, agent, time_ms)
 
 
 def drafts_from_openai_chat(
@@ -292,9 +302,7 @@ def drafts_from_openai_chat(
     system: list[str] = []
     drafts: list[MessageDraft] = []
     joiner = ToolCallJoiner()
-    for i, raw in enumerate(json_list(payload_messages, "messages")):
-        where = f"messages[{i}]"
-        message = json_object(raw, where)
+    for i, where, message in json_entries(payload_messages, "messages"):
         role = message.get("role")
         content = message.get("content")
         if role in _SYSTEM_ROLES:
@@ -307,8 +315,7 @@ def drafts_from_openai_chat(
             if isinstance(content, str):
                 draft.parts.append(TextPart(text=content))
             elif content is not None:
-                for j, raw_part in enumerate(json_list(content, f"{where}.content")):
-                    part = json_object(raw_part, f"{where}.content[{j}]")
+                for _, _, part in json_entries(content, f"{where}.content"):
                     text = part.get("text", part.get("refusal"))
                     if isinstance(text, str):
                         draft.parts.append(TextPart(text=text))
@@ -513,26 +520,18 @@ def to_openai_responses(
         The ``input`` list, valid for :func:`~mimo_ctx.providers.validate.validate_request`
         with ``format="openai-responses"``.
     """
-    boundaries = {m.id for m in messages if m.is_boundary}
-    view = apply_send_rules(messages)
-    results = tool_results_by_call(view)
-    out: list[dict[str, Any]] = []
-    if system:
-        out.append(
-            {
-                "type": "message",
-                "role": "system",
-                "content": [{"type": "input_text", "text": system}],
-            }
-        )
-    for message in view:
-        if message.role == "assistant":
-            out.extend(_responses_assistant(message, results))
-        elif message.role == "user":
-            content = _responses_user_content(message.parts, boundary=message.id in boundaries)
-            if content:
-                out.append({"type": "message", "role": "user", "content": content})
+    head = (
+        [{"type": "message", "role": "system", "content": [{"type": "input_text", "text": system}]}]
+        if system
+        else []
+    )
+    out = _converted(messages, head, _responses_assistant, _responses_user)
     return _responses_shorthand(out) if shorthand else out
+
+
+def _responses_user(parts: Sequence[Part], *, boundary: bool) -> dict[str, Any] | None:
+    content = _responses_user_content(parts, boundary=boundary)
+    return {"type": "message", "role": "user", "content": content} if content else None
 
 
 # --------------------------------------------------------------------------- #
@@ -557,9 +556,7 @@ def _responses_content_part(raw: object, where: str) -> Part:
         data = part.get("file_data")
         file_url = part.get("file_url")
         if isinstance(data, str) and data:
-            mime = guess_mime(filename or "", "application/octet-stream")
-            url = data if parse_data_url(data) is not None else make_data_url(mime, data)
-            return FilePart(mime=guess_mime(url, mime), url=url, filename=filename)
+            return file_data_part(data, filename)
         if isinstance(file_url, str) and file_url:
             return FilePart(
                 mime=guess_mime(file_url, "application/octet-stream"),
@@ -570,14 +567,13 @@ def _responses_content_part(raw: object, where: str) -> Part:
 
 
 def _responses_output(output: object, where: str) -> tuple[str, list[FilePart]]:
-    if output is None:
-        return "", []
-    if isinstance(output, str):
-        return output, []
-    parts = [
-        _responses_content_part(p, f"{where}[{j}]") for j, p in enumerate(json_list(output, where))
+    return result_content(output, lambda items: _responses_parts(items, where))
+
+
+def _responses_parts(content: object, where: str) -> list[Part]:
+    return [
+        _responses_content_part(p, f"{where}[{j}]") for j, p in enumerate(json_list(content, where))
     ]
-    return tool_result_content(parts)
 
 
 def _reasoning_text(item: Mapping[str, Any]) -> str:
@@ -637,11 +633,7 @@ def from_openai_responses(
     Raises:
         InvalidRequestError: An item is malformed; the message names its index.
     """
-    system, drafts = drafts_from_openai_responses(items)
-    messages = build_messages(
-        drafts, session_id=session_id, agent=agent, time_ms=time_ms, finished=True
-    )
-    return system, messages
+    return finished_messages(drafts_from_openai_responses(items), session_id, agent, time_ms)
 
 
 def drafts_from_openai_responses(
@@ -670,10 +662,8 @@ def drafts_from_openai_responses(
         return current
 
     awaiting: ReasoningPart | None = None  # the reasoning item just read
-    for i, raw in enumerate(json_list(items, "input")):
+    for i, where, item in json_entries(items, "input"):
         position = i
-        where = f"input[{i}]"
-        item = json_object(raw, where)
         kind = item.get("type") or ("message" if "role" in item else None)
         if awaiting is not None:
             _record_following(awaiting, kind, item)
@@ -696,8 +686,7 @@ def drafts_from_openai_responses(
             if isinstance(content, str):
                 draft.parts.append(TextPart(text=content))
             else:
-                for j, part in enumerate(json_list(content, f"{where}.content")):
-                    draft.parts.append(_responses_content_part(part, f"{where}.content[{j}]"))
+                draft.parts.extend(_responses_parts(content, f"{where}.content"))
         elif kind == "reasoning":
             # None values (``content: null`` of a dumped SDK object) are not sent back.
             stored = {k: v for k, v in item.items() if v is not None}

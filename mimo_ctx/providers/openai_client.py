@@ -92,6 +92,7 @@ from mimo_ctx.providers._wrapper import (
     finish_of,
     managed_call,
     positive_int,
+    require_sdk,
 )
 from mimo_ctx.providers.openai import (
     drafts_from_openai_chat,
@@ -117,14 +118,6 @@ OPENAI_EXTRA: Final = 'pip install "mimo-ctx[openai]"'
 
 _C = TypeVar("_C")
 _SYSTEM_ROLES: Final = frozenset({"system", "developer"})
-
-
-def _require_openai() -> Any:
-    try:
-        import openai
-    except ImportError as exc:
-        raise ImportError(f"wrap_openai needs the openai SDK: {OPENAI_EXTRA}") from exc
-    return openai
 
 
 def _list(value: object) -> list[Any]:
@@ -581,7 +574,7 @@ class _ChatCompletions(Resource):
             prefix=lambda heads: _chat_prefix(heads, kwargs.get("tools")),
         )
         send = self._inner.create
-        return await managed_call(binding, turn, kwargs, _CHAT_API, send=lambda p: send(**p))
+        return await managed_call(binding, turn, kwargs, _CHAT_API, lambda p: send(**p))
 
 
 class _Chat:
@@ -619,7 +612,7 @@ class _Responses(Resource):
             items, fingerprint=_responses_item_fingerprint, convert=_responses_drafts, prefix=prefix
         )
         send = self._inner.create
-        return await managed_call(binding, turn, kwargs, _RESPONSES_API, send=lambda p: send(**p))
+        return await managed_call(binding, turn, kwargs, _RESPONSES_API, lambda p: send(**p))
 
 
 class OpenAIWrapper(ClientWrapper):
@@ -666,7 +659,7 @@ def wrap_openai(
         ImportError: The ``openai`` SDK is not installed (names the extra).
         ConfigError: ``client`` is a sync client, or ``session_id`` is empty.
     """
-    openai = _require_openai()
+    openai = require_sdk("openai", "wrap_openai", OPENAI_EXTRA)
     if isinstance(client, openai.OpenAI):
         raise ConfigError(
             f"wrap_openai needs an async client (openai.AsyncOpenAI), got {type(client).__name__}: "

@@ -40,7 +40,7 @@ of an empty request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -100,6 +100,10 @@ class ValidatorMark:
     previous: str | None
     previous_index: int
     empty_at: int | None
+
+
+_Errors = Callable[[object], tuple[str, str]]
+"""The two error messages of a call-id check, given the call id (made only on a failure)."""
 
 
 class RequestValidator:
@@ -190,6 +194,28 @@ class RequestValidator:
             "(no user message follows)",
         )
 
+    def _call(self, call_id: object, i: int, errors: _Errors) -> None:
+        """Entry ``i`` makes call ``call_id``: it must have an id, used by no call before.
+
+        ``errors`` gives the two messages (no id, a reused id), made only on a failure.
+        """
+        if not isinstance(call_id, str) or not call_id:
+            raise _fail(self.format, errors(call_id)[0])
+        if call_id in self._seen:
+            raise _fail(self.format, errors(call_id)[1])
+        self._seen[call_id] = None
+        self._open[call_id] = i
+
+    def _answer(self, call_id: Any, errors: _Errors) -> None:
+        """An entry answers call ``call_id``: an open one (``errors``: answered before, never
+        made)."""
+        if call_id in self._open:
+            del self._open[call_id]
+        elif call_id in self._seen:
+            raise _fail(self.format, errors(call_id)[0])
+        else:
+            raise _fail(self.format, errors(call_id)[1])
+
     def _chat(self, raw: object, i: int) -> None:
         fmt = self.format
         message = _entry(fmt, raw, f"message {i}")
@@ -197,17 +223,15 @@ class RequestValidator:
         if not isinstance(role, str):
             raise _fail(fmt, f"message {i} has no role")
         if role == "tool":
-            call_id = message.get("tool_call_id")
-            if call_id in self._open:
-                del self._open[call_id]
-                return
-            if call_id in self._seen:
-                raise _fail(fmt, f"message {i} (tool) answers call {call_id!r} a second time")
-            raise _fail(
-                fmt,
-                f"message {i} (tool) answers call {call_id!r}, which no earlier "
-                "assistant message made",
+            self._answer(
+                message.get("tool_call_id"),
+                lambda call: (
+                    f"message {i} (tool) answers call {call!r} a second time",
+                    f"message {i} (tool) answers call {call!r}, which no earlier "
+                    "assistant message made",
+                ),
             )
+            return
         if self._open:
             call_id, at = next(iter(self._open.items()))
             raise _fail(
@@ -225,40 +249,37 @@ class RequestValidator:
         call_list: Sequence[Any] = calls  # pyright: ignore[reportUnknownVariableType]
         for j, raw_call in enumerate(call_list):
             call = _entry(fmt, raw_call, f"message {i} (assistant) tool call {j}")
-            call_id = call.get("id")
-            if not isinstance(call_id, str) or not call_id:
-                raise _fail(fmt, f"message {i} (assistant) tool call {j} has no id")
-            if call_id in self._seen:
-                raise _fail(fmt, f"message {i} (assistant) reuses tool call id {call_id!r}")
-            self._seen[call_id] = None
-            self._open[call_id] = i
+            self._call(
+                call.get("id"),
+                i,
+                lambda call_id, j=j: (
+                    f"message {i} (assistant) tool call {j} has no id",
+                    f"message {i} (assistant) reuses tool call id {call_id!r}",
+                ),
+            )
 
     def _responses(self, raw: object, i: int) -> None:
         fmt = self.format
         item = _entry(fmt, raw, f"item {i}")
         kind = item.get("type")
         if kind == "function_call":
-            call_id = item.get("call_id")
-            if not isinstance(call_id, str) or not call_id:
-                raise _fail(fmt, f"item {i} (function_call) has no call_id")
-            if call_id in self._seen:
-                raise _fail(fmt, f"item {i} (function_call) reuses call_id {call_id!r}")
-            self._seen[call_id] = None
-            self._open[call_id] = i
+            self._call(
+                item.get("call_id"),
+                i,
+                lambda call_id: (
+                    f"item {i} (function_call) has no call_id",
+                    f"item {i} (function_call) reuses call_id {call_id!r}",
+                ),
+            )
         elif kind == "function_call_output":
-            call_id = item.get("call_id")
-            if call_id in self._open:
-                del self._open[call_id]
-            elif call_id in self._seen:
-                raise _fail(
-                    fmt, f"item {i} (function_call_output) answers call_id {call_id!r} twice"
-                )
-            else:
-                raise _fail(
-                    fmt,
+            self._answer(
+                item.get("call_id"),
+                lambda call_id: (
+                    f"item {i} (function_call_output) answers call_id {call_id!r} twice",
                     f"item {i} (function_call_output) answers call_id {call_id!r}, which no "
                     "earlier function_call made",
-                )
+                ),
+            )
 
     def _anthropic(self, raw: object, i: int) -> None:
         fmt = self.format
@@ -289,13 +310,14 @@ class RequestValidator:
                 if kind == "tool_result":
                     raise _fail(fmt, f"message {i} (assistant) block {j} is a tool_result")
                 if kind == "tool_use":
-                    call_id = block.get("id")
-                    if not isinstance(call_id, str) or not call_id:
-                        raise _fail(fmt, f"message {i} (assistant) block {j} tool_use has no id")
-                    if call_id in self._seen:
-                        raise _fail(fmt, f"message {i} (assistant) reuses tool_use id {call_id!r}")
-                    self._seen[call_id] = None
-                    self._open[call_id] = i
+                    self._call(
+                        block.get("id"),
+                        i,
+                        lambda call_id, j=j: (
+                            f"message {i} (assistant) block {j} tool_use has no id",
+                            f"message {i} (assistant) reuses tool_use id {call_id!r}",
+                        ),
+                    )
                 _check_text(fmt, i, role, j, block)
         self._previous, self._previous_index = role, i
 

@@ -10,6 +10,7 @@ with a tool call.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -244,3 +245,28 @@ async def test_langchain_tools_ainvoke(world: World) -> None:
     assert "projects/proj/MEMORY.md:4: - always run the linter" in str(message.content)
     refused = await tools["actor"].ainvoke({"operation": "status", "actor_id": "act_b"})
     assert refused.startswith("Error: there is no actor 'act_b' in this session; list them")
+
+
+@pytest.mark.parametrize(
+    ("module", "convert", "message"),
+    [
+        (
+            "pydantic_ai",
+            "to_pydantic_ai_tools",
+            'pydantic-ai tools need pydantic-ai: pip install "mimo-ctx[pydantic-ai]"',
+        ),
+        (
+            "langchain_core.tools",
+            "to_langchain_tools",
+            'LangChain tools need langchain-core: pip install "mimo-ctx[langchain]"',
+        ),
+    ],
+)
+def test_framework_tools_without_the_framework_name_the_extra(
+    world: World, monkeypatch: pytest.MonkeyPatch, module: str, convert: str, message: str
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # the import fails as if not installed
+    with pytest.raises(ImportError) as caught:
+        getattr(world.tools_a, convert)()
+    assert str(caught.value) == message
+    assert isinstance(caught.value.__cause__, ImportError)
