@@ -103,7 +103,7 @@ def _langchain(middleware: ContextMiddleware, session_id: str) -> Any:
     from mimo_ctx.integrations.langchain import MimoCtxMiddleware
 
     class Model(GenericFakeChatModel):
-        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
             return self
 
         def _generate(
@@ -112,7 +112,7 @@ def _langchain(middleware: ContextMiddleware, session_id: str) -> Any:
             stop: Any = None,
             run_manager: Any = None,
             **kwargs: Any,
-        ) -> ChatResult:  # type: ignore[override]
+        ) -> ChatResult:
             if _Script.tool and not isinstance(messages[-1], ToolMessage):
                 call = {
                     "name": "read",

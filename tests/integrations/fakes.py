@@ -112,7 +112,7 @@ class ScriptedChatModel(GenericFakeChatModel):
     overflow_errors: int = 0
     answered: int = 0
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:
         return self
 
     def _generate(

@@ -269,7 +269,7 @@ def test_a10_converters_keep_files_reasoning_and_errors() -> None:
     history: list[BaseMessage] = [
         SystemMessage(SYSTEM),
         HumanMessage([{"type": "text", "text": "Look:"}, image]),
-        AIMessage([thinking], tool_calls=[call], usage_metadata=usage),  # type: ignore[list-item]
+        AIMessage([thinking], tool_calls=[call], usage_metadata=usage),
         ToolMessage("boom", tool_call_id="c1", status="error"),
     ]
     user, assistant, result = from_langchain_messages(history, session_id="s")

@@ -49,6 +49,8 @@ SECRET = "XYZZY-the-users-words"
 """Text of the session that must never reach a span."""
 
 _EXPORTER = InMemorySpanExporter()
+_ATTACHED: list[TracerProvider] = []
+"""The global providers :data:`_EXPORTER` is attached to (at most one per process)."""
 
 
 def _global_provider() -> TracerProvider:
@@ -58,9 +60,9 @@ def _global_provider() -> TracerProvider:
         trace.set_tracer_provider(TracerProvider())
         current = trace.get_tracer_provider()
     assert isinstance(current, TracerProvider), "another test set a non-SDK global provider"
-    if not getattr(current, "_mimo_ctx_test_exporter", False):
+    if current not in _ATTACHED:
         current.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        current._mimo_ctx_test_exporter = True  # type: ignore[attr-defined]
+        _ATTACHED.append(current)
     return current
 
 

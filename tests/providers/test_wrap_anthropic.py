@@ -512,13 +512,14 @@ async def test_surface_is_delegated(tmp_path: Path) -> None:
 
 def test_wrap_anthropic_refuses_sync_clients() -> None:
     with pytest.raises(ConfigError, match="async"):
-        wrap_anthropic(anthropic.Anthropic(api_key="x"), None, session_id=SID)  # type: ignore[arg-type]
+        # No middleware on purpose: the client is refused before it is needed.
+        wrap_anthropic(anthropic.Anthropic(api_key="x"), None, session_id=SID)  # pyright: ignore[reportArgumentType]
 
 
 def test_sdk_message_stream_still_exposes_its_raw_stream() -> None:
     """messages.stream relies on AsyncMessageStream keeping ``_raw_stream`` (pinned here)."""
     from anthropic.lib.streaming import AsyncMessageStream
 
-    marker = object()
-    stream = AsyncMessageStream(marker, output_format=anthropic.not_given)  # type: ignore[arg-type]
+    marker = object()  # not a stream on purpose: only its identity is checked
+    stream = AsyncMessageStream(marker, output_format=anthropic.not_given)  # pyright: ignore[reportArgumentType]
     assert stream._raw_stream is marker  # pyright: ignore[reportPrivateUsage]

@@ -661,10 +661,11 @@ async def test_surface_is_delegated(tmp_path: Path) -> None:
 
 
 def test_wrap_openai_refuses_sync_clients_and_empty_sessions() -> None:
+    # No middleware on purpose: the client and the session id are refused before it is needed.
     with pytest.raises(ConfigError, match="async"):
-        wrap_openai(openai.OpenAI(api_key="x"), None, session_id=SID)  # type: ignore[arg-type]
+        wrap_openai(openai.OpenAI(api_key="x"), None, session_id=SID)  # pyright: ignore[reportArgumentType]
     with pytest.raises(ConfigError, match="session_id"):
-        wrap_openai(openai.AsyncOpenAI(api_key="x"), None, session_id="")  # type: ignore[arg-type]
+        wrap_openai(openai.AsyncOpenAI(api_key="x"), None, session_id="")  # pyright: ignore[reportArgumentType]
 
 
 async def test_loopback_server_streams_over_real_sockets(tmp_path: Path) -> None:
