@@ -267,7 +267,7 @@ class _Source:
     message: Message
     sent: list[Part | None] | None = None  # its parts as sent; None: not sent
     position: int = -1  # its place in the output; -1: not in it
-    tokens: int = 0
+    tokens: int | None = None  # its output's estimate; None: not counted yet
     removed: bool = False  # dropped by the collapse (R7.3)
     called: list[str] = field(default_factory=list[str])
     resolved: list[str] = field(default_factory=list[str])
@@ -275,8 +275,8 @@ class _Source:
     pending: list[str] = field(default_factory=list[str])
     # Earlier outputs this message's results changed: (source index, previous
     # sent parts, previous output message, previous tokens).
-    reemitted: list[tuple[int, list[Part | None], Message, int]] = field(
-        default_factory=list[tuple[int, list[Part | None], Message, int]]
+    reemitted: list[tuple[int, list[Part | None], Message, int | None]] = field(
+        default_factory=list[tuple[int, list[Part | None], Message, int | None]]
     )
 
 
@@ -310,8 +310,12 @@ class IncrementalView:
     ) -> None:
         self.boundary = boundary
         self.messages: list[Message] = []
-        self.tokens = 0
         self.users: list[int] = []  # output positions of user messages
+        self._tokens = 0  # the estimates of the outputs counted so far
+        # Outputs not counted yet, by position: counted when `tokens` is read, so a
+        # call sent as interrupted and sent again as it is (its result came in the
+        # same extension) is counted once, in the form that is sent.
+        self._uncounted: dict[int, _Source] = {}
         self._estimate = estimate
         self._sources: list[_Source] = []
         self._called: set[str] = set()
@@ -328,6 +332,16 @@ class IncrementalView:
             self._add(boundary)
         for message in messages:
             self._add(message)
+
+    @property
+    def tokens(self) -> int:
+        """The estimated tokens of :attr:`messages`."""
+        if self._uncounted:
+            for position, source in self._uncounted.items():
+                source.tokens = self._estimate(self.messages[position])
+                self._tokens += source.tokens
+            self._uncounted.clear()
+        return self._tokens
 
     @property
     def count(self) -> int:
@@ -408,9 +422,8 @@ class IncrementalView:
         if built is None:
             return
         source.position = len(self.messages)
-        source.tokens = self._estimate(built)
         self.messages.append(built)
-        self.tokens += source.tokens
+        self._uncounted[source.position] = source
         if message.role == "user":
             self.users.append(source.position)
         for part, out in zip(message.parts, sent, strict=True):
@@ -436,10 +449,15 @@ class IncrementalView:
         previous = self.messages[earlier.position]
         source.reemitted.append((index, earlier.sent, previous, earlier.tokens))
         earlier.sent = sent
-        tokens = self._estimate(built)
-        self.tokens += tokens - earlier.tokens
-        earlier.tokens = tokens
+        self._forget_tokens(earlier)
         self.messages[earlier.position] = built
+
+    def _forget_tokens(self, source: _Source) -> None:
+        """Take ``source``'s output out of the count: it is counted again when read."""
+        if source.tokens is not None:
+            self._tokens -= source.tokens
+            source.tokens = None
+        self._uncounted[source.position] = source
 
     def _undo(self, source: _Source) -> None:
         for call in source.pending:
@@ -447,15 +465,20 @@ class IncrementalView:
             if not self._pending[call]:
                 del self._pending[call]
         if source.position >= 0:
+            self._forget_tokens(source)
+            del self._uncounted[source.position]
             self.messages.pop()
-            self.tokens -= source.tokens
             if self.users and self.users[-1] == source.position:
                 self.users.pop()
         for index, sent, previous, tokens in reversed(source.reemitted):
             earlier = self._sources[index]
-            self.tokens += tokens - earlier.tokens
-            earlier.sent, earlier.tokens = sent, tokens
+            self._forget_tokens(earlier)
+            earlier.sent = sent
             self.messages[earlier.position] = previous
+            if tokens is not None:  # its count from before, as it was
+                del self._uncounted[earlier.position]
+                earlier.tokens = tokens
+                self._tokens += tokens
         self._answered.difference_update(source.answered)
         self._called.difference_update(source.called)
         self._resolved.difference_update(source.resolved)

@@ -182,10 +182,14 @@ def test_r8_incremental_view_equals_the_full_recompute(
             engine = IncrementalView(boundary, messages, estimate_message_tokens)
         want, tokens = _reference(boundary, messages)
         assert [m.model_dump() for m in engine.messages] == [m.model_dump() for m in want]
-        assert engine.tokens == tokens
+        # The count is made when read: read it after some steps only, so that steps
+        # also undo and re-send outputs nobody counted yet.
+        if data.draw(st.booleans()):
+            assert engine.tokens == tokens
         users = [i for i, m in enumerate(want) if m.role == "user"]
         assert engine.users[-1:] == users[-1:]
         assert engine.count == len(messages) + offset or rebuilt
+    assert engine.tokens == _reference(boundary, messages)[1]
     if shape != "digest":
         # Only a digested message with tool calls can force a new build.
         assert rebuilt == 0
@@ -219,3 +223,41 @@ def test_r8_a_result_re_sends_its_pending_call_and_taking_it_back_restores_it() 
     assert engine.truncate(1)
     assert engine.messages == [interrupted]
     assert engine.tokens == estimate_message_tokens(interrupted)
+
+
+def test_r8_a_call_answered_in_the_same_extension_is_counted_once() -> None:
+    """A call and its split result taken in together: the call is not counted in its
+    interrupted form first (nobody reads that count); taking the result back without
+    a read in between gives the interrupted form's count."""
+    call = Message(
+        id="msg_0001",
+        session_id="ses_x",
+        role="assistant",
+        time_created=1,
+        finish="tool-calls",
+        parts=[_tool_part("c1", "pending", False)],
+    )
+    result = Message(
+        id="msg_0002",
+        session_id="ses_x",
+        role="tool",
+        time_created=2,
+        parts=[ToolResultPart(call_id="c1", tool="read", output="r")],
+    )
+    counted: list[Message] = []
+
+    def estimate(message: Message) -> int:
+        counted.append(message)
+        return estimate_message_tokens(message)
+
+    engine = IncrementalView(None, [], estimate)
+    assert engine.extend([call, result])
+    assert engine.messages == [call, result]
+    assert engine.tokens == _reference(None, [call, result])[1]
+    assert counted == [call, result]
+    assert engine.truncate(1)
+    interrupted = _reference(None, [call])[0]
+    assert [m.model_dump() for m in engine.messages] == [m.model_dump() for m in interrupted]
+    assert engine.extend([result])
+    assert engine.truncate(1)
+    assert engine.tokens == estimate_message_tokens(interrupted[0])
