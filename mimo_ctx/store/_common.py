@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Protocol, Self
 
@@ -21,7 +21,7 @@ from anyio.abc import AsyncResource
 
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
-from mimo_ctx.session import StateChange
+from mimo_ctx.session import StateChange, Task, task_order_key
 from mimo_ctx.store.base import (
     HeadMove,
     HostNode,
@@ -42,6 +42,7 @@ __all__ = [
     "UserMessageQuery",
     "Where",
     "host_node",
+    "in_task_order",
     "reject_repeated_ids",
 ]
 
@@ -77,6 +78,11 @@ def host_node(row: _Row) -> HostNode:
         message_ids=[str(i) for i in json.loads(str(row[4]))],
         seq=int(row[5]),
     )
+
+
+def in_task_order(tasks: Iterable[Task]) -> list[Task]:
+    """The tasks in natural id order (SPEC A16), ties broken by the id itself."""
+    return sorted(tasks, key=lambda t: (task_order_key(t.id), t.id))
 
 
 # -- the requests the front hands to a store --------------------------------------

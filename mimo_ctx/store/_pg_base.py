@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import anyio
 from pydantic import BaseModel, ValidationError
@@ -47,6 +47,7 @@ __all__ = [
     "AlreadyCommitted",
     "MessageColumns",
     "PostgresBase",
+    "PostgresOptions",
     "last_versions",
     "message_columns",
     "stamp",
@@ -103,6 +104,17 @@ def last_versions(messages: Sequence[Message]) -> list[Message]:
     """Keep the last version of each id, at its last position (a write replaces)."""
     last = {m.id: i for i, m in enumerate(messages)}
     return [m for i, m in enumerate(messages) if last[m.id] == i]
+
+
+class PostgresOptions(TypedDict, total=False):
+    """The keyword arguments of a PostgreSQL store (see :class:`PostgresBase`)."""
+
+    schema: str
+    create_schema: bool
+    min_size: int
+    max_size: int
+    command_timeout: float
+    statement_cache_size: int
 
 
 class PostgresBase:

@@ -17,12 +17,16 @@ from typing import Any, Final, Protocol, TypeVar, cast
 
 import anyio
 
+
+def missing_driver() -> ImportError:
+    """The error of an import without asyncpg: it names the extra to install."""
+    return ImportError('mimo_ctx.store.postgres needs asyncpg: pip install "mimo-ctx[postgres]"')
+
+
 try:
     import asyncpg
 except ImportError as _exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        'mimo_ctx.store.postgres needs asyncpg: pip install "mimo-ctx[postgres]"'
-    ) from _exc
+    raise missing_driver() from _exc
 
 __all__ = [
     "DB_ERRORS",
@@ -36,6 +40,7 @@ __all__ = [
     "connect",
     "create_pool",
     "lock_key",
+    "missing_driver",
     "no_reset",
     "quiet_rollback",
     "redact",

@@ -15,7 +15,7 @@ import os
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypedDict, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -37,6 +37,7 @@ __all__ = [
     "AlreadyCommitted",
     "MessageRow",
     "SQLiteBase",
+    "SQLiteOptions",
     "chunks",
     "message_row",
     "read_transaction",
@@ -123,6 +124,14 @@ def read_transaction(conn: sqlite3.Connection, body: Callable[[], _T]) -> _T:
 def chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+class SQLiteOptions(TypedDict, total=False):
+    """The keyword arguments of an SQLite store (see :class:`SQLiteBase`)."""
+
+    busy_timeout: float
+    synchronous: Literal["NORMAL", "FULL"]
+    read_only: bool
 
 
 class SQLiteBase(SQLiteWorker):

@@ -37,7 +37,6 @@ from mimo_ctx.session import (
     SessionState,
     StateChange,
     Task,
-    task_order_key,
 )
 from mimo_ctx.store._common import (
     HostCommit,
@@ -45,6 +44,7 @@ from mimo_ctx.store._common import (
     RebuildCommit,
     StoreBase,
     UserMessageQuery,
+    in_task_order,
     reject_repeated_ids,
 )
 from mimo_ctx.store.base import (
@@ -457,12 +457,7 @@ class InMemoryStore(StoreBase):
             return changed, self._seq
 
     async def _commit_rebuild(self, commit: RebuildCommit) -> bool:
-        session_id, usage_key, boundary, updated = (
-            commit.session_id,
-            commit.usage_key,
-            commit.boundary,
-            commit.updated,
-        )
+        session_id, usage_key, boundary = commit.session_id, commit.usage_key, commit.boundary
         async with self._lock:
             self._check_open()
             stored = self._require_session(session_id)
@@ -471,7 +466,7 @@ class InMemoryStore(StoreBase):
             ):
                 return False
             self._check_new([boundary], "commit_rebuild")
-            self._check_existing(updated, "commit_rebuild", session_id)
+            self._check_existing(commit.updated, "commit_rebuild", session_id)
             state = commit.state
             new_state = (
                 None if state is None else apply_state_change(session_id, stored.state, state)
@@ -479,7 +474,7 @@ class InMemoryStore(StoreBase):
             # Everything is validated: apply all of it (nothing below can fail).
             self._rebuild_keys.add((session_id, usage_key))
             self._write(boundary)
-            for m in updated:
+            for m in commit.updated:
                 self._write(m)
             if new_state is not None:
                 self._sessions[session_id] = stored.model_copy(update={"state": new_state})
@@ -574,8 +569,7 @@ class InMemoryStore(StoreBase):
         async with self._lock:
             self._check_open()
             tasks = [t.model_copy() for (sid, _), t in self._tasks.items() if sid == session_id]
-        tasks.sort(key=lambda t: (task_order_key(t.id), t.id))
-        return tasks
+        return in_task_order(tasks)
 
     async def upsert_actor(self, actor: Actor) -> None:
         """Insert or replace an actor (keyed by its id).

@@ -67,35 +67,37 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Self, TypeVar
+from typing import Self, TypeVar, Unpack
 
 import anyio
 from pydantic import BaseModel
 
+from mimo_ctx.store._pg_driver import missing_driver
+
 try:
-    # Checked here, before the private modules: every import of this module
-    # names the extra to install when the driver is missing.
+    # Checked again here (the driver module may be imported already): every
+    # import of this module names the extra to install when the driver is missing.
     import asyncpg  # noqa: F401  # pyright: ignore[reportUnusedImport]
 except ImportError as _exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        'mimo_ctx.store.postgres needs asyncpg: pip install "mimo-ctx[postgres]"'
-    ) from _exc
+    raise missing_driver() from _exc
 
 from mimo_ctx.checkpoint.lease import LeaseHolder
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import MAIN_AGENT, Message
-from mimo_ctx.session import Actor, Session, SessionState, StateChange, Task, task_order_key
+from mimo_ctx.session import Actor, Session, SessionState, StateChange, Task
 from mimo_ctx.store._common import (
     POSTGRES,
     HostCommit,
     RebuildCommit,
     SQLStoreBase,
     host_node,
+    in_task_order,
     reject_repeated_ids,
 )
 from mimo_ctx.store._pg_base import (
     AlreadyCommitted,
     PostgresBase,
+    PostgresOptions,
     message_columns,
     stamp,
 )
@@ -145,32 +147,14 @@ class PostgresStore(PostgresBase, SQLStoreBase):
     _dialect = POSTGRES
 
     @classmethod
-    async def open(
-        cls,
-        dsn: str,
-        *,
-        schema: str = "mimo_ctx",
-        create_schema: bool = False,
-        min_size: int = 1,
-        max_size: int = 10,
-        command_timeout: float = 60.0,
-        statement_cache_size: int = 100,
-    ) -> PostgresStore:
-        """Create a store and open its pool now.
+    async def open(cls, dsn: str, **options: Unpack[PostgresOptions]) -> PostgresStore:
+        """Create a store (arguments as for the constructor) and open its pool now.
 
         Raises:
             StoreError: The server cannot be reached, or the schema is missing (and
                 ``create_schema`` is false), older, newer, or not a mimo_ctx store.
         """
-        store = cls(
-            dsn,
-            schema=schema,
-            create_schema=create_schema,
-            min_size=min_size,
-            max_size=max_size,
-            command_timeout=command_timeout,
-            statement_cache_size=statement_cache_size,
-        )
+        store = cls(dsn, **options)
         await store._ready()
         return store
 
@@ -487,9 +471,7 @@ class PostgresStore(PostgresBase, SQLStoreBase):
         """Return the session's tasks, terminal ones included, in natural id order."""
         async with self._connection() as conn:
             rows = await conn.fetch(self._sql.list_tasks, session_id)
-        tasks = [self._parse(Task, r[0]) for r in rows]
-        tasks.sort(key=lambda t: (task_order_key(t.id), t.id))
-        return tasks
+        return in_task_order(self._parse(Task, r[0]) for r in rows)
 
     async def upsert_actor(self, actor: Actor) -> None:
         """Insert or replace an actor (keyed by its id).

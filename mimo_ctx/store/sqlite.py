@@ -46,7 +46,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Sequence
-from typing import Final, Literal, TypeVar
+from typing import Final, TypeVar, Unpack
 
 import anyio.lowlevel
 from pydantic import BaseModel
@@ -61,7 +61,6 @@ from mimo_ctx.session import (
     SessionState,
     StateChange,
     Task,
-    task_order_key,
 )
 from mimo_ctx.store._common import (
     SQLITE,
@@ -69,6 +68,7 @@ from mimo_ctx.store._common import (
     RebuildCommit,
     SQLStoreBase,
     host_node,
+    in_task_order,
     reject_repeated_ids,
 )
 from mimo_ctx.store._sqlite_base import (
@@ -76,6 +76,7 @@ from mimo_ctx.store._sqlite_base import (
     AlreadyCommitted,
     MessageRow,
     SQLiteBase,
+    SQLiteOptions,
     message_row,
     read_transaction,
 )
@@ -151,12 +152,7 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
 
     @classmethod
     async def open(
-        cls,
-        path: str | os.PathLike[str],
-        *,
-        busy_timeout: float = 30.0,
-        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
-        read_only: bool = False,
+        cls, path: str | os.PathLike[str], **options: Unpack[SQLiteOptions]
     ) -> SQLiteStore:
         """Create a store and open its file now (arguments as for the constructor).
 
@@ -164,7 +160,7 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
             StoreError: The file cannot be opened, is not an SQLite database, is
                 not a mimo_ctx store, or has a newer schema. The file is unchanged.
         """
-        store = cls(path, busy_timeout=busy_timeout, synchronous=synchronous, read_only=read_only)
+        store = cls(path, **options)
         await store._run(lambda _conn: None)
         return store
 
@@ -579,9 +575,7 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
             rows = conn.execute("SELECT payload FROM tasks WHERE session_id = ?", (session_id,))
             return [str(r[0]) for r in rows]
 
-        tasks = [self._parse(Task, p) for p in await self._run(run)]
-        tasks.sort(key=lambda t: (task_order_key(t.id), t.id))
-        return tasks
+        return in_task_order(self._parse(Task, p) for p in await self._run(run))
 
     async def upsert_actor(self, actor: Actor) -> None:
         """Insert or replace an actor (keyed by its id).
