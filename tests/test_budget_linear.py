@@ -17,7 +17,7 @@ from budget_reference import reference_section_aware
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mimo_ctx.budget import SectionCap, read_budgeted_section_aware
+from mimo_ctx.budget import SectionCap, SectionCaps, read_budgeted_section_aware
 from mimo_ctx.tokens import CharEstimator
 
 _LINE = st.one_of(
@@ -64,31 +64,35 @@ class _DoubleEstimator(CharEstimator):
         return 2 * super().count(text) + (1 if "é" in text else 0)
 
 
-_CAPS = st.one_of(
+def _shared_and_own(shared: int, own: int) -> SectionCaps:
+    return [SectionCap(("Alpha", "Beta"), shared), SectionCap(("Active intent",), own)]
+
+
+def _one_key(tokens: int) -> SectionCaps:
+    return {"Alpha": tokens}
+
+
+_CAPS: st.SearchStrategy[SectionCaps | None] = st.one_of(
     st.none(),
-    st.builds(
-        lambda a, b: [SectionCap(("Alpha", "Beta"), a), SectionCap(("Active intent",), b)],
-        st.integers(0, 80),
-        st.integers(0, 80),
-    ),
-    st.builds(lambda a: {"Alpha": a}, st.integers(0, 80)),
+    st.builds(_shared_and_own, st.integers(0, 80), st.integers(0, 80)),
+    st.builds(_one_key, st.integers(0, 80)),
 )
 
 
 @settings(max_examples=600, deadline=None)
 @given(text=_DOCS, budget=st.integers(0, 500), caps=_CAPS)
 def test_r6_2_linear_read_equals_the_reference_with_the_estimator(
-    text: str, budget: int, caps: object
+    text: str, budget: int, caps: SectionCaps | None
 ) -> None:
-    got = read_budgeted_section_aware(text, budget, path="cp.md", section_caps=caps)  # type: ignore[arg-type]
-    want = reference_section_aware(text, budget, path="cp.md", section_caps=caps)  # type: ignore[arg-type]
+    got = read_budgeted_section_aware(text, budget, path="cp.md", section_caps=caps)
+    want = reference_section_aware(text, budget, path="cp.md", section_caps=caps)
     assert got == want
     explicit = read_budgeted_section_aware(
         text,
         budget,
         path="cp.md",
         counter=CharEstimator(),
-        section_caps=caps,  # type: ignore[arg-type]
+        section_caps=caps,
     )
     assert explicit == want
 
@@ -96,7 +100,7 @@ def test_r6_2_linear_read_equals_the_reference_with_the_estimator(
 @settings(max_examples=300, deadline=None)
 @given(text=_DOCS, budget=st.integers(0, 500), caps=_CAPS)
 def test_r6_2_linear_read_equals_the_reference_with_other_counters(
-    text: str, budget: int, caps: object
+    text: str, budget: int, caps: SectionCaps | None
 ) -> None:
     for counter in (_WordCounter(), _DoubleEstimator()):
         got = read_budgeted_section_aware(
@@ -104,14 +108,14 @@ def test_r6_2_linear_read_equals_the_reference_with_other_counters(
             budget,
             path="cp.md",
             counter=counter,
-            section_caps=caps,  # type: ignore[arg-type]
+            section_caps=caps,
         )
         want = reference_section_aware(
             text,
             budget,
             path="cp.md",
             counter=counter,
-            section_caps=caps,  # type: ignore[arg-type]
+            section_caps=caps,
         )
         assert got == want
 

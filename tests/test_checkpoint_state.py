@@ -310,6 +310,7 @@ def test_folding_in_pieces_equals_folding_at_once(
     cut = data.draw(st.integers(0, len(messages)))
     first = _fold(messages[:cut])
     restored = CheckpointState.from_json(first.to_json())
+    assert restored is not None
     assert restored == first
     assert fold_messages(restored, messages[cut:]) == whole
     # Handing the whole history again (today's coordinator) changes nothing either.

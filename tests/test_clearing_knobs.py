@@ -290,7 +290,7 @@ async def _rebuilt_outputs(config: RebuildConfig, root: Path) -> list[str]:
     async with ContextMiddleware(InMemoryStore(), root, model=limits, config=config) as mw:
         session = await mw.open_session(system="agent")
         await mw.add_user_message(session.id, "Run the tests and fix them. " + filler_text(50))
-        rounds = []
+        rounds: list[Message] = []
         for i in range(24):
             at = T0 + 10 + i
             rounds.append(

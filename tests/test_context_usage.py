@@ -30,7 +30,7 @@ from mimo_ctx import (
 from mimo_ctx.cli._output import fmt_tokens
 from mimo_ctx.context_usage import body_sections, break_down
 from mimo_ctx.importers import load_transcript
-from mimo_ctx.messages import ReasoningPart, ToolStateError
+from mimo_ctx.messages import ReasoningPart, Role, ToolStateError
 from mimo_ctx.reminders import per_turn_reminder
 from mimo_ctx.replay import stable_ids
 from mimo_ctx.session import RequestPrefix
@@ -63,7 +63,7 @@ _texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=300)
 
 @st.composite
 def _message(draw: st.DrawFn) -> Message:
-    role = draw(st.sampled_from(["user", "assistant", "tool"]))
+    role: Role = draw(st.sampled_from(["user", "assistant", "tool"]))
     parts: list[Any] = []
     for _ in range(draw(st.integers(1, 4))):
         kind = draw(st.sampled_from(["text", "reasoning", "tool", "error", "result", "reminder"]))

@@ -24,7 +24,7 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 import pytest
 
@@ -104,7 +104,11 @@ def _innermost_open(text: str) -> str:
     return stack[-1] if stack else ""
 
 
-def _check(doc: Any, real: Any, path: str, main_keys: bool) -> Iterator[str]:
+# A parsed JSON document (the docs' example or the command's output).
+Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"
+
+
+def _check(doc: Json, real: Json, path: str, main_keys: bool) -> Iterator[str]:
     if isinstance(doc, dict):
         if not isinstance(real, dict):
             yield f"{path}: an object in the docs, {type(real).__name__} in the output"

@@ -163,7 +163,7 @@ def _parsed(text: str) -> list[str]:
         if token.type == "heading_open":
             found.append(f"{token.tag} {' '.join(tokens[index + 1].content.lower().split())}")
         elif token.type == "inline":
-            pieces = [c.content for c in token.children or [] if c.type == "html_inline"]
+            pieces = [c.content for c in token.children or () if c.type == "html_inline"]
             if pieces:
                 found += _html_headings(token.content)
         elif token.type == "html_block":

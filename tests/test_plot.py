@@ -108,6 +108,8 @@ def big_report() -> ReplayReport:
 @pytest.mark.transcripts
 def test_plot_of_a_shared_transcript(big_report: ReplayReport, tmp_path: Path) -> None:
     """The done-when of the plot: size, it decodes, one marker per rebuild."""
+    from matplotlib.text import Annotation
+
     report = big_report
     assert len(report.rebuilds) >= 3
     assert report.transcript_compactions
@@ -124,7 +126,7 @@ def test_plot_of_a_shared_transcript(big_report: ReplayReport, tmp_path: Path) -
     after = [tuple(point) for point in markers.get_offsets()]
     assert after == [(r.at, r.tokens_after) for r in report.rebuilds]
     # One arrow per rebuild, from the size before to the size after.
-    arrows = [a for a in axes.texts if getattr(a, "arrow_patch", None) is not None]
+    arrows = [a for a in axes.texts if isinstance(a, Annotation) and a.arrow_patch is not None]
     assert [(a.xy, a.xyann) for a in arrows] == [
         ((r.at, r.tokens_after), (r.at, r.tokens_before)) for r in report.rebuilds
     ]

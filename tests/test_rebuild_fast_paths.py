@@ -31,7 +31,14 @@ from mimo_ctx.checkpoint.evidence import is_continuation
 from mimo_ctx.checkpoint.state import CheckpointState
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.memory import MemoryLayout, is_hard_link
-from mimo_ctx.messages import Message, TextPart, ToolPart, ToolStateCompleted, user_input_text
+from mimo_ctx.messages import (
+    Message,
+    Part,
+    TextPart,
+    ToolPart,
+    ToolStateCompleted,
+    user_input_text,
+)
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.sections import (
     HEADING_RECENT_USER,
@@ -128,7 +135,7 @@ def _messages(draw: st.DrawFn) -> list[Message]:
     for index in range(draw(st.integers(0, 12))):
         kind = draw(st.sampled_from(["user", "user", "user", "synthetic", "tool", "assistant"]))
         text = draw(_TEXT)
-        parts: list[TextPart | ToolPart] = [TextPart(text=text, synthetic=kind == "synthetic")]
+        parts: list[Part] = [TextPart(text=text, synthetic=kind == "synthetic")]
         if kind == "tool":
             parts.append(
                 ToolPart(call_id=f"c{index}", tool="bash", state=ToolStateCompleted(output="o"))
@@ -343,7 +350,7 @@ async def test_a_rebuild_reads_the_checkpoint_the_actors_and_the_watermark_once(
         reads: list[str] = []
         real_read = memory.read_text_blocking
 
-        def counting_read(path: Any, **kwargs: Any) -> str | None:
+        def counting_read(path: str | os.PathLike[str], **kwargs: Any) -> str | None:
             reads.append(os.fspath(path))
             return real_read(path, **kwargs)
 
@@ -380,10 +387,9 @@ async def test_a_rebuild_reads_the_checkpoint_the_actors_and_the_watermark_once(
 
 
 def _reference_scan(
-    scope: Any, root_real: str, root: Path
+    directory: Path, root_real: str, root: Path
 ) -> tuple[list[tuple[str, str, int, int]], int]:
     """The memory index's scan as first written: os.walk, lstat, stat, relpath."""
-    directory = scope.directory
     base_real = os.path.realpath(directory)
     if not memory_index._inside(base_real, root_real) or not os.path.isdir(base_real):  # pyright: ignore[reportPrivateUsage]
         return [], 0
@@ -464,7 +470,7 @@ def test_memory_index_scan_lists_as_os_walk_did(layout: list[tuple[str, str, str
         scope = memory_index._Scope("project", "p", scope_dir)  # pyright: ignore[reportPrivateUsage]
         seen, skipped = memory_index._scan(scope, str(root), root)  # pyright: ignore[reportPrivateUsage]
         got = [(s.path, s.real, s.size, s.mtime_ns) for s in seen]
-        assert (got, skipped) == _reference_scan(scope, str(root), root)
+        assert (got, skipped) == _reference_scan(scope.directory, str(root), root)
 
 
 _STRUCTURE = st.lists(

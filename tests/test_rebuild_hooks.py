@@ -8,6 +8,7 @@ capped section of the host's own or cancel an *automatic* rebuild, within bounds
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from mimo_ctx import (
     CheckpointDraft,
     ContextMiddleware,
+    Event,
     InMemoryStore,
     LLMCheckpointWriter,
     Message,
@@ -174,9 +176,7 @@ def test_llm_writer_prompt_carries_the_focus(tmp_path: Path) -> None:
     )
     _, user = writer.prompts(request)
     assert "## Focus of this checkpoint (the user's words, verbatim)\n" + FOCUS in user
-    _, without = writer.prompts(
-        WriterRequest(**{**{f: getattr(request, f) for f in request.__slots__}, "focus": None})
-    )
+    _, without = writer.prompts(dataclasses.replace(request, focus=None))
     assert "Focus of this checkpoint" not in without
 
 
@@ -270,11 +270,12 @@ async def test_before_rebuild_section_goes_into_the_body_capped(tmp_path: Path) 
 async def test_before_rebuild_cancels_an_automatic_rebuild(tmp_path: Path) -> None:
     hooks = Hooks(CancelRebuild("a deploy is running; rebuild after it"))
     statuses: list[str] = []
-    async with _middleware(
-        tmp_path,
-        hooks,
-        on_event=lambda e: statuses.append(e.status) if isinstance(e, StatusChanged) else None,
-    ) as mw:
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, StatusChanged):
+            statuses.append(event.status)
+
+    async with _middleware(tmp_path, hooks, on_event=on_event) as mw:
         sid = await _fill(mw)
         view = await mw.prepare(sid)
         assert view.rebuild is not None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mimo_ctx.messages import MAIN_AGENT, Message, TextPart, TokenUsage, message_key
+from mimo_ctx.messages import MAIN_AGENT, Message, Role, TextPart, TokenUsage, message_key
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.rebuild import build_boundary_message
 from mimo_ctx.store import InMemoryStore, SQLiteStore, Store
@@ -23,7 +23,7 @@ from mimo_ctx.triggers import ModelLimits
 
 def _message(rng: random.Random, sid: str, t: int, step: int) -> Message:
     agent = MAIN_AGENT if rng.random() < 0.75 else rng.choice(["sub-1", "sub-2"])
-    role = rng.choice(["user", "assistant"])
+    role: Role = rng.choice(["user", "assistant"])
     return Message(
         session_id=sid,
         role=role,

@@ -7,7 +7,7 @@ real SDKs).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -46,7 +46,7 @@ def _convert(run: Sequence[Item]) -> list[MessageDraft]:
 @asynccontextmanager
 async def _middleware(
     tmp_path: Path, store: Store | None = None
-) -> AsyncIterator[ContextMiddleware]:
+) -> AsyncGenerator[ContextMiddleware]:
     async with ContextMiddleware(
         store or InMemoryStore(), tmp_path / "memory", model=100_000
     ) as mw:

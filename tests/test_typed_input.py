@@ -107,7 +107,7 @@ def test_chat_and_responses_and_sweagent() -> None:
         TypedInput("rename foo", 2, 0),
         TypedInput("and bar", 4, 1),
     ]
-    items = [
+    items: list[dict[str, Any]] = [
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
         {"type": "reasoning", "summary": []},
         {"type": "function_call", "call_id": "c", "name": "x", "arguments": "{}"},

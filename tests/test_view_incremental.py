@@ -21,6 +21,7 @@ from mimo_ctx.messages import (
     MessageError,
     OpaquePart,
     Part,
+    Role,
     TextPart,
     ToolPart,
     ToolResultPart,
@@ -65,24 +66,26 @@ _tool_parts = st.builds(
     st.sampled_from(["pending", "pending", "running", "completed", "error"]),
     st.booleans(),
 )
-_result_parts = st.builds(
-    lambda call, error, compacted: ToolResultPart(
+
+
+def _result_part(call: str, error: bool, compacted: bool) -> ToolResultPart:
+    return ToolResultPart(
         call_id=call,
         tool="read",
         output="r" * 20,
         is_error=error,
         time=ToolTime(start=1, end=2, compacted=5 if compacted else None),
-    ),
-    _call_ids,
-    st.booleans(),
-    st.booleans(),
-)
+    )
+
+
+_result_parts = st.builds(_result_part, _call_ids, st.booleans(), st.booleans())
 _text_parts = st.builds(
-    lambda text, ignored, synthetic: TextPart(text=text, ignored=ignored, synthetic=synthetic),
-    st.sampled_from(["", "hi", "a longer piece of text"]),
-    st.booleans(),
-    st.booleans(),
+    TextPart,
+    text=st.sampled_from(["", "hi", "a longer piece of text"]),
+    ignored=st.booleans(),
+    synthetic=st.booleans(),
 )
+_ROLES: list[Role] = ["user", "assistant", "assistant", "tool"]
 _any_parts: st.SearchStrategy[Part] = st.one_of(
     _tool_parts, _result_parts, _text_parts, st.just(OpaquePart(source="t", kind="x"))
 )
@@ -90,7 +93,8 @@ _any_parts: st.SearchStrategy[Part] = st.one_of(
 
 @st.composite
 def _message(draw: st.DrawFn, index: int) -> Message:
-    role = draw(st.sampled_from(["user", "assistant", "assistant", "tool"]))
+    role = draw(st.sampled_from(_ROLES))
+    parts: list[Part]
     if role == "assistant":
         parts = draw(st.lists(_any_parts, max_size=3))
     elif role == "tool":
@@ -208,8 +212,9 @@ def test_r8_a_result_re_sends_its_pending_call_and_taking_it_back_restores_it() 
     )
     engine = IncrementalView(None, [call], estimate_message_tokens)
     interrupted = engine.messages[0]
-    state = interrupted.parts[0].state  # pyright: ignore[reportAttributeAccessIssue]
-    assert isinstance(state, ToolStateError)
+    part = interrupted.parts[0]
+    assert isinstance(part, ToolPart)
+    assert isinstance(part.state, ToolStateError)
     result = Message(
         id="msg_0002",
         session_id="ses_x",

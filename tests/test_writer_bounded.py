@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -143,12 +144,7 @@ async def test_a3_the_writer_gets_the_messages_after_the_previous_watermark(
     # Handed its previous state, the offline writer writes from these messages what
     # it writes from the whole history.
     full = OfflineCheckpointWriter().build(
-        WriterRequest(
-            **{
-                **{f: getattr(bounded, f) for f in bounded.__dataclass_fields__},
-                "messages": [m for m in history if m.id <= second],
-            }
-        )
+        dataclasses.replace(bounded, messages=[m for m in history if m.id <= second])
     )
     assert full.text == (await OfflineCheckpointWriter().write(bounded)).text
     assert (tmp_path / "mem").exists()

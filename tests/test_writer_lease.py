@@ -397,10 +397,14 @@ async def test_r1_4_a3_usage_recovered_by_another_worker_meanwhile_starts_no_wri
     a_events, on_a = recorder()
     b_events, on_b = recorder()
     lease = InMemoryWriterLease(store)
-    settings = {"model": LIMITS, "config": _config(), "writer_lease": lease}
+    config = _config()
     async with (
-        ContextMiddleware(store, memory, on_event=on_a, **settings) as worker_a,
-        ContextMiddleware(store, memory, on_event=on_b, **settings) as worker_b,
+        ContextMiddleware(
+            store, memory, model=LIMITS, config=config, writer_lease=lease, on_event=on_a
+        ) as worker_a,
+        ContextMiddleware(
+            store, memory, model=LIMITS, config=config, writer_lease=lease, on_event=on_b
+        ) as worker_b,
     ):
 
         async def a_rebuilds() -> None:

@@ -18,6 +18,7 @@ from mimo_ctx.importers import load_transcript
 from mimo_ctx.providers.validate import validate_request
 from mimo_ctx.replay import stable_ids
 from tests.cli.conftest import every_transcript, run_cli, write_chat_transcript
+from tests.json_support import is_json_array, is_json_object
 
 SECTION_HEADINGS = [
     "Tasks ledger",
@@ -34,11 +35,11 @@ SECTION_HEADINGS = [
 
 def check_inspect_document(doc: Any, fmt: str) -> None:
     """The documented ``inspect --json`` schema (docs/cli.md), keys and types."""
-    assert isinstance(doc, dict)
+    assert is_json_object(doc)
     for key in ("watermark", "sections", "tokens_before", "tokens_after", "request"):
         assert key in doc, key
     assert doc["watermark"] is None or isinstance(doc["watermark"], str)
-    assert isinstance(doc["sections"], list)
+    assert is_json_array(doc["sections"])
     for section in doc["sections"]:
         assert isinstance(section["heading"], str)
         assert isinstance(section["tokens"], int)
@@ -56,10 +57,10 @@ def check_inspect_document(doc: Any, fmt: str) -> None:
     assert request["format"] == fmt
     payload = request["messages"]
     if fmt == "openai":
-        assert isinstance(payload, list)
+        assert is_json_array(payload)
         validate_request(payload, format="openai-chat")
     else:
-        assert isinstance(payload, dict)
+        assert is_json_object(payload)
         assert set(payload) == {"system", "messages"}
         assert payload["system"] is None or isinstance(payload["system"], str)
         validate_request(payload, format="anthropic")
@@ -141,7 +142,7 @@ def test_inspect_at_limits_the_history(tmp_path: Path) -> None:
 
 def test_inspect_at_accepts_the_transcripts_own_id(tmp_path: Path) -> None:
     """--at with a Claude Code uuid picks that record's message."""
-    lines = []
+    lines: list[str] = []
     parent = None
     for i in range(6):
         uuid = f"00000000-0000-0000-0000-00000000000{i}"

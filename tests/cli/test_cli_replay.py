@@ -15,16 +15,17 @@ from mimo_ctx.importers import load_transcript
 from mimo_ctx.messages import MAIN_AGENT
 from mimo_ctx.replay import replay_transcript, replayable_messages, stable_ids
 from tests.cli.conftest import every_transcript, run_cli, transcripts_root, write_chat_transcript
+from tests.json_support import is_json_array, is_json_object
 
 
 def check_replay_document(doc: Any) -> None:
     """The documented ``replay --json`` schema (docs/cli.md), keys and types."""
-    assert isinstance(doc, dict)
+    assert is_json_object(doc)
     for key in ("window", "trigger_tokens", "turns", "writer_runs", "peak_request_tokens"):
         assert isinstance(doc[key], int), key
         assert doc[key] >= 0
     assert isinstance(doc["total_tokens_sent"], int)
-    assert isinstance(doc["rebuilds"], list)
+    assert is_json_array(doc["rebuilds"])
     for rebuild in doc["rebuilds"]:
         assert isinstance(rebuild["at"], int)
         assert isinstance(rebuild["outcome"], str)
@@ -32,10 +33,10 @@ def check_replay_document(doc: Any) -> None:
         assert isinstance(rebuild["tokens_after"], int)
         kept = rebuild["user_words_retained"]
         assert kept is None or (isinstance(kept, float | int) and 0 <= kept <= 1)
-    assert isinstance(doc["transcript_compactions"], list)
+    assert is_json_array(doc["transcript_compactions"])
     for compaction in doc["transcript_compactions"]:
         assert isinstance(compaction["at"], int)
-    assert isinstance(doc["writers"], list)
+    assert is_json_array(doc["writers"])
     assert len(doc["writers"]) == doc["writer_runs"]
     for writer in doc["writers"]:
         assert isinstance(writer["at"], int)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def tool_result(call_id: str, text: str, *, is_error: bool = False) -> dict[str,
     return {"type": "tool_result", "tool_use_id": call_id, "content": text, "is_error": is_error}
 
 
-def write_jsonl(path: Path, lines: list[dict[str, Any] | str]) -> Path:
+def write_jsonl(path: Path, lines: Sequence[Mapping[str, object] | str]) -> Path:
     """Write lines (objects as JSON, strings as they are) and return the path."""
     text = "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines)
     path.write_text(text + "\n", encoding="utf-8")

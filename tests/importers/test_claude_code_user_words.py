@@ -158,10 +158,9 @@ def test_machine_blocks_and_colour_codes_stay_out_of_typed_words(tmp_path: Path)
         ("ignored", stdout),
     ]
     assert _kinds(messages[2]) == [("synthetic", "[Request interrupted by user]")]
-    assert _kinds(messages[3]) == [
-        ("typed", "colours red please"),
-        ("ignored", messages[3].parts[1].text),
-    ]
+    original = messages[3].parts[1]
+    assert isinstance(original, TextPart)
+    assert _kinds(messages[3]) == [("typed", "colours red please"), ("ignored", original.text)]
     for m in messages:
         for p in m.parts:
             if isinstance(p, TextPart) and not p.ignored:
@@ -170,11 +169,13 @@ def test_machine_blocks_and_colour_codes_stay_out_of_typed_words(tmp_path: Path)
 
 _TAGS = ("system-reminder", "local-command-stdout")
 _plain = st.text(alphabet="abc xyz\n.", max_size=20)
-_block = st.builds(
-    lambda tag, body: f"<{tag}>{body}</{tag}>",
-    st.sampled_from(_TAGS),
-    st.text("qrs \n", max_size=10),
-)
+
+
+def _tagged(tag: str, body: str) -> str:
+    return f"<{tag}>{body}</{tag}>"
+
+
+_block = st.builds(_tagged, st.sampled_from(_TAGS), st.text("qrs \n", max_size=10))
 _ansi = st.sampled_from(["\x1b[31m", "\x1b[0m", "\x1b]0;title\x07"])
 
 

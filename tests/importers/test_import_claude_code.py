@@ -3,6 +3,7 @@ in ``mimo_ctx.importers.claude_code``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from mimo_ctx.messages import (
 from .builders import assistant, system, tool_result, tool_use, user, write_jsonl
 
 
-def _texts(parts: list[object]) -> list[str]:
+def _texts(parts: Sequence[object]) -> list[str]:
     return [p.text for p in parts if isinstance(p, TextPart)]
 
 

@@ -112,7 +112,9 @@ def test_chat_array_converted(tmp_path: Path) -> None:
 
 
 def test_chat_object_with_messages_and_tools(tmp_path: Path) -> None:
-    tools = [{"type": "function", "function": {"name": "ls", "parameters": {}}}]
+    tools: list[dict[str, Any]] = [
+        {"type": "function", "function": {"name": "ls", "parameters": {}}}
+    ]
     doc = {"model": "gpt-test", "messages": _chat()[2:5], "tools": tools}
     result = load_transcript(_write(tmp_path, doc))
     assert result.session.prefix is not None

@@ -35,6 +35,7 @@ from mimo_ctx.messages import (
     ToolStateError,
 )
 from mimo_ctx.store.base import Session
+from tests.json_support import is_json_array
 
 pytestmark = pytest.mark.transcripts
 
@@ -139,13 +140,13 @@ def _raw_tool_outputs(path: Path) -> set[str]:
     for line in path.read_text().splitlines():
         obj: dict[str, Any] = json.loads(line)
         content: Any = obj.get("message", {}).get("content")
-        if not isinstance(content, list):
+        if not is_json_array(content):
             continue
         for block in content:
             if block.get("type") != "tool_result":
                 continue
             value = block.get("content")
-            if isinstance(value, list):
+            if is_json_array(value):
                 value = "\n".join(b.get("text", "") for b in value)
             if isinstance(value, str) and value.strip():
                 out.add(value.strip())

@@ -54,4 +54,5 @@ async def main(db: str, memory_root: str, session_id: str, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:5])
+    db, memory_root, session_id, mode = sys.argv[1:5]
+    anyio.run(main, db, memory_root, session_id, mode)

@@ -568,7 +568,11 @@ async def test_disk_full_on_checkpoint_write_keeps_old_checkpoint(
         session = await mw.open_session(system=SYSTEM)
         old, watermark = await prime_checkpoint(mw, session.id)
         real_fdopen = os.fdopen
-        monkeypatch.setattr(os, "fdopen", lambda fd, mode: _FullDisk(real_fdopen(fd, mode)))
+
+        def full_disk_fdopen(fd: int, mode: str) -> _FullDisk:
+            return _FullDisk(real_fdopen(fd, mode))
+
+        monkeypatch.setattr(os, "fdopen", full_disk_fdopen)
         await cross_line(mw, session.id, usage=85_000)
         assert await mw.start_writer(session.id, reason="full disk") == "started"
         await settle(mw, session.id)

@@ -10,7 +10,7 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -108,10 +108,13 @@ def test_a13_session_and_project_ids_cannot_be_path_tricks(tmp_path: Path, bad: 
         layout.project_memory_path(bad)
 
 
+class _Ids(TypedDict, total=False):
+    session_id: str
+    project_id: str
+
+
 @pytest.mark.parametrize("kwargs", [{"session_id": "../../evil"}, {"project_id": "../../etc"}])
-async def test_a13_bad_ids_through_the_middleware_are_refused(
-    tmp_path: Path, kwargs: dict[str, str]
-) -> None:
+async def test_a13_bad_ids_through_the_middleware_are_refused(tmp_path: Path, kwargs: _Ids) -> None:
     """A session or project id that is a path trick is refused with PathEscapeError
     (at open_session or at the first rebuild); nothing is created outside the root."""
     store = InMemoryStore()

@@ -592,12 +592,15 @@ async def test_r4_commit_rebuild_invalid_writes_nothing_and_keeps_key(store: Sto
     def b() -> Message:
         return boundary(s.id, u.id, t=T0 + 1)
 
+    def not_a_state(_state: object) -> object:
+        return "not a state"  # a state change must return the new state
+
     missing = user(s.id, "never stored", t=T0 + 2)
     bad_calls: list[dict[str, Any]] = [
         {"boundary": b(), "updated": [with_text(u, "x"), missing]},
         {"boundary": b(), "updated": [with_text(foreign, "moved")]},
         {"boundary": boundary(other.id, u.id, t=T0 + 1), "updated": []},
-        {"boundary": b(), "updated": [], "state": lambda _state: "not a state"},
+        {"boundary": b(), "updated": [], "state": not_a_state},
         {"boundary": u, "updated": []},  # boundary id already stored
     ]
     twice = b()
