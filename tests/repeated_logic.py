@@ -12,9 +12,10 @@ file names:
 - docstrings (a string literal standing alone as a statement), and the ``...``
   or ``pass`` of an empty body (protocol methods, stubs);
 - import statements;
-- declarative tables: a module- or class-level assignment whose value is a literal
-  container (dict, list, tuple, set, or one call wrapping one, like
-  ``frozenset({...})``);
+- declarative tables and constants: a module- or class-level assignment whose value
+  is a literal container (dict, list, tuple, set, or one call wrapping one, like
+  ``frozenset({...})``) or an expression of literals, names and calls of them only
+  (``_T = TypeVar("_T")``, ``_FENCE = re.compile(r"...")``);
 - field blocks: annotated names in a class body (dataclass, TypedDict, NamedTuple,
   protocol attributes);
 - overload stubs (functions decorated with ``typing.overload``);
@@ -83,15 +84,45 @@ class Repeat:
 
 
 def _is_table(value: ast.expr | None) -> bool:
+    """A literal container (of anything), one call wrapping one, or a constant expression."""
     containers = (ast.Dict, ast.List, ast.Tuple, ast.Set)
     if isinstance(value, containers):
         return True
-    return (
+    if (
         isinstance(value, ast.Call)
         and len(value.args) == 1
         and not value.keywords
         and isinstance(value.args[0], containers)
-    )
+    ):
+        return True
+    return value is not None and _is_constant(value)
+
+
+def _is_constant(value: ast.expr) -> bool:
+    """Literals, names, attributes and calls, subscripts and operators of them only.
+
+    ``TypeVar("_T")``, ``re.compile(r"…", re.M)``, ``1 << 20``, ``Final[int]``: what
+    a module-level name is declared as. A lambda, a comprehension, a condition or a
+    comparison is logic.
+    """
+    if isinstance(value, ast.Constant | ast.Name):
+        return True
+    if isinstance(value, ast.Attribute | ast.Starred):
+        return _is_constant(value.value)
+    if isinstance(value, ast.Call):
+        parts = [value.func, *value.args, *(k.value for k in value.keywords)]
+        return all(_is_constant(p) for p in parts)
+    if isinstance(value, ast.Subscript):
+        return _is_constant(value.value) and _is_constant(value.slice)
+    if isinstance(value, ast.BinOp):
+        return _is_constant(value.left) and _is_constant(value.right)
+    if isinstance(value, ast.UnaryOp):
+        return _is_constant(value.operand)
+    if isinstance(value, ast.Dict):
+        return all(_is_constant(v) for v in [*value.values, *(k for k in value.keys if k)])
+    if isinstance(value, ast.List | ast.Tuple | ast.Set):
+        return all(_is_constant(e) for e in value.elts)
+    return False
 
 
 def _is_overload(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

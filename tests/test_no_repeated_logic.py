@@ -159,6 +159,32 @@ def test_a_signature_is_a_declaration_and_a_shared_one_is_no_repeat() -> None:
     assert [line.text for line in code_lines(one)] == ["return len ( data )"]
 
 
+def test_module_constants_are_declarations_and_computed_ones_are_logic() -> None:
+    constants = """
+        _T = TypeVar("_T")
+        _M = TypeVar("_M", bound=BaseModel)
+        _FENCE = re.compile(r"^```", re.MULTILINE)
+        LIMIT: Final = 1 << 20
+        NAME: Final[str] = "x" + "y"
+        SHIFT = -LIMIT
+        """
+    source = textwrap.dedent(constants)
+    assert code_lines(source) == []
+    assert find_repeats([("a.py", source), ("b.py", source)]) == []
+    computed = textwrap.dedent(
+        """
+        A = [n * 2 for n in range(10)]
+        B = {k: v for k, v in pairs if v}
+        C = lambda x: x + 1
+        D = x if flag else y
+        E = first or second
+        F = len(A) > 3
+        """
+    )
+    (repeat,) = find_repeats([("a.py", computed), ("b.py", computed)])
+    assert repeat.lines == 6
+
+
 def test_a_table_built_inside_a_function_is_logic() -> None:
     body = """
     table = {
