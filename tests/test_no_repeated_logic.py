@@ -7,8 +7,22 @@ that the whole-package test is known to be able to fail.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
-from repeated_logic import WINDOW, Repeat, code_lines, find_repeats
+from repeated_logic import WINDOW, Repeat, code_lines, find_repeats, find_repeats_in
+
+import mimo_ctx
+
+PACKAGE = Path(mimo_ctx.__file__).resolve().parent
+
+
+def test_no_run_of_six_lines_of_logic_stands_twice_in_the_package() -> None:
+    """Logic that stands twice gets one implementation used by both places (issue 15)."""
+    repeats = find_repeats_in(PACKAGE)
+    assert not repeats, "runs of logic that stand twice in mimo_ctx/:\n" + "\n".join(
+        f"  {r}" for r in repeats
+    )
+
 
 _BODY = """
     total = 0
