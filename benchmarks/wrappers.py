@@ -14,9 +14,13 @@ the SDK's own work plus ours, without a network.
 The store is SQLite on a file, the window large enough that no rebuild or writer
 runs: the view is the whole history, the worst case for the per-call work.
 Every fifth answer is a tool call with its result. Reported per call: the bare
-call's CPU time, the managed call's, and the overhead (the median of the
-per-pair differences). Targets (issue 16): the overhead at 5,000 messages within
-1.5x the overhead at 100, and under 0.5x the bare call's own cost at 5,000.
+call's CPU time and the managed call's (median and minimum), and the overhead:
+the median of the per-pair differences, with a 95% confidence interval of that
+median. Pairs come in blocks (see :class:`_Plan`), as many as a CPU budget per
+cell allows. Targets (issue 16), judged on those medians: the overhead at 5,000
+messages within 1.5x the overhead at 100, and under 0.5x the bare call's own
+cost at 5,000. For the two plain SDK calls, a stub client also shows what
+mimo_ctx alone costs, with warm caches and after a 5,000-message walk.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +49,6 @@ TITLE = "Wrappers and integrations: per-call overhead against the bare call"
 
 SIZES = (100, 1_000, 5_000)
 QUICK_SIZES = (20, 40)
-SAMPLES = 31
-QUICK_SAMPLES = 3
 WAYS = (
     "openai",
     "openai stream",
@@ -60,15 +63,72 @@ _TEXT = "Read the module, then explain what its public functions do and why. " *
 _LIMITS = ModelLimits(10_000_000, input_limit=10_000_000)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """How many pairs a cell (one way in, one history size) gets.
+
+    Pairs come in blocks, each a session of its own on a fresh copy of the
+    history: within a block the host's list grows by two messages a pair, so a
+    block stays close to its size. Blocks run until ``budget`` seconds of CPU
+    were spent on the cell's pairs (at least ``min_blocks``, at most
+    ``max_blocks``): cheap cells get hundreds of pairs, a 5,000-message OpenAI
+    call (most of a second of the SDK's own work) gets ``min_blocks``.
+    """
+
+    pairs: int
+    min_blocks: int
+    max_blocks: int
+    budget: float
+
+    def more(self, blocks: int, spent: float) -> bool:
+        """True when another block should run after ``blocks`` that took ``spent`` s."""
+        return blocks < self.min_blocks or (blocks < self.max_blocks and spent < self.budget)
+
+
+PLAN = _Plan(pairs=20, min_blocks=2, max_blocks=12, budget=6.0)
+QUICK_PLAN = _Plan(pairs=3, min_blocks=1, max_blocks=1, budget=0.0)
+ALONE_SAMPLES = 61
+QUICK_ALONE_SAMPLES = 3
+
+
+def _median_ci(values: list[float]) -> tuple[float, float]:
+    """A distribution-free 95% confidence interval of the median (order statistics)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    half = 0.98 * n**0.5  # 1.96 standard deviations of a Binomial(n, 1/2) rank, halved
+    low = max(int(n / 2 - half), 0)
+    high = min(int(n / 2 + half + 0.999), n - 1)
+    return ordered[low], ordered[high]
+
+
 @dataclass
 class _Pair:
     bare: list[float]
     managed: list[float]
     alone: list[float] | None = None  # the managed call on a stub client: ours only
+    pressured: list[float] | None = None  # the same after a 5,000-message walk each call
+
+    @property
+    def diffs(self) -> list[float]:
+        return [m - b for b, m in zip(self.bare, self.managed, strict=True)]
 
     @property
     def overhead(self) -> float:
-        return statistics.median(m - b for b, m in zip(self.bare, self.managed, strict=True))
+        """The median of the per-pair differences (what the targets judge)."""
+        return statistics.median(self.diffs)
+
+    @property
+    def overhead_ci(self) -> tuple[float, float]:
+        return _median_ci(self.diffs)
+
+    @property
+    def min_overhead(self) -> float:
+        """The fastest managed call minus the fastest bare call."""
+        return min(self.managed) - min(self.bare)
+
+    def extend(self, other: _Pair) -> None:
+        self.bare += other.bare
+        self.managed += other.managed
 
 
 async def _timed(fn: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
@@ -365,7 +425,11 @@ _SDK_CALLS: dict[str, tuple[_HistoryOf, _Call]] = {
 }
 
 
-async def _sdk_way(way: str, size: int, samples: int, root: Path) -> _Pair:
+def _answer_text(text: Any) -> Any:
+    return {"role": "assistant", "content": text}
+
+
+async def _sdk_way(way: str, size: int, plan: _Plan, root: Path) -> _Pair:
     import anthropic
     import openai
 
@@ -375,6 +439,7 @@ async def _sdk_way(way: str, size: int, samples: int, root: Path) -> _Pair:
     session = f"ses-{way.replace(' ', '-')}-{size}"
     try:
         async with ContextMiddleware(store, root / "memory", model=_LIMITS) as mw:
+            wrap: Callable[..., Any]
             if way.startswith("openai"):
                 answer = {
                     "openai": _openai_answer,
@@ -387,7 +452,7 @@ async def _sdk_way(way: str, size: int, samples: int, root: Path) -> _Pair:
                     max_retries=0,
                     http_client=_transport(answer),
                 )
-                managed: Any = wrap_openai(raw, mw, session_id=session)
+                wrap = wrap_openai
             else:
                 answer = _anthropic_stream if way == "anthropic stream" else _anthropic_answer
                 raw = anthropic.AsyncAnthropic(
@@ -396,20 +461,22 @@ async def _sdk_way(way: str, size: int, samples: int, root: Path) -> _Pair:
                     max_retries=0,
                     http_client=_transport(answer),
                 )
-                managed = wrap_anthropic(raw, mw, session_id=session)
+                wrap = wrap_anthropic
+
             history_of, call = _SDK_CALLS[way]
-            host = history_of(size)
 
-            async def bare_call() -> Any:
-                return await call(raw, host)
+            async def block(number: int) -> _Pair:
+                host = history_of(size)
+                managed = wrap(raw, mw, session_id=f"{session}-{number}")
+                return await _pairs(
+                    host,
+                    partial(call, raw, host),
+                    partial(call, managed, host),
+                    _answer_text,
+                    plan.pairs,
+                )
 
-            async def managed_call() -> Any:
-                return await call(managed, host)
-
-            def answer_of(text: Any) -> Any:
-                return {"role": "assistant", "content": text}
-
-            return await _pairs(host, bare_call, managed_call, answer_of, samples)
+            return await _blocks(plan, block)
     finally:
         await store.aclose()
 
@@ -444,37 +511,56 @@ async def _pairs(
 
 
 class _StubCompletions:
-    def __init__(self, make: Callable[[], Any]) -> None:
+    def __init__(self, make: Callable[[], Any], walk: list[Any] | None) -> None:
         self._make = make
+        self._walk = walk
+        self.walked: list[float] = []
 
     async def create(self, **kwargs: Any) -> Any:
+        if self._walk is not None:
+            # What an SDK does to a large request, in its cost to the caches: every
+            # message visited and serialised. Timed, and taken out of the call's time.
+            cpu = time.process_time()
+            json.dumps(self._walk)
+            self.walked.append(time.process_time() - cpu)
         return self._make()
 
 
 class _StubClient:
     """An async client whose managed calls answer at once, with no request built: a
-    wrapped stub costs what mimo_ctx itself does (the SDK's own work left out)."""
+    wrapped stub costs what mimo_ctx itself does (the SDK's own work left out).
 
-    def __init__(self, make: Callable[[], Any]) -> None:
-        completions = _StubCompletions(make)
+    With ``walk``, each call first serialises that payload (a 5,000-message history
+    at every size): the CPU caches are as full of someone else's data as after a
+    real SDK's 5,000-message request, whatever the history the call manages, so
+    what is left after taking the walk's own time out is mimo_ctx's work under the
+    same cache pressure at 100 and at 5,000 messages."""
+
+    def __init__(self, make: Callable[[], Any], walk: list[Any] | None = None) -> None:
+        completions = _StubCompletions(make, walk)
+        self.completions = completions
         self.chat = type("Chat", (), {"completions": completions})()
         self.messages = completions
         self.responses = completions
 
 
-async def _alone(way: str, size: int, samples: int, root: Path) -> list[float]:
+async def _alone(
+    way: str, size: int, samples: int, root: Path, *, walk: list[Any] | None = None
+) -> list[float]:
     """The managed call's CPU time on a stub client (see :class:`_StubClient`)."""
     import anthropic.types
     import openai.types.chat
 
     from mimo_ctx.providers import wrap_anthropic, wrap_openai
 
-    store = await SQLiteStore.open(root / f"{way}-alone-{size}.db")
+    store = await SQLiteStore.open(root / f"{way}-alone-{size}-{walk is not None}.db")
     try:
         async with ContextMiddleware(store, root / "memory", model=_LIMITS) as mw:
+            stub: _StubClient
             if way == "openai":
                 completion = openai.types.chat.ChatCompletion.model_validate(_openai_answer(1))
-                managed: Any = wrap_openai(_StubClient(lambda: completion), mw, session_id="alone")
+                stub = _StubClient(lambda: completion, walk)
+                managed: Any = wrap_openai(stub, mw, session_id="alone")
                 host: list[Any] = _openai_history(size)
 
                 async def call() -> Any:
@@ -484,7 +570,8 @@ async def _alone(way: str, size: int, samples: int, root: Path) -> list[float]:
                     return {"role": "assistant", "content": reply.choices[0].message.content}
             else:
                 message = anthropic.types.Message.model_validate(_anthropic_answer(1))
-                managed = wrap_anthropic(_StubClient(lambda: message), mw, session_id="alone")
+                stub = _StubClient(lambda: message, walk)
+                managed = wrap_anthropic(stub, mw, session_id="alone")
                 host = _anthropic_history(size)
 
                 async def call() -> Any:
@@ -503,8 +590,9 @@ async def _alone(way: str, size: int, samples: int, root: Path) -> list[float]:
             out: list[float] = []
             for sample in range(samples):
                 host += [answer_of(reply), {"role": "user", "content": f"Turn {sample}."}]
+                walked = len(stub.completions.walked)
                 spent, reply = await _timed(call)
-                out.append(spent)
+                out.append(spent - sum(stub.completions.walked[walked:]))
             return out
     finally:
         await store.aclose()
@@ -513,7 +601,7 @@ async def _alone(way: str, size: int, samples: int, root: Path) -> list[float]:
 # --------------------------------------------------------------------------- frameworks
 
 
-async def _pydantic_ai_way(size: int, samples: int, root: Path) -> _Pair:
+async def _pydantic_ai_way(size: int, plan: _Plan, root: Path) -> _Pair:
     from pydantic_ai import Agent
     from pydantic_ai.messages import (
         ModelMessage,
@@ -550,41 +638,32 @@ async def _pydantic_ai_way(size: int, samples: int, root: Path) -> _Pair:
     try:
         async with ContextMiddleware(store, root / "memory", model=_LIMITS) as mw:
             bare_agent = Agent(FunctionModel(answer))
-            managed_agent = Agent(
-                FunctionModel(answer),
-                capabilities=[MimoCtxCapability(mw, session_id=f"pai-{size}")],
-            )
-            current = [history]
-            prompt = ["Go on."]
 
-            async def bare_call() -> Any:
-                return await bare_agent.run(prompt[0], message_history=current[0])
+            async def block(session_id: str) -> _Pair:
+                managed_agent = Agent(
+                    FunctionModel(answer),
+                    capabilities=[MimoCtxCapability(mw, session_id=session_id)],
+                )
+                current = [history]
+                prompt = ["Go on."]
 
-            async def managed_call() -> Any:
-                return await managed_agent.run(prompt[0], message_history=current[0])
+                async def bare_call() -> Any:
+                    return await bare_agent.run(prompt[0], message_history=current[0])
 
-            result_ = await managed_call()
-            for warm in range(3):
-                current[0], prompt[0] = result_.all_messages(), f"Warm {warm}."
-                result_ = await managed_call()
-            settle_heap()
-            pair = _Pair([], [])
-            for sample in range(samples):
-                current[0], prompt[0] = result_.all_messages(), f"Turn {sample}."
-                if sample % 2:
-                    bare, _ = await _timed(bare_call)
-                    managed, result_ = await _timed(managed_call)
-                else:
-                    managed, result_ = await _timed(managed_call)
-                    bare, _ = await _timed(bare_call)
-                pair.bare.append(bare)
-                pair.managed.append(managed)
-            return pair
+                async def managed_call() -> Any:
+                    return await managed_agent.run(prompt[0], message_history=current[0])
+
+                def step(result_: Any, label: str) -> None:
+                    current[0], prompt[0] = result_.all_messages(), label
+
+                return await _framework_pairs(step, bare_call, managed_call, plan.pairs)
+
+            return await _blocks(plan, lambda number: block(f"pai-{size}-{number}"))
     finally:
         await store.aclose()
 
 
-async def _langchain_way(size: int, samples: int, root: Path) -> _Pair:
+async def _langchain_way(size: int, plan: _Plan, root: Path) -> _Pair:
     from langchain.agents import create_agent  # pyright: ignore[reportUnknownVariableType]
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -631,38 +710,66 @@ async def _langchain_way(size: int, samples: int, root: Path) -> _Pair:
         async with ContextMiddleware(store, root / "memory", model=_LIMITS) as mw:
             # Without middleware langchain leaves the graph's context type unsolved.
             bare_agent: Any = create_agent(Model(messages=iter([])), [])  # pyright: ignore[reportUnknownVariableType]
-            managed_agent: Any = create_agent(
-                Model(messages=iter([])),
-                [],
-                middleware=[MimoCtxMiddleware(mw, session_id=f"lc-{size}")],
-            )
-            current: list[list[BaseMessage]] = [[*history, HumanMessage("Go on.")]]
 
-            async def bare_call() -> Any:
-                return await bare_agent.ainvoke({"messages": current[0]}, config)
+            async def block(session_id: str) -> _Pair:
+                managed_agent: Any = create_agent(
+                    Model(messages=iter([])),
+                    [],
+                    middleware=[MimoCtxMiddleware(mw, session_id=session_id)],
+                )
+                current: list[list[BaseMessage]] = [[*history, HumanMessage("Go on.")]]
 
-            async def managed_call() -> Any:
-                return await managed_agent.ainvoke({"messages": current[0]}, config)
+                async def bare_call() -> Any:
+                    return await bare_agent.ainvoke({"messages": current[0]}, config)
 
-            state = await managed_call()
-            for warm in range(3):
-                current[0] = [*state["messages"], HumanMessage(f"Warm {warm}.")]
-                state = await managed_call()
-            settle_heap()
-            pair = _Pair([], [])
-            for sample in range(samples):
-                current[0] = [*state["messages"], HumanMessage(f"Turn {sample}.")]
-                if sample % 2:
-                    bare, _ = await _timed(bare_call)
-                    managed, state = await _timed(managed_call)
-                else:
-                    managed, state = await _timed(managed_call)
-                    bare, _ = await _timed(bare_call)
-                pair.bare.append(bare)
-                pair.managed.append(managed)
-            return pair
+                async def managed_call() -> Any:
+                    return await managed_agent.ainvoke({"messages": current[0]}, config)
+
+                def step(state: Any, label: str) -> None:
+                    current[0] = [*state["messages"], HumanMessage(label)]
+
+                return await _framework_pairs(step, bare_call, managed_call, plan.pairs)
+
+            return await _blocks(plan, lambda number: block(f"lc-{size}-{number}"))
     finally:
         await store.aclose()
+
+
+async def _framework_pairs(
+    step: Callable[[Any, str], None],
+    bare_call: Callable[[], Awaitable[Any]],
+    managed_call: Callable[[], Awaitable[Any]],
+    samples: int,
+) -> _Pair:
+    """Like :func:`_pairs` for an agent run: ``step`` puts the last run's messages and
+    the next prompt in place."""
+    result_ = await managed_call()
+    for warm in range(3):
+        step(result_, f"Warm {warm}.")
+        result_ = await managed_call()
+    settle_heap()
+    pair = _Pair([], [])
+    for sample in range(samples):
+        step(result_, f"Turn {sample}.")
+        if sample % 2:
+            bare, _ = await _timed(bare_call)
+            managed, result_ = await _timed(managed_call)
+        else:
+            managed, result_ = await _timed(managed_call)
+            bare, _ = await _timed(bare_call)
+        pair.bare.append(bare)
+        pair.managed.append(managed)
+    return pair
+
+
+async def _blocks(plan: _Plan, block: Callable[[int], Awaitable[_Pair]]) -> _Pair:
+    """The pairs of one cell: blocks (each a session of its own) as long as ``plan`` says."""
+    pair = _Pair([], [])
+    blocks = 0
+    while plan.more(blocks, sum(pair.bare) + sum(pair.managed)):
+        pair.extend(await block(blocks))
+        blocks += 1
+    return pair
 
 
 # --------------------------------------------------------------------------- run
@@ -670,7 +777,9 @@ async def _langchain_way(size: int, samples: int, root: Path) -> _Pair:
 
 async def _measure(quick: bool) -> dict[str, dict[int, _Pair]]:
     sizes = QUICK_SIZES if quick else SIZES
-    samples = QUICK_SAMPLES if quick else SAMPLES
+    plan = QUICK_PLAN if quick else PLAN
+    alone_samples = QUICK_ALONE_SAMPLES if quick else ALONE_SAMPLES
+    walk_size = sizes[-1]
     out: dict[str, dict[int, _Pair]] = {}
     root = Path(tempfile.mkdtemp(prefix="mimo-wrappers-"))
     try:
@@ -678,21 +787,47 @@ async def _measure(quick: bool) -> dict[str, dict[int, _Pair]]:
             out[way] = {}
             for size in sizes:
                 if way in _SDK_WAYS:
-                    out[way][size] = await _sdk_way(way, size, samples, root)
+                    pair = out[way][size] = await _sdk_way(way, size, plan, root)
                     if way in ("openai", "anthropic"):
-                        out[way][size].alone = await _alone(way, size, samples, root)
+                        pair.alone = await _alone(way, size, alone_samples, root)
+                        pair.pressured = await _alone(
+                            way, size, alone_samples, root, walk=_SDK_CALLS[way][0](walk_size)
+                        )
                 elif way == "pydantic-ai":
-                    out[way][size] = await _pydantic_ai_way(size, samples, root)
+                    out[way][size] = await _pydantic_ai_way(size, plan, root)
                 else:
-                    out[way][size] = await _langchain_way(size, samples, root)
+                    out[way][size] = await _langchain_way(size, plan, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return out
 
 
+def _both(samples: list[float]) -> str:
+    return f"{fmt_ms(statistics.median(samples))} / {fmt_ms(min(samples))}"
+
+
+def _flat(way: str, small: _Pair, large: _Pair, sizes: list[int]) -> Target:
+    """Overhead at the largest size against the smallest, judged on the medians."""
+    flat = large.overhead / small.overhead if small.overhead > 0 else float("inf")
+    (small_low, small_high), (large_low, large_high) = small.overhead_ci, large.overhead_ci
+    low = large_low / small_high if small_high > 0 else float("inf")
+    high = large_high / small_low if small_low > 0 else float("inf")
+    return Target(
+        f"{way}: overhead at {sizes[-1]:,} vs at {sizes[0]:,} messages",
+        "within 1.5x",
+        f"{fmt_ms(large.overhead)} vs {fmt_ms(small.overhead)} ({flat:.2f}x)",
+        flat <= 1.5,
+        flat,
+        f"medians of {len(large.diffs)} / {len(small.diffs)} per-pair differences; "
+        f"from their 95% intervals the ratio is {low:.2f}-{high:.2f}x",
+    )
+
+
 def run(*, quick: bool = False) -> dict[str, Any]:
     """Measure every way in at every size; return the result tables and targets."""
     measured = anyio.run(_measure, quick)
+    plan = QUICK_PLAN if quick else PLAN
+    largest = (QUICK_SIZES if quick else SIZES)[-1]
     rows: list[list[object]] = []
     targets: list[Target] = []
     data: dict[str, Any] = {}
@@ -702,39 +837,40 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         for size in sizes:
             pair = by_size[size]
             bare = statistics.median(pair.bare)
-            managed = statistics.median(pair.managed)
+            low, high = pair.overhead_ci
             alone = statistics.median(pair.alone) if pair.alone else None
+            pressured = statistics.median(pair.pressured) if pair.pressured else None
             rows.append(
                 [
                     way,
                     f"{size:,}",
-                    fmt_ms(bare),
-                    fmt_ms(managed),
-                    fmt_ms(pair.overhead),
+                    len(pair.diffs),
+                    _both(pair.bare),
+                    _both(pair.managed),
+                    f"{fmt_ms(pair.overhead)} [{fmt_ms(low)}, {fmt_ms(high)}]",
+                    fmt_ms(pair.min_overhead),
                     fmt_ratio(pair.overhead / bare),
-                    "—" if alone is None else fmt_ms(alone),
+                    "—"
+                    if alone is None or pressured is None
+                    else f"{fmt_ms(alone)} / {fmt_ms(pressured)}",
                 ]
             )
             data[way][str(size)] = {
                 "bare_ms": bare * 1000,
-                "managed_ms": managed * 1000,
+                "bare_min_ms": min(pair.bare) * 1000,
+                "managed_ms": statistics.median(pair.managed) * 1000,
+                "managed_min_ms": min(pair.managed) * 1000,
                 "overhead_ms": pair.overhead * 1000,
+                "overhead_ci_ms": [low * 1000, high * 1000],
+                "overhead_of_minima_ms": pair.min_overhead * 1000,
                 "alone_ms": None if alone is None else alone * 1000,
+                "alone_after_walk_ms": None if pressured is None else pressured * 1000,
                 "samples": len(pair.bare),
             }
         small, large = by_size[sizes[0]], by_size[sizes[-1]]
-        flat = large.overhead / small.overhead if small.overhead > 0 else float("inf")
+        targets.append(_flat(way, small, large, sizes))
         large_bare = statistics.median(large.bare)
         share = large.overhead / large_bare
-        targets.append(
-            Target(
-                f"{way}: overhead at {sizes[-1]:,} vs at {sizes[0]:,} messages",
-                "within 1.5x",
-                f"{fmt_ms(large.overhead)} vs {fmt_ms(small.overhead)} ({flat:.2f}x)",
-                flat <= 1.5,
-                flat,
-            )
-        )
         targets.append(
             Target(
                 f"{way}: overhead at {sizes[-1]:,} messages vs the bare call",
@@ -744,48 +880,76 @@ def run(*, quick: bool = False) -> dict[str, Any]:
                 share,
             )
         )
-        if small.alone and large.alone:
-            alone_small = statistics.median(small.alone)
-            alone_large = statistics.median(large.alone)
-            targets.append(
-                Target(
-                    f"{way}: mimo_ctx alone (stub client) at {sizes[-1]:,} vs at {sizes[0]:,}",
-                    "within 1.5x",
-                    f"{fmt_ms(alone_large)} vs {fmt_ms(alone_small)} "
-                    f"({alone_large / alone_small:.2f}x)",
-                    alone_large / alone_small <= 1.5,
-                    alone_large / alone_small,
-                    "the same turn without the SDK's request building",
+        for label, small_alone, large_alone, note in (
+            (
+                "mimo_ctx alone (stub client)",
+                small.alone,
+                large.alone,
+                "the same turn without the SDK's request building",
+            ),
+            (
+                f"mimo_ctx alone after a {sizes[-1]:,}-message walk",
+                small.pressured,
+                large.pressured,
+                "the stub serialises the same large payload at every size: equal cache "
+                "pressure, only the managed history differs",
+            ),
+        ):
+            if small_alone and large_alone:
+                alone_small = statistics.median(small_alone)
+                alone_large = statistics.median(large_alone)
+                targets.append(
+                    Target(
+                        f"{way}: {label} at {sizes[-1]:,} vs at {sizes[0]:,}",
+                        "within 1.5x",
+                        f"{fmt_ms(alone_large)} vs {fmt_ms(alone_small)} "
+                        f"({alone_large / alone_small:.2f}x)",
+                        alone_large / alone_small <= 1.5,
+                        alone_large / alone_small,
+                        note,
+                    )
                 )
-            )
     header = [
         "way in",
         "history",
-        "bare call (CPU)",
-        "managed call (CPU)",
-        "overhead",
+        "pairs",
+        "bare call (CPU): median / min",
+        "managed call: median / min",
+        "overhead: median [95% CI]",
+        "overhead of the minima",
         "overhead / bare",
-        "stub client: mimo_ctx alone",
+        "stub client, mimo_ctx alone: plain / after a walk",
     ]
     return result(
         NAME,
         TITLE,
         tables=[
             table(
-                "Per-call CPU time, medians (overhead: median of per-pair differences)",
+                "Per-call CPU time (overhead: median of the per-pair differences)",
                 header,
                 rows,
             )
         ],
         targets=targets,
         notes=[
+            "How it is judged: each pair is one bare call and one managed call on the same "
+            "list, one right after the other, the order alternating; the overhead of a cell "
+            "is the median of its per-pair differences, and the targets compare those "
+            "medians. The bracket is a distribution-free 95% confidence interval of that "
+            "median; 'overhead of the minima' is the fastest managed call minus the fastest "
+            "bare call. Pairs come in blocks of "
+            f"{plan.pairs} (each block a session of its own on a fresh copy of the history, "
+            f"so the list stays near its size), as many as {plan.budget:.0f} s of CPU per "
+            f"cell allow (at least {plan.min_blocks} blocks, at most {plan.max_blocks}).",
             "The last column is the managed call on a client that answers at once without "
-            "building a request (no SDK work): what mimo_ctx itself costs per call. At 5,000 "
-            "messages the OpenAI SDK's own request building takes most of a second of CPU, so "
-            "the difference of two such calls is within their noise; this column is not.",
-            "CPU time of the process (the SQLite worker thread included), median over "
-            f"{QUICK_SAMPLES if quick else SAMPLES} interleaved pairs per size; the bare call "
-            "is the same SDK client, agent or graph without mimo_ctx, on the same list.",
+            "building a request (no SDK work), plain and after serialising a "
+            f"{largest:,}-message payload every call (the walk's own time taken out): what "
+            "mimo_ctx itself costs per call, with warm caches and with caches as full of "
+            "other data as after a large SDK request. At 5,000 messages the OpenAI SDK's own "
+            "request building takes most of a second of CPU: the per-pair differences there "
+            "spread over tens of milliseconds, which the confidence interval shows.",
+            "CPU time of the process (the SQLite worker thread included); the bare call is "
+            "the same SDK client, agent or graph without mimo_ctx, on the same list.",
         ],
         data={"ways": data},
     )

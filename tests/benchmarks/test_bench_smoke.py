@@ -9,6 +9,8 @@ rebuild outcomes, estimator error sign, tool pairing of our requests).
 from __future__ import annotations
 
 import json
+import math
+import random
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 
 from benchmarks import run_all as bench
+from benchmarks import wrappers
 from mimo_ctx.errors import ConfigError, MimoCtxError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -282,7 +285,40 @@ def test_wrappers_quick_issue_16(quick: Callable[[str], dict[str, Any]]) -> None
     for figures in ways.values():
         assert len(figures) == 2  # the quick sizes
         assert all(f["samples"] >= 3 and f["bare_ms"] > 0 for f in figures.values())
-    assert len(result["targets"]) == 16  # two per way, and "alone" for the two plain SDK calls
+        for f in figures.values():
+            low, high = f["overhead_ci_ms"]
+            assert low <= f["overhead_ms"] <= high
+            assert f["bare_min_ms"] <= f["bare_ms"]
+            assert f["managed_min_ms"] <= f["managed_ms"]
+    for way in ("openai", "anthropic"):
+        assert all(f["alone_after_walk_ms"] > 0 for f in ways[way].values())
+    # Two per way, and "alone" (plain, after a walk) for the two plain SDK calls.
+    assert len(result["targets"]) == 18
+    flat = [t for t in result["targets"] if t["name"].endswith("vs at 20 messages")]
+    assert len(flat) == 7
+    assert all("per-pair differences" in t["note"] for t in flat)
+
+
+def test_wrappers_median_interval_covers_the_median() -> None:
+    """The order-statistic interval of the wrappers benchmark covers the true median of a
+    skewed distribution about 95% of the time (too narrow would overstate a verdict)."""
+    rng = random.Random(16)
+    for n in (20, 40, 120):
+        covered = 0
+        for _ in range(400):
+            values = [rng.expovariate(1.0) for _ in range(n)]
+            low, high = wrappers._median_ci(values)  # pyright: ignore[reportPrivateUsage]
+            covered += low <= math.log(2) <= high
+        assert 0.92 <= covered / 400 <= 0.995, (n, covered)
+
+
+def test_wrappers_plan_runs_blocks_within_its_budget() -> None:
+    plan = wrappers._Plan(pairs=20, min_blocks=2, max_blocks=5, budget=6.0)  # pyright: ignore[reportPrivateUsage]
+    assert plan.more(0, 100.0)
+    assert plan.more(1, 100.0)
+    assert not plan.more(2, 6.0)  # the budget is spent
+    assert plan.more(4, 1.0)
+    assert not plan.more(5, 1.0)
 
 
 def _summary(text: str) -> str:
