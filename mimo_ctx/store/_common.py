@@ -138,6 +138,40 @@ class HostCommit:
 class StoreBase(AsyncResource):
     """The methods every store checks alike; each store implements their hooks."""
 
+    async def append_messages(self, messages: Sequence[Message]) -> None:
+        """Append new messages in one transaction.
+
+        Raises:
+            StoreError: An id already exists (or repeats in the batch) or a session
+                is unknown; nothing is written.
+        """
+        batch = list(messages)
+        reject_repeated_ids(batch, "append_messages")
+        await self._append(batch)
+
+    async def update_messages(self, messages: Sequence[Message]) -> None:
+        """Replace stored messages (same ids) in one transaction.
+
+        Raises:
+            StoreError: A message does not exist or would move to another session;
+                nothing is written.
+        """
+        await self._update(list(messages))
+
+    async def upsert_messages(self, messages: Sequence[Message]) -> None:
+        """Store messages in one transaction: new ids appended, known ids replaced.
+
+        See :meth:`mimo_ctx.store.base.Store.upsert_messages`. A replaced message
+        keeps its place in the write order (``insert_seq``), as an update does.
+
+        Raises:
+            StoreError: A session is unknown, an id repeats in the batch, or a known
+                id belongs to another session; nothing is written.
+        """
+        batch = list(messages)
+        reject_repeated_ids(batch, "upsert_messages")
+        await self._upsert(batch)
+
     async def list_messages(
         self,
         session_id: str,
@@ -217,6 +251,18 @@ class StoreBase(AsyncResource):
         check_host_commit(session_id, commit.nodes, [*commit.messages, *commit.updated])
         reject_repeated_ids(commit.messages, "commit_host_history")
         return await self._commit_host_history(commit)
+
+    @abstractmethod
+    async def _append(self, batch: list[Message]) -> None:
+        """Write a checked :meth:`append_messages` (no id twice in ``batch``)."""
+
+    @abstractmethod
+    async def _update(self, batch: list[Message]) -> None:
+        """Write a :meth:`update_messages`."""
+
+    @abstractmethod
+    async def _upsert(self, batch: list[Message]) -> None:
+        """Write a checked :meth:`upsert_messages` (no id twice in ``batch``)."""
 
     @abstractmethod
     async def _list_messages(self, query: MessageQuery) -> list[Message]:

@@ -13,7 +13,7 @@ import re
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Final, Protocol, TypeVar, cast
+from typing import Any, Final, Protocol, cast
 
 import anyio
 
@@ -46,7 +46,6 @@ __all__ = [
     "redact",
 ]
 
-_T = TypeVar("_T")
 
 # Class ids of our two-key advisory locks ("mimo", "mimp"): the (int4, int4) key
 # space is separate from the single-bigint one applications tend to use.

@@ -45,7 +45,6 @@ from mimo_ctx.store._common import (
     StoreBase,
     UserMessageQuery,
     in_task_order,
-    reject_repeated_ids,
 )
 from mimo_ctx.store.base import (
     HostIndex,
@@ -317,37 +316,16 @@ class InMemoryStore(StoreBase):
             for m in messages:
                 self._write(m)
 
-    async def append_messages(self, messages: Sequence[Message]) -> None:
-        """Append new messages atomically.
+    async def _append(self, batch: list[Message]) -> None:
+        await self._write_checked(batch, lambda: self._check_new(batch, "append_messages"))
 
-        Raises:
-            StoreError: An id already exists (or repeats in the batch) or a session
-                is unknown; nothing is written.
-        """
-        await self._write_checked(messages, lambda: self._check_new(messages, "append_messages"))
+    async def _update(self, batch: list[Message]) -> None:
+        await self._write_checked(batch, lambda: self._check_existing(batch, "update_messages"))
 
-    async def update_messages(self, messages: Sequence[Message]) -> None:
-        """Replace stored messages (same ids) atomically.
-
-        Raises:
-            StoreError: A message does not exist or would move to another session;
-                nothing is written.
-        """
-        await self._write_checked(
-            messages, lambda: self._check_existing(messages, "update_messages")
-        )
-
-    async def upsert_messages(self, messages: Sequence[Message]) -> None:
-        """Store messages atomically: new ids appended, known ids replaced.
-
-        Raises:
-            StoreError: A session is unknown, an id repeats in the batch, or a known
-                id belongs to another session; nothing is written.
-        """
-        await self._write_checked(messages, lambda: self._check_upsert(messages))
+    async def _upsert(self, batch: list[Message]) -> None:
+        await self._write_checked(batch, lambda: self._check_upsert(batch))
 
     def _check_upsert(self, messages: Sequence[Message]) -> None:
-        reject_repeated_ids(messages, "upsert_messages")
         for m in messages:
             if m.session_id not in self._sessions:
                 raise StoreError(

@@ -67,10 +67,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Self, TypeVar, Unpack
+from typing import Self, Unpack
 
 import anyio
-from pydantic import BaseModel
 
 from mimo_ctx.store._pg_driver import missing_driver
 
@@ -92,7 +91,6 @@ from mimo_ctx.store._common import (
     SQLStoreBase,
     host_node,
     in_task_order,
-    reject_repeated_ids,
 )
 from mimo_ctx.store._pg_base import (
     AlreadyCommitted,
@@ -126,9 +124,6 @@ __all__ = [
     "PostgresWriterLease",
     "upgrade",
 ]
-
-_T = TypeVar("_T")
-_M = TypeVar("_M", bound=BaseModel)
 
 
 class PostgresStore(PostgresBase, SQLStoreBase):
@@ -222,44 +217,18 @@ class PostgresStore(PostgresBase, SQLStoreBase):
             raise StoreError(f"unknown session {session_id!r}")
 
     # -- messages -------------------------------------------------------------
-    async def append_messages(self, messages: Sequence[Message]) -> None:
-        """Append new messages in one transaction.
-
-        Raises:
-            StoreError: An id already exists (or repeats in the batch) or a session
-                is unknown; nothing is written.
-        """
-        batch = list(messages)
-        reject_repeated_ids(batch, "append_messages")
+    async def _append(self, batch: list[Message]) -> None:
         await self._write_batch(
             batch, lambda conn: self._insert_messages(conn, batch, "append_messages")
         )
 
-    async def update_messages(self, messages: Sequence[Message]) -> None:
-        """Replace stored messages (same ids) in one transaction.
-
-        Raises:
-            StoreError: A message does not exist or would move to another session;
-                nothing is written.
-        """
-        batch = list(messages)
+    async def _update(self, batch: list[Message]) -> None:
         await self._write_batch(
             batch, lambda conn: self._update_messages(conn, batch, "update_messages")
         )
 
-    async def upsert_messages(self, messages: Sequence[Message]) -> None:
-        """Store messages in one transaction: new ids appended, known ids replaced.
-
-        See :meth:`mimo_ctx.store.base.Store.upsert_messages`. Checked before any
-        sequence value is drawn, like the other writes; a replaced message keeps its
-        place in the write order (``insert_seq``), as an update does.
-
-        Raises:
-            StoreError: A session is unknown, an id repeats in the batch, or a known
-                id belongs to another session; nothing is written.
-        """
-        batch = list(messages)
-        reject_repeated_ids(batch, "upsert_messages")
+    async def _upsert(self, batch: list[Message]) -> None:
+        """Checked before any sequence value is drawn, like the other writes."""
 
         async def body(conn: Connection) -> dict[str, int]:
             row = await conn.fetchrow(

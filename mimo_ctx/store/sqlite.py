@@ -46,10 +46,9 @@ import json
 import os
 import sqlite3
 from collections.abc import Sequence
-from typing import Final, TypeVar, Unpack
+from typing import Final, Unpack
 
 import anyio.lowlevel
-from pydantic import BaseModel
 
 from mimo_ctx._util import now_ms
 from mimo_ctx.errors import StoreError
@@ -69,7 +68,6 @@ from mimo_ctx.store._common import (
     SQLStoreBase,
     host_node,
     in_task_order,
-    reject_repeated_ids,
 )
 from mimo_ctx.store._sqlite_base import (
     SQL_CURRENT_SEQ,
@@ -88,8 +86,6 @@ from mimo_ctx.store.base import (
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-_T = TypeVar("_T")
-_M = TypeVar("_M", bound=BaseModel)
 
 # -- statements (module constants so tests can check their query plans) ------
 _MESSAGE_COLUMNS: Final = "id, seq, token_estimate, insert_seq, payload"
@@ -283,49 +279,21 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
         await self._run(run)
 
     # -- messages -------------------------------------------------------------
-    async def append_messages(self, messages: Sequence[Message]) -> None:
-        """Append new messages in one transaction.
-
-        Raises:
-            StoreError: An id already exists (or repeats in the batch) or a session
-                is unknown; nothing is written.
-        """
-        batch = list(messages)
-        reject_repeated_ids(batch, "append_messages")
-
+    async def _append(self, batch: list[Message]) -> None:
         def insert(conn: sqlite3.Connection, rows: Sequence[MessageRow]) -> tuple[int, range]:
             first = self._insert_messages(conn, rows, "append_messages")
             return first, range(first, first + len(rows))
 
         await self._write_batch(batch, insert)
 
-    async def update_messages(self, messages: Sequence[Message]) -> None:
-        """Replace stored messages (same ids) in one transaction.
-
-        Raises:
-            StoreError: A message does not exist or would move to another session;
-                nothing is written.
-        """
-        batch = list(messages)
-
+    async def _update(self, batch: list[Message]) -> None:
         def update(conn: sqlite3.Connection, rows: Sequence[MessageRow]) -> tuple[int, list[int]]:
             first = self._next_seq(conn)
             return first, self._update_messages(conn, rows, "update_messages")
 
         await self._write_batch(batch, update)
 
-    async def upsert_messages(self, messages: Sequence[Message]) -> None:
-        """Store messages in one transaction: new ids appended, known ids replaced.
-
-        See :meth:`mimo_ctx.store.base.Store.upsert_messages`. A replaced message
-        keeps its place in the write order (``insert_seq``), as an update does.
-
-        Raises:
-            StoreError: A session is unknown, an id repeats in the batch, or a known
-                id belongs to another session; nothing is written.
-        """
-        batch = list(messages)
-        reject_repeated_ids(batch, "upsert_messages")
+    async def _upsert(self, batch: list[Message]) -> None:
         await self._write_batch(batch, self._upsert_messages)
 
     async def get_message(self, message_id: str) -> Message | None:
