@@ -672,7 +672,7 @@ async def _langchain_way(size: int, plan: _Plan, root: Path) -> _Pair:
     from mimo_ctx.integrations.langchain import MimoCtxMiddleware
 
     class Model(GenericFakeChatModel):
-        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
             return self
 
         def _generate(
@@ -681,7 +681,7 @@ async def _langchain_way(size: int, plan: _Plan, root: Path) -> _Pair:
             stop: Any = None,
             run_manager: Any = None,
             **kwargs: Any,
-        ) -> ChatResult:  # type: ignore[override]
+        ) -> ChatResult:
             usage = {"input_tokens": 100, "output_tokens": 5, "total_tokens": 105}
             return ChatResult(
                 generations=[

@@ -86,7 +86,7 @@ async def ask(client: AsyncAnthropic, history: list[Any], question: str) -> None
             return
         results: list[Any] = []
         for call in calls:
-            path = dict(call.input).get("path", "")  # type: ignore[arg-type]
+            path = dict(call.input).get("path", "")
             print(f"  (tool) read_file({path})")
             output = FILES.get(str(path), f"error: no file {path}")
             results.append({"type": "tool_result", "tool_use_id": call.id, "content": output})

@@ -60,7 +60,7 @@ class FakeProvider(GenericFakeChatModel):
     refused: bool = False
     summary: str | None = None
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> FakeProvider:  # type: ignore[override]
+    def bind_tools(self, tools: Any, **kwargs: Any) -> FakeProvider:
         return self  # the script knows its one tool
 
     def _generate(

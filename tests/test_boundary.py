@@ -26,6 +26,7 @@ from mimo_ctx.messages import (
     OpaquePart,
     Part,
     ReasoningPart,
+    Role,
     TextPart,
     ToolPart,
     ToolResultPart,
@@ -39,7 +40,7 @@ from mimo_ctx.tokens import UNSERIALISABLE_PART_TOKENS, estimate_message_tokens
 
 def _msg(
     index: int,
-    role: str,
+    role: Role,
     parts: Sequence[Part],
     *,
     finish: str | None = None,
@@ -48,7 +49,7 @@ def _msg(
     return Message(
         id=f"msg_{index:04d}",
         session_id="ses_test",
-        role=role,  # type: ignore[arg-type]
+        role=role,
         time_created=1_000 + index,
         finish=finish,
         provider_message_id=pmid,
@@ -477,7 +478,8 @@ def _split_spans(msgs: list[Message]) -> list[tuple[int, int]]:
     for i, m in enumerate(msgs):
         for p in m.parts:
             if isinstance(p, ToolResultPart) and p.call_id in calls:
-                spans.append(tuple(sorted((calls[p.call_id], i))))  # type: ignore[arg-type]
+                low, high = sorted((calls[p.call_id], i))
+                spans.append((low, high))
     groups: dict[str, list[int]] = {}
     for i, m in enumerate(msgs):
         if m.provider_message_id:

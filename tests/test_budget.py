@@ -107,7 +107,9 @@ def test_r6_1_property_budget_and_resume_offset(text: str, budget: int) -> None:
     notice = out.rsplit("\n", 1)[-1]
     assert notice.startswith("[n.md was cut")
     assert tok(out) <= budget + tok(notice)
-    offset = int(re.search(r"offset (\d+)\.\]$", notice).group(1))  # type: ignore[union-attr]
+    found = re.search(r"offset (\d+)\.\]$", notice)
+    assert found is not None
+    offset = int(found.group(1))
     head = out[: -len(notice)].removesuffix("\n\n")
     _, closer = scan_fences(head.split("\n"))
     assert closer is None
@@ -384,11 +386,13 @@ def test_r5_10_invalid_caps_are_rejected() -> None:
     with pytest.raises(ConfigError, match="non-empty tuple"):
         SectionCap((), 1)
     with pytest.raises(ConfigError, match="non-empty tuple"):
-        SectionCap("Active intent", 1)  # type: ignore[arg-type]
+        # A bare string instead of a tuple on purpose: the runtime check names it.
+        SectionCap("Active intent", 1)  # pyright: ignore[reportArgumentType]
     with pytest.raises(ConfigError, match="empty heading"):
         SectionCap(("## 1. ",), 1)
     with pytest.raises(ConfigError, match="SectionCap objects"):
-        read_budgeted_section_aware(_DOC, 1, path="x", section_caps=[("A", 1)])  # type: ignore[list-item]
+        # Plain tuples instead of SectionCap objects on purpose: refused by name.
+        read_budgeted_section_aware(_DOC, 1, path="x", section_caps=[("A", 1)])  # pyright: ignore[reportArgumentType]
 
 
 # -- properties -----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from mimo_ctx.messages import (
     CheckpointPart,
     Message,
     Part,
+    Role,
     TextPart,
     ToolPart,
     ToolResultPart,
@@ -36,12 +37,12 @@ class _History:
         self.messages: list[Message] = []
         self.calls = 0
 
-    def _add(self, role: str, parts: Sequence[Part], finish: str | None = None) -> Message:
+    def _add(self, role: Role, parts: Sequence[Part], finish: str | None = None) -> Message:
         n = len(self.messages) + 1
         message = Message(
             id=make_id("msg", n * 4096),
             session_id=SESSION,
-            role=role,  # type: ignore[arg-type]
+            role=role,
             time_created=1_700_000_000_000 + n,
             finish=finish,
             parts=list(parts),

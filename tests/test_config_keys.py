@@ -245,7 +245,9 @@ async def rebuild_fingerprint(config: RebuildConfig, root: Path) -> Fingerprint:
         await _history(mw, session.id, rounds=24, start=1_000)
         second = (await mw.prepare(session.id)).rebuild
         boundary = await store.latest_boundary(session.id)
-        state = (await mw.store.get_session(session.id)).state  # type: ignore[union-attr]
+        stored = await mw.store.get_session(session.id)
+        assert stored is not None
+        state = stored.state
     body = ""
     if first is not None and first.boundary_id is not None:
         stored = await store.get_message(first.boundary_id)

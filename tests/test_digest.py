@@ -32,6 +32,7 @@ from mimo_ctx.messages import (
     Message,
     Part,
     ReasoningPart,
+    Role,
     SubtaskPart,
     TextPart,
     ToolPart,
@@ -46,11 +47,11 @@ from mimo_ctx.messages import (
 # --------------------------------------------------------------------------- helpers
 
 
-def _msg(index: int, role: str, parts: Sequence[Part], *, time: int | None = None) -> Message:
+def _msg(index: int, role: Role, parts: Sequence[Part], *, time: int | None = None) -> Message:
     return Message(
         id=f"msg_{index:04d}",
         session_id="ses_test",
-        role=role,  # type: ignore[arg-type]
+        role=role,
         time_created=time if time is not None else 1_000 + index,
         parts=list(parts),
     )
@@ -498,7 +499,9 @@ _parts = st.one_of(
 
 @st.composite
 def _tails(draw: st.DrawFn) -> list[Message]:
-    roles = draw(st.lists(st.sampled_from(["user", "assistant", "assistant", "tool"]), max_size=12))
+    roles: list[Role] = draw(
+        st.lists(st.sampled_from(["user", "assistant", "assistant", "tool"]), max_size=12)
+    )
     return [_msg(i, role, draw(st.lists(_parts, max_size=5))) for i, role in enumerate(roles)]
 
 

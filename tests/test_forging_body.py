@@ -22,7 +22,7 @@ from strategies import make_id
 
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.hooks import HostSection
-from mimo_ctx.messages import Message, TextPart, ToolPart, ToolStateCompleted
+from mimo_ctx.messages import Message, Role, TextPart, ToolPart, ToolStateCompleted
 from mimo_ctx.reminders import OpenWork
 from mimo_ctx.render import MemoryFile, RebuildSources, assemble_body
 from mimo_ctx.sections import (
@@ -70,11 +70,11 @@ VECTORS = {
 }
 
 
-def _message(n: int, role: str, *parts: Any, finish: str | None = None) -> Message:
+def _message(n: int, role: Role, *parts: Any, finish: str | None = None) -> Message:
     return Message(
         id=make_id("msg", (T0 + n) * 4096),
         session_id=SESSION,
-        role=role,  # type: ignore[arg-type]
+        role=role,
         time_created=T0 + n,
         finish=finish,
         parts=list(parts),

@@ -29,7 +29,7 @@ from mimo_ctx.checkpoint import (
 from mimo_ctx.checkpoint.document import render_checkpoint
 from mimo_ctx.checkpoint.llm import chunk_transcript, parse_llm_answer
 from mimo_ctx.errors import CheckpointRejectedError, ConfigError, MimoCtxError
-from mimo_ctx.messages import Message, TextPart
+from mimo_ctx.messages import Message, Role, TextPart
 from mimo_ctx.session import RequestPrefix
 from mimo_ctx.tokens import estimate_text_tokens
 from mimo_ctx.triggers import ModelLimits
@@ -37,8 +37,8 @@ from mimo_ctx.triggers import ModelLimits
 GOOD = render_checkpoint("Parser", {1: ['- "split the parser"'], 7: ["- parse.py is the entry"]})
 
 
-def _message(text: str, role: str = "user") -> Message:
-    return Message(session_id="ses_w", role=role, time_created=1, parts=[TextPart(text=text)])  # type: ignore[arg-type]
+def _message(text: str, role: Role = "user") -> Message:
+    return Message(session_id="ses_w", role=role, time_created=1, parts=[TextPart(text=text)])
 
 
 def _request(messages: Sequence[Message], **extra: Any) -> WriterRequest:

@@ -16,7 +16,7 @@ import anyio.lowlevel
 import pytest
 
 from mimo_ctx.checkpoint import CheckpointDraft, OfflineCheckpointWriter, WriterRequest
-from mimo_ctx.config import RebuildConfig, WriterConfig
+from mimo_ctx.config import PushCaps, RebuildConfig, WriterConfig
 from mimo_ctx.errors import ContextOverflowError, MimoCtxError
 from mimo_ctx.events import (
     AutoRebuildDisabled,
@@ -705,7 +705,7 @@ async def test_a3_checkpoint_off_falls_back_to_plain_compaction(
 
 async def test_r4_2_empty_body_is_insert_failed(store: Store, tmp_path: Path) -> None:
     """R4.2/R5.1: nothing to inject → no boundary, outcome insert-failed, no fallback."""
-    config = RebuildConfig(push_caps={"recent_user": 0})  # type: ignore[arg-type]
+    config = RebuildConfig(push_caps=PushCaps(recent_user=0))
     model = ScriptedModel([tool_round("read", 4000, seed=i, file_path="m") for i in range(8)])
     async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS, config=config) as mw:
         session = await mw.open_session(system=SYSTEM)

@@ -9,9 +9,11 @@ since writes what one run over everything writes.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -32,6 +34,7 @@ from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import (
     MAIN_AGENT,
     Message,
+    Role,
     TextPart,
     TokenUsage,
     ToolPart,
@@ -51,23 +54,22 @@ _URL = re.compile(r"https?://\S+")
 _DEFINES = r"^\s*(?:def|defmodule|class|function)\s"
 
 
-def _request(messages: Sequence[Message], **extra: object) -> WriterRequest:
-    values: dict[str, object] = {
-        "session_id": "ses_x",
-        "project_id": "default",
-        "watermark": messages[-1].id if messages else "",
-        "messages": messages,
-        "previous_checkpoint": None,
-        "notes": None,
-        "tasks": [],
-        "checkpoint_path": Path("checkpoint.md"),
-        "project_memory_path": Path("MEMORY.md"),
-        "notes_path": Path("notes.md"),
-        "tasks_dir": Path("tasks"),
-        "budgets": section_budgets(),
-    }
-    values.update(extra)
-    return WriterRequest(**values)  # type: ignore[arg-type]
+def _request(messages: Sequence[Message], **extra: Any) -> WriterRequest:
+    request = WriterRequest(
+        session_id="ses_x",
+        project_id="default",
+        watermark=messages[-1].id if messages else "",
+        messages=messages,
+        previous_checkpoint=None,
+        notes=None,
+        tasks=[],
+        checkpoint_path=Path("checkpoint.md"),
+        project_memory_path=Path("MEMORY.md"),
+        notes_path=Path("notes.md"),
+        tasks_dir=Path("tasks"),
+        budgets=section_budgets(),
+    )
+    return dataclasses.replace(request, **extra)
 
 
 def _main(transcripts_dir: Path, name: str) -> list[Message]:
@@ -261,10 +263,10 @@ def test_a14_an_agent_acting_through_text_is_mid_loop_when_its_output_came_back(
     # SWE-agent (older trajectories) writes each action as a code block ending its text
     # and gets the output as a user message nobody typed: the checkpoint read "Nothing
     # is open ... wait for the next instruction" in the middle of the loop.
-    def message(n: int, role: str, text: str, *, synthetic: bool = False) -> Message:
+    def message(n: int, role: Role, text: str, *, synthetic: bool = False) -> Message:
         part = TextPart(text=text, synthetic=synthetic)
         return Message(
-            id=f"msg_{n:04d}", session_id="ses_x", role=role,  # type: ignore[arg-type]
+            id=f"msg_{n:04d}", session_id="ses_x", role=role,
             time_created=n, finish="stop" if role == "assistant" else None, parts=[part],
         )  # fmt: skip
 

@@ -281,7 +281,7 @@ async def test_the_pinned_request_is_found_as_among_the_whole_lookahead(
         firsts.append(kwargs.get("first"))
         return await real(session_id, **kwargs)
 
-    store.list_user_messages = counting  # type: ignore[method-assign]
+    store.list_user_messages = counting
     _, pinned = await render._user_messages(store, session.id, RebuildConfig(), None)  # pyright: ignore[reportPrivateUsage]
     # The reference: the first typed, substantive one among the oldest twenty.
     reference = next(
@@ -371,8 +371,8 @@ async def test_a_rebuild_reads_the_checkpoint_the_actors_and_the_watermark_once(
         monkeypatch.setattr(_render_files, "read_text_blocking", counting_read)
         # The rebuild's own reads: the offline writer's checkpoint check (checkpoint/_files).
         monkeypatch.setattr(checkpoint_files, "read_text_blocking", counting_read)
-        store.list_actors = counting_list  # type: ignore[method-assign]
-        store.get_watermark = counting_watermark  # type: ignore[method-assign]
+        store.list_actors = counting_list
+        store.get_watermark = counting_watermark
         report = await mw.rebuild(sid)
         assert report.outcome == "rebuilt"
         assert reads.count(str(checkpoint)) == 1

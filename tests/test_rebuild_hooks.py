@@ -206,7 +206,8 @@ async def test_focus_cap_setting_applies(tmp_path: Path) -> None:
         report = await mw.rebuild(sid, focus=" ".join(f"w{i}" for i in range(500)))
         body = await _body(mw, report)
     assert "more tokens were cut here]" in body
-    figure = next(s for s in report.sections.sections if s.key == "rebuild_focus")  # type: ignore[union-attr]
+    assert report.sections is not None
+    figure = next(s for s in report.sections.sections if s.key == "rebuild_focus")
     assert figure.cap == 40
     assert figure.tokens <= 45
 
@@ -256,7 +257,8 @@ async def test_before_rebuild_section_goes_into_the_body_capped(tmp_path: Path) 
     assert context.trigger_tokens == 90_000
     assert "# Open pull request\nPR #482: fix the login race\n" in body
     # Capped (push_caps.host_section, 2000 tokens) and right before the activity list.
-    figure = next(s for s in report.sections.sections if s.key == "host_section")  # type: ignore[union-attr]
+    assert report.sections is not None
+    figure = next(s for s in report.sections.sections if s.key == "host_section")
     assert figure.heading == "Open pull request"
     assert figure.cap == 2000
     assert 1500 < figure.tokens <= 2000

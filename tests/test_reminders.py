@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mimo_ctx.messages import Message, Part, TextPart, ToolPart, ToolStatePending
+from mimo_ctx.messages import Message, Part, Role, TextPart, ToolPart, ToolStatePending
 from mimo_ctx.reminders import (
     AUTONOMOUS_LOOP_REMINDER,
     CLOSING_ANSWER_USER,
@@ -33,12 +33,12 @@ from mimo_ctx.tokens import estimate_text_tokens
 
 
 def _msg(
-    index: int, role: str, parts: Sequence[Part] = (), *, finish: str | None = None
+    index: int, role: Role, parts: Sequence[Part] = (), *, finish: str | None = None
 ) -> Message:
     return Message(
         id=f"msg_{index:04d}",
         session_id="ses_test",
-        role=role,  # type: ignore[arg-type]
+        role=role,
         time_created=1_000 + index,
         finish=finish,
         parts=list(parts) or [TextPart(text="x")],
@@ -284,7 +284,7 @@ def test_r8_3_no_user_message_changes_nothing() -> None:
 
 @settings(max_examples=200)
 @given(roles=st.lists(st.sampled_from(["user", "assistant", "tool"]), max_size=8))
-def test_r8_3_property_exactly_one_reminder_on_the_last_user_message(roles: list[str]) -> None:
+def test_r8_3_property_exactly_one_reminder_on_the_last_user_message(roles: list[Role]) -> None:
     msgs = [_msg(i, role) for i, role in enumerate(roles)]
     out = append_per_turn_reminder(append_per_turn_reminder(msgs, "/m"), "/m")
     marked = [

@@ -19,6 +19,7 @@ from mimo_ctx.config import RebuildConfig
 from mimo_ctx.memory import MemoryLayout, write_text_atomic
 from mimo_ctx.messages import (
     Message,
+    Role,
     TextPart,
     ToolPart,
     ToolStateCompleted,
@@ -46,12 +47,12 @@ class _Session:
         self.id = session_id
         self.messages: list[Message] = []
 
-    def add(self, role: str, *parts: Any, finish: str | None = None) -> Message:
+    def add(self, role: Role, *parts: Any, finish: str | None = None) -> Message:
         n = len(self.messages) + 1
         message = Message(
             id=make_id("msg", (T0 + n) * 4096),
             session_id=self.id,
-            role=role,  # type: ignore[arg-type]
+            role=role,
             time_created=T0 + n,
             finish=finish,
             parts=list(parts),

@@ -621,9 +621,10 @@ def test_r5_5_property_no_synthetic_or_tool_text_and_within_budget(
     assert shown == qualifying[len(qualifying) - len(shown) :]
     # An elided entry stays within its cap plus the elision line.
     for entry in body.split("\n\n[user message "):
-        if _ELIDED.search(entry):
+        elided = _ELIDED.search(entry)
+        if elided:
             text = entry.split("\n", 1)[1]
-            line = _ELIDED.search(entry).group(0)  # type: ignore[union-attr]
+            line = elided.group(0)
             assert tok(text) <= cap + tok(line)
 
 

@@ -88,7 +88,9 @@ async def test_an_8k_window_without_a_checkpoint_keeps_going(
         await mw.add_user_message(session.id, "Read every file.")
         for _ in range(60):
             await mw.turn(session.id, model.complete)
-        state = (await mw.store.get_session(session.id)).state  # type: ignore[union-attr]
+        stored = await mw.store.get_session(session.id)
+        assert stored is not None
+        state = stored.state
     rebuilds = [e for e in events if isinstance(e, ContextRebuilt)]
     assert len(rebuilds) >= 3
     assert {e.outcome for e in rebuilds} == {case}

@@ -111,7 +111,7 @@ async def test_r2_r5_every_transcript_renders_within_caps(path: Path, tmp_path: 
         "# Memory keys index",
     ]
     has_user_text = any(
-        m.role == "user" and any(p.type == "text" and not p.synthetic for p in m.parts)  # type: ignore[union-attr]
+        m.role == "user" and any(p.type == "text" and not p.synthetic for p in m.parts)
         for m in main[-200:]
     )
     for heading in expected:

@@ -196,7 +196,7 @@ async def test_a3_the_offline_build_runs_off_the_event_loop() -> None:
         seen.append(threading.current_thread() is threading.main_thread())
         return original(request)
 
-    writer.build = build  # type: ignore[method-assign]
+    writer.build = build
     messages = _turns("ses_x", 0, 4)
     await writer.write(
         WriterRequest(

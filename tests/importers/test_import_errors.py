@@ -25,9 +25,9 @@ def _good_lines() -> list[dict[str, object]]:
     ]
 
 
-def _raises(path: Path, **kwargs: object) -> TranscriptError:
+def _raises(path: Path, *, format: str | None = None, strict: bool = True) -> TranscriptError:
     with pytest.raises(TranscriptError) as info:
-        load_transcript(path, **kwargs)  # type: ignore[arg-type]
+        load_transcript(path, format=format, strict=strict)
     return info.value
 
 

@@ -13,13 +13,16 @@ It prepares the session (which crosses the trigger line) with
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.store import SQLiteStore
+from mimo_ctx.store._sqlite_base import MessageRow
 from mimo_ctx.triggers import ModelLimits
 
 KILLED = 9
@@ -30,22 +33,28 @@ async def main(db: str, memory_root: str, session_id: str, mode: str) -> None:
         original = SQLiteStore._update_messages  # pyright: ignore[reportPrivateUsage]
 
         def update(
-            self: SQLiteStore, conn: object, rows: Sequence[object], what: str, *a: object
-        ) -> None:
+            self: SQLiteStore,
+            conn: sqlite3.Connection,
+            rows: Sequence[MessageRow],
+            what: str,
+            session_id: str | None = None,
+        ) -> list[int]:
             if what == "commit_rebuild":
                 os._exit(KILLED)  # the boundary insert ran; micro-compaction did not
-            original(self, conn, rows, what, *a)  # type: ignore[arg-type]
+            return original(self, conn, rows, what, session_id)
 
-        SQLiteStore._update_messages = update  # type: ignore[method-assign]
+        # The kill is injected inside the store's own transaction, so the private
+        # method is replaced on the class (the worker process ends with it).
+        SQLiteStore._update_messages = update  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
     store = await SQLiteStore.open(db)
     if mode == "after":
         commit = store.commit_rebuild
 
-        async def commit_then_die(*args: object, **kwargs: object) -> bool:
-            await commit(*args, **kwargs)  # type: ignore[arg-type]
+        async def commit_then_die(*args: Any, **kwargs: Any) -> bool:
+            await commit(*args, **kwargs)
             os._exit(KILLED)
 
-        store.commit_rebuild = commit_then_die  # type: ignore[method-assign]
+        store.commit_rebuild = commit_then_die
     async with ContextMiddleware(
         store, memory_root, model=ModelLimits(100_000, input_limit=100_000)
     ) as mw:

@@ -51,7 +51,7 @@ async def main(args: dict[str, Any]) -> dict[str, Any]:
         commits.append(result)
         return result
 
-    store.commit_rebuild = commit_rebuild  # type: ignore[method-assign]
+    store.commit_rebuild = commit_rebuild
     report: dict[str, Any] = {"index": index}
     try:
         async with ContextMiddleware(

@@ -46,11 +46,10 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from mimo_ctx.checkpoint import WriterLease
 from mimo_ctx.config import RebuildConfig, WriterConfig
 from mimo_ctx.errors import ContextOverflowError
 from mimo_ctx.events import Event, UsagePending, WriterFailed, WriterFinished, WriterStarted
@@ -68,6 +67,9 @@ from mimo_ctx.store import SQLiteStore, Store
 from mimo_ctx.testing import FakeOverflowError, filler_text
 from mimo_ctx.triggers import ModelLimits
 from tests.reliability._process_worker import _wait_for  # pyright: ignore[reportPrivateUsage]
+
+if TYPE_CHECKING:
+    from mimo_ctx.store.postgres import PostgresWriterLease
 
 WINDOW = 100_000
 LIMITS = ModelLimits(WINDOW, input_limit=WINDOW)  # usable = 90 000 (R1.2)
@@ -144,7 +146,7 @@ def _view(view: RequestView) -> dict[str, Any]:
     }
 
 
-async def _open_store(spec: dict[str, Any]) -> tuple[Store, WriterLease | None]:
+async def _open_store(spec: dict[str, Any]) -> tuple[Store, PostgresWriterLease | None]:
     if spec["kind"] == "sqlite":
         return await SQLiteStore.open(spec["path"]), None
     from mimo_ctx.store.postgres import PostgresStore, PostgresWriterLease
@@ -264,7 +266,7 @@ async def main(args: dict[str, Any]) -> dict[str, Any]:
         report["error"] = "".join(traceback.format_exception(exc))
     finally:
         if lease is not None:
-            await lease.aclose()  # type: ignore[attr-defined]
+            await lease.aclose()
         await store.aclose()
     return report
 

@@ -282,7 +282,7 @@ async def test_r3_3_store_error_while_scheduling_a_writer_does_not_cancel_the_ho
             async def disk_error(*args: Any, **kwargs: Any) -> Any:
                 raise StoreError("SQLite store s.db: disk I/O error")
 
-            store.list_messages = disk_error  # type: ignore[method-assign]
+            store.list_messages = disk_error
             writer.release.set()
             await anyio.sleep(0.1)
             alive = True

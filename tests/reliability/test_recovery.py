@@ -90,7 +90,7 @@ async def test_item5_a_cancelled_post_commit_refresh_keeps_the_rebuilt_window(
             armed[0] = committed
             return committed
 
-        store.commit_rebuild = commit  # type: ignore[method-assign]
+        store.commit_rebuild = commit
         with anyio.move_on_after(2) as scope:
             await mw.prepare(session.id)
         assert scope.cancelled_caught

@@ -262,7 +262,7 @@ async def test_item10_a_threshold_whose_writer_had_nothing_new_is_not_retried_ev
             reads.append(kwargs["last"])
         return await original(*args, **kwargs)
 
-    store.list_messages = counting  # type: ignore[method-assign]
+    store.list_messages = counting
     async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS, config=config) as mw:
         session = await mw.open_session(system=SYSTEM)
         t = now_ms()

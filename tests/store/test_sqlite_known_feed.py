@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mimo_ctx.errors import StoreError
-from mimo_ctx.messages import CheckpointPart, Message, TextPart
+from mimo_ctx.messages import CheckpointPart, Message, Role, TextPart
 from mimo_ctx.session import Session
 from mimo_ctx.store import _sqlite_base
 from mimo_ctx.store.base import HostNode
@@ -33,10 +33,10 @@ from mimo_ctx.store.sqlite import SQLiteStore
 _REPO = Path(__file__).resolve().parents[2]
 
 
-def _message(session_id: str, n: int, text: str = "", *, role: str = "user") -> Message:
+def _message(session_id: str, n: int, text: str = "", *, role: Role = "user") -> Message:
     return Message(
         session_id=session_id,
-        role=role,  # type: ignore[arg-type]
+        role=role,
         time_created=1_000 + n,
         parts=[TextPart(text=text or f"message {n}")],
     )
@@ -189,7 +189,7 @@ def _counting(store: SQLiteStore) -> list[str]:
         calls.append(fn.__qualname__)
         return await run(fn)
 
-    store._run = counted  # type: ignore[method-assign]  # pyright: ignore[reportPrivateUsage]
+    store._run = counted  # pyright: ignore[reportPrivateUsage]
     return calls
 
 
