@@ -1088,6 +1088,18 @@ async def test_off_branch_messages_are_kept_but_not_listed(store: Store) -> None
     assert (await store.latest_finished_assistant(s.id)) == old
 
 
+async def test_a_batch_naming_one_id_twice_is_refused_alike_by_every_store(store: Store) -> None:
+    s = await new_session(store)
+    m = user(s.id, "once", t=T0)
+    with pytest.raises(StoreError, match=r"append_messages: .* appears twice"):
+        await store.append_messages([m, m])
+    with pytest.raises(StoreError, match=r"upsert_messages: .* appears twice"):
+        await store.upsert_messages([m, m])
+    with pytest.raises(StoreError, match=r"commit_host_history: .* appears twice"):
+        await store.commit_host_history(s.id, agent=MAIN_AGENT, messages=[m, m])
+    assert await store.count_messages(s.id) == 0
+
+
 async def test_a_window_beyond_64_bit_integers_means_no_limit(store: Store) -> None:
     """A huge configured window lists everything (both SQL stores' integers are 64-bit)."""
     s = await new_session(store)
