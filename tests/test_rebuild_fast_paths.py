@@ -11,6 +11,7 @@ import codecs
 import io
 import itertools
 import os
+import re
 import stat
 import tempfile
 import threading
@@ -639,3 +640,24 @@ async def test_reconciled_paths_is_reconcile_then_paths(tmp_path: Path) -> None:
             got = await two.reconciled_paths(layout, session_id=session_id, project_id=project_id)
             assert got == expected
             assert f"sessions/{session_id}/checkpoint.md" not in got
+
+
+_BREAKS_REFERENCE = re.compile("\r\n?|[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+@settings(max_examples=400)
+@given(
+    st.text(
+        alphabet=st.one_of(
+            st.sampled_from("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029 a#-é😀"), st.characters()
+        ),
+        max_size=60,
+    )
+)
+def test_normalise_line_breaks_is_the_plain_substitution(text: str) -> None:
+    # Texts without any other line break skip the regex (it tried every position:
+    # a third of a millisecond per 40 KB section, several times per section).
+    assert _structure.normalise_line_breaks(text) == _BREAKS_REFERENCE.sub("\n", text)
+    assert _structure.normalise_line_breaks(text.encode("ascii", "ignore").decode()) == (
+        _BREAKS_REFERENCE.sub("\n", text.encode("ascii", "ignore").decode())
+    )
