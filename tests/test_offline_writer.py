@@ -364,3 +364,77 @@ def test_a14_the_topic_skips_a_task_templates_lead_in() -> None:
     assert draft.text.startswith(
         "Topic: Pixel Representation should be optional for the pixel data handler\n"
     )
+
+
+def _run_messages(count: int) -> list[Message]:
+    messages: list[Message] = []
+    for i in range(count):
+        time = 1_700_000_000_000 + i * 10
+        if i % 5 == 0:
+            parts: list[TextPart | ToolPart] = [TextPart(text=f"Please rename handler_{i}.")]
+            messages.append(
+                Message(session_id="ses_x", role="user", time_created=time, parts=parts)
+            )
+            continue
+        state = (
+            ToolStateError(input={"command": f"pytest tests/t{i}.py"}, error=f"E{i}: failed")
+            if i % 7 == 0
+            else ToolStateCompleted(input={"file_path": f"/r/src/m{i % 11}.py"}, output="ok")
+        )
+        tool = "bash" if i % 7 == 0 else "edit"
+        messages.append(
+            Message(
+                session_id="ses_x",
+                role="assistant",
+                time_created=time,
+                finish="tool-calls",
+                parts=[
+                    TextPart(text=f"I decided to keep m{i % 11}.py small because it is shared."),
+                    ToolPart(call_id=f"c{i}", tool=tool, state=state),
+                ],
+            )
+        )
+    return messages
+
+
+def test_a3_the_state_a_writer_saved_is_not_parsed_again_and_writes_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 18 (soak): each run parsed the state the previous run had just saved,
+    # which grew with the session. A writer keeps what it saved: the next run
+    # handed that same text uses it, and every draft is what a fresh writer
+    # (which parses the file) writes.
+    messages = _run_messages(120)
+    kept = OfflineCheckpointWriter()
+    previous: CheckpointDraft | None = None
+    parses: list[str | None] = []
+    real = CheckpointState.from_json.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[CheckpointState], text: str | None) -> CheckpointState | None:
+        parses.append(text)
+        return real(cls, text)  # type: ignore[no-any-return]
+
+    for start in range(0, len(messages), 20):
+        request = _request(
+            messages[start : start + 20],
+            previous_checkpoint=previous.text if previous else None,
+            previous_state=previous.state if previous else None,
+            notes="- a note" if start == 40 else None,
+        )
+        fresh = OfflineCheckpointWriter().build(request)
+        monkeypatch.setattr(CheckpointState, "from_json", classmethod(counting))
+        draft = kept.build(request)
+        monkeypatch.undo()
+        assert (draft.text, draft.extra_files, draft.state) == (
+            fresh.text,
+            fresh.extra_files,
+            fresh.state,
+        )
+        previous = draft
+    assert parses == [None]  # only the first run, which had no state to read
+    # Another text (the file changed under it): parsed, not taken from what was kept.
+    other = _request(messages[:20], previous_state=previous.state.replace("handler", "x"))
+    assert other.previous_state is not None
+    monkeypatch.setattr(CheckpointState, "from_json", classmethod(counting))
+    kept.build(other)
+    assert parses[-1] == other.previous_state

@@ -13,7 +13,10 @@ writer (:mod:`mimo_ctx.checkpoint.llm`) fails.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 import anyio.to_thread
 
@@ -45,6 +48,14 @@ class OfflineCheckpointWriter:
     instead and the request's messages are folded after them.
     """
 
+    def __init__(self) -> None:
+        # The state each session's last run saved, as written and as parsed: the
+        # next run's previous state is that very text, read back from the file,
+        # and parsing it again cost more as the state filled up (the soak's writer
+        # runs grew with the session). A worker thread per run: hence the lock.
+        self._saved: OrderedDict[str, tuple[str, CheckpointState]] = OrderedDict()
+        self._lock = threading.Lock()
+
     @property
     def name(self) -> str:
         """``offline``."""
@@ -61,18 +72,39 @@ class OfflineCheckpointWriter:
     def build(self, request: WriterRequest) -> CheckpointDraft:
         """Synchronous core of :meth:`write`."""
         previous_text = request.previous_checkpoint or ""
-        state = CheckpointState.from_json(request.previous_state)
+        state = self._previous_state(request.session_id, request.previous_state)
         if state is None or state.checkpoint_sha256 != checkpoint_digest(previous_text):
             state = state_from_checkpoint(previous_text)
         state = fold_notes(fold_messages(state, request.messages), request.notes)
         text, extra_files = render_state(state, tasks=request.tasks, budgets=request.budgets)
         saved = state.model_copy(update={"checkpoint_sha256": checkpoint_digest(text)})
+        saved_text = saved.to_json()
+        with self._lock:
+            self._saved[request.session_id] = (saved_text, saved)
+            self._saved.move_to_end(request.session_id)
+            while len(self._saved) > _SAVED_SESSIONS:
+                self._saved.popitem(last=False)
         return CheckpointDraft(
             text=text,
             extra_files=extra_files,
             notes_folded=bool((request.notes or "").strip()),
-            state=saved.to_json(),
+            state=saved_text,
         )
+
+    def _previous_state(self, session_id: str, text: str | None) -> CheckpointState | None:
+        """The state ``text`` holds: the one this writer saved when it is that text.
+
+        Never changed in place (folding copies it), so it is handed out as kept.
+        """
+        with self._lock:
+            kept = self._saved.get(session_id)
+        if kept is not None and text is not None and kept[0] == text:
+            return kept[1]
+        return CheckpointState.from_json(text)
+
+
+_SAVED_SESSIONS: Final = 64
+"""Sessions whose last saved state a writer keeps parsed (the newest runs')."""
 
 
 def render_state(
