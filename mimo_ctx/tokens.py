@@ -18,6 +18,7 @@ import gzip
 import hashlib
 import importlib.resources
 import json
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -83,12 +84,20 @@ def utf16_head(text: str, units: int) -> str:
     """
     if text.isascii():
         return text[:units]
-    used = 0
-    for index, char in enumerate(text):
-        used += 2 if ord(char) > 0xFFFF else 1
-        if used > units:
-            return text[:index]
-    return text
+    # Every character is one unit but the astral ones (two): before the i-th astral
+    # character (counting from 0), a prefix of k characters has k + i units. The
+    # astral characters are found by a scan in C, not a loop over every character,
+    # and only among the first ``units`` (the prefix is never longer).
+    astral = 0
+    for match in _ASTRAL.finditer(text, 0, max(0, units)):
+        if match.start() + astral + 2 > units:
+            return text[: max(0, min(match.start(), units - astral))]
+        astral += 1
+    return text[: max(0, units - astral)]
+
+
+_ASTRAL: Final = re.compile("[\U00010000-\U0010ffff]")
+"""A character outside the Basic Multilingual Plane: two UTF-16 code units."""
 
 
 def utf16_tail(text: str, units: int) -> str:

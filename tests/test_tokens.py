@@ -376,3 +376,26 @@ def test_count_with_uses_the_counter_or_the_estimate() -> None:
             return len(text)
 
     assert tokens.count_with(PerCharacter())("abcdefgh") == 8
+
+
+def _plain_utf16_head(text: str, units: int) -> str:
+    """The prefix as first written: one character at a time."""
+    used = 0
+    for index, char in enumerate(text):
+        used += 2 if ord(char) > 0xFFFF else 1
+        if used > units:
+            return text[:index]
+    return text
+
+
+@settings(max_examples=500)
+@given(
+    st.text(alphabet=st.one_of(st.sampled_from("a\u00e9\u4e2d\U0001f600\ud83d\ude00"), _any_char)),
+    st.integers(-2, 40),
+)
+def test_utf16_head_and_tail_are_the_per_character_walk(text: str, units: int) -> None:
+    # The walk over every character took milliseconds on the long user messages a
+    # rebuild elides; the astral characters are found by a scan instead. Lone
+    # surrogates (and a pair of them as two characters) count one unit each.
+    assert tokens.utf16_head(text, units) == _plain_utf16_head(text, units)
+    assert tokens.utf16_tail(text, units) == _plain_utf16_head(text[::-1], units)[::-1]
