@@ -82,6 +82,8 @@ def utf16_head(text: str, units: int) -> str:
     The original counts JavaScript string length: an emoji is two units. Python
     slices code points, so a code point (a surrogate pair) is never split.
     """
+    if units <= 0:
+        return ""  # (a slice to a negative length would count from the end)
     if text.isascii():
         return text[:units]
     # Every character is one unit but the astral ones (two): before the i-th astral
@@ -89,7 +91,7 @@ def utf16_head(text: str, units: int) -> str:
     # astral characters are found by a scan in C, not a loop over every character,
     # and only among the first ``units`` (the prefix is never longer).
     astral = 0
-    for match in _ASTRAL.finditer(text, 0, max(0, units)):
+    for match in _ASTRAL.finditer(text, 0, units):
         if match.start() + astral + 2 > units:
             return text[: max(0, min(match.start(), units - astral))]
         astral += 1
