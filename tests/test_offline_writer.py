@@ -34,6 +34,7 @@ from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import (
     MAIN_AGENT,
     Message,
+    Part,
     Role,
     TextPart,
     TokenUsage,
@@ -371,7 +372,7 @@ def _run_messages(count: int) -> list[Message]:
     for i in range(count):
         time = 1_700_000_000_000 + i * 10
         if i % 5 == 0:
-            parts: list[TextPart | ToolPart] = [TextPart(text=f"Please rename handler_{i}.")]
+            parts: list[Part] = [TextPart(text=f"Please rename handler_{i}.")]
             messages.append(
                 Message(session_id="ses_x", role="user", time_created=time, parts=parts)
             )
@@ -408,11 +409,11 @@ def test_a3_the_state_a_writer_saved_is_not_parsed_again_and_writes_the_same(
     kept = OfflineCheckpointWriter()
     previous: CheckpointDraft | None = None
     parses: list[str | None] = []
-    real = CheckpointState.from_json.__func__  # type: ignore[attr-defined]
+    real = CheckpointState.from_json.__func__  # pyright: ignore[reportFunctionMemberAccess]
 
     def counting(cls: type[CheckpointState], text: str | None) -> CheckpointState | None:
         parses.append(text)
-        return real(cls, text)  # type: ignore[no-any-return]
+        return real(cls, text)
 
     for start in range(0, len(messages), 20):
         request = _request(
@@ -433,6 +434,8 @@ def test_a3_the_state_a_writer_saved_is_not_parsed_again_and_writes_the_same(
         previous = draft
     assert parses == [None]  # only the first run, which had no state to read
     # Another text (the file changed under it): parsed, not taken from what was kept.
+    assert previous is not None
+    assert previous.state is not None
     other = _request(messages[:20], previous_state=previous.state.replace("handler", "x"))
     assert other.previous_state is not None
     monkeypatch.setattr(CheckpointState, "from_json", classmethod(counting))
