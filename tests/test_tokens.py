@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import threading
+import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, cast
 from unittest import mock
 
 import pytest
+import regex
 import tiktoken
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from strategies import parts
 
@@ -140,13 +143,69 @@ def test_tiktoken_counter_matches_the_independent_encoder(
     assert counter.count(text) == len(expected)
 
 
+# The independent encoder classifies characters (letter, number, mark, ...) with the
+# standard library's `unicodedata`, whose tables are as old as the interpreter (Unicode
+# 14.0 on Python 3.11), while tiktoken's Rust regex carries newer ones: a character
+# assigned since then (CJK Extension H, U+31350, is Unicode 15.0) is `\p{L}` to tiktoken
+# and unassigned (Cn) to the reference, so the two pre-tokenise around it differently and
+# the reference, not the counter, is wrong. The `regex` module (a dependency of tiktoken)
+# carries current tables; the comparison with the reference only draws characters whose
+# general category both databases agree on, and newly assigned letters are checked on
+# their own below. (Characters newer than tiktoken's own tables are unassigned to it and
+# to the reference alike; the filter leaves them out too, which only narrows the test.)
+
+
+def _databases_agree(char: str) -> bool:
+    """Whether `regex`'s Unicode tables give `char` the category `unicodedata` gives it."""
+    return regex.fullmatch(rf"\p{{gc={unicodedata.category(char)}}}", char) is not None
+
+
+# CJK Unified Ideographs Extension H, a block Unicode 15.0 added: old enough for
+# tiktoken's tables, too new for the standard library's.
+_CJK_EXTENSION_H = range(0x31350, 0x323B0)
+
+
+@functools.cache
+def _newly_assigned_letters() -> list[str]:
+    """Letters of CJK Extension H that `regex` knows and `unicodedata` calls unassigned."""
+    block = "".join(map(chr, _CJK_EXTENSION_H))
+    found = cast(list[str], regex.findall(r"\p{L}", block))
+    return [char for char in found if unicodedata.category(char) == "Cn"]
+
+
+def test_the_reference_database_lags_behind_the_regex_one() -> None:
+    # Why the comparison below filters its text: fails once both databases agree on
+    # U+31350 (a newer Python), when the filter's comment must be revisited.
+    assert not _databases_agree("\U00031350")
+    assert "\U00031350" in _newly_assigned_letters()
+    assert _databases_agree("A")
+    assert _databases_agree("/")
+    assert _databases_agree("\u4e2d")
+
+
 @pytest.mark.parametrize("name", ENCODINGS)
 @settings(max_examples=150)
-@given(text=st.text(max_size=300))
+@given(text=st.text(st.characters(codec="utf-8").filter(_databases_agree), max_size=300))
 def test_tiktoken_counter_matches_the_independent_encoder_on_any_text(
     counters: dict[str, TiktokenCounter], reference: dict[str, _Encoder], name: str, text: str
 ) -> None:
     assert counters[name].count(text) == len(reference[name].encode_ordinary(text))
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+@settings(max_examples=50)
+@given(letter=st.deferred(lambda: st.sampled_from(_newly_assigned_letters())))
+@example(letter="\U00031350")
+def test_tiktoken_counter_treats_newly_assigned_letters_as_letters(
+    counters: dict[str, TiktokenCounter], reference: dict[str, _Encoder], name: str, letter: str
+) -> None:
+    # "<letter>/A" pre-tokenises as "<letter>" and "/A" when the letter is \p{L}; with
+    # the older tables it would be "<letter>/" and "A". Each piece alone is one
+    # pre-token either way, so the reference encodes the pieces correctly.
+    expected = len(reference[name].encode_ordinary(letter)) + len(
+        reference[name].encode_ordinary("/A")
+    )
+    assert counters[name].count(f"{letter}/A") == expected
 
 
 @pytest.mark.parametrize("name", ENCODINGS)
