@@ -7,6 +7,7 @@ formatters build on these rules. Pure, synchronous.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import Final
 
@@ -97,6 +98,10 @@ _TITLE_MAX_LINES: Final = max(len(t.split()) for t in _OUR_TITLES)
 _MARKERS = r"(?: {0,3}(?:>|(?:[-+*]|[0-9]{1,9}[.)])[ \t]))"
 _MARKER_STARTS: Final = frozenset(">-+*0123456789")
 _CONTAINER = re.compile(rf"^{_MARKERS}+[ \t]?")  # and the space a ">" may take
+# One list item or quote marker at any indentation (inside a list item a marker or
+# a heading sits as deep as the item's content column): how the content columns of
+# the list items a line opens are found.
+_ITEM_MARKER = re.compile(r" *(?:>|(?:[-+*]|[0-9]{1,9}[.)])(?=[ \t]|$))")
 # A line that may start an HTML block (the run of lines it begins is then HTML) and
 # a fence line; the start of an HTML block that runs past blank lines, up to its own
 # end marker (CommonMark's kinds 1 to 5), after any list item or quote markers.
@@ -112,15 +117,20 @@ _RAW_HTML_START = re.compile(
 # the list item or quote): the line-by-line pass decides.
 _HTML_START = re.compile(r" {0,3}<")
 _HTML_LINES = re.compile(r"\n {0,3}<")
-_NESTED_START = re.compile(rf"{_MARKERS}+[ \t]*[#<=-]")
-_NESTED_LINES = re.compile(rf"\n{_MARKERS}+[ \t]*[#<=-]")
+# Looser than _MARKERS: any spaces between the markers (a quote's content may be
+# indented four, a list item's deeper); each marker is one character or number, so
+# the run is read one way.
+_LOOSE_MARKERS = r"(?:[ \t]*(?:>|(?:[-+*]|[0-9]{1,9}[.)])[ \t]))+"
+_NESTED_START = re.compile(rf"{_LOOSE_MARKERS}[ \t]*[#<=-]")
+_NESTED_LINES = re.compile(rf"\n{_LOOSE_MARKERS}[ \t]*[#<=-]")
 # Whole-text scans from line break to line break (a literal first character lets
 # the regex engine jump): what makes a text need no line-by-line pass
 # (plain_structure, strip_level1_headings); the first line is checked apart.
 _LEVEL1_LINES = re.compile(r"\n# [^#]")
-_HASH_START = re.compile(r" {0,3}#")
-_HASH_LINES = re.compile(r"\n {0,3}#")
-_UNDERLINE_LINES = re.compile(r"\n {0,3}(?:=+|-+)[ \t]*(?=\n|\Z)")
+# Any indentation: a list item's content column may be deeper than three spaces.
+_HASH_START = re.compile(r"[ \t]*#")
+_HASH_LINES = re.compile(r"\n[ \t]*#")
+_UNDERLINE_LINES = re.compile(r"\n[ \t]*(?:=+|-+)[ \t]*(?=\n|\Z)")
 _FENCE_START = re.compile(r" {0,3}(?:```|~~~)")
 _FENCE_LINES = re.compile(r"\n {0,3}(?:```|~~~)")
 # Every line break but "\n": what str.splitlines(), a browser or a model may break
@@ -180,11 +190,85 @@ def _in_container(line: str) -> str:
     return _CONTAINER.sub("", line, count=1)
 
 
-def _forged(lines: Sequence[str], index: int, in_fence: bool, *, under_text: bool) -> bool:
+def _item_columns(line: str) -> tuple[str, list[int]]:
+    """``line`` with its leading list item and quote markers as spaces, and the
+    content columns of the list items it opens.
+
+    CommonMark puts a list item's content at the column after its marker and the
+    one to four spaces that follow (one when more follow: then they are indented
+    code; one when nothing follows: the item starts with a blank line). A line
+    inside the item is read from that column on, however deep it is.
+    """
+    columns: list[int] = []
+    marker_ends: list[int] = []
+    position = 0
+    while (match := _ITEM_MARKER.match(line, position)) is not None:
+        end = match.end()
+        marker_ends.append(end)
+        if line[end - 1] == ">":
+            position = end + 1 if line[end : end + 1] == " " else end
+            continue
+        rest = line[end:]
+        spaces = len(rest) - len(rest.lstrip(" "))
+        if not rest.strip() or spaces > 4:
+            columns.append(end + 1)
+            if rest.strip():
+                break  # indented code in the item: no marker after it
+        else:
+            columns.append(end + spaces)
+        position = end
+    if not marker_ends:
+        return line, columns
+    # The markers (and the indentation before them) end at the last one's end.
+    return " " * marker_ends[-1] + line[marker_ends[-1] :], columns
+
+
+def _item_views(lines: Sequence[str], fenced: Sequence[bool]) -> list[list[str]]:
+    """Per line, the line as read from each content column of a list item it may be in.
+
+    Which list items are open is over-approximated, never missed: an item closes
+    only when a line less indented than its content follows a blank line or is a
+    list item itself (any other such line may be a lazy continuation of the item's
+    paragraph). Too many views only escape a line more; too few let a heading of
+    a list item through.
+    """
+    # Sorted: a line reads only from the columns up to three short of its content
+    # (deeper in, it is indented code), found by bisection, and closing items cuts
+    # the tail, so a long run of markers costs its length once, not once per line.
+    open_columns: list[int] = []
+    after_blank = False
+    views: list[list[str]] = []
+    for line, in_fence in zip(lines, fenced, strict=True):
+        if in_fence or not line.strip():
+            views.append([])
+            after_blank = after_blank or not line.strip()
+            continue
+        virtual, opened = _item_columns(line)
+        if after_blank or opened:
+            del open_columns[bisect_right(open_columns, len(line) - len(line.lstrip(" "))) :]
+            open_columns.extend(opened)  # each past the line's indentation, ascending
+        content = len(virtual) - len(virtual.lstrip(" "))
+        low = bisect_left(open_columns, content - 3)
+        high = bisect_right(open_columns, content)
+        views.append([virtual[c:] for c in open_columns[low:high]])
+        after_blank = False
+    return views
+
+
+def _forged(
+    lines: Sequence[str],
+    index: int,
+    in_fence: bool,
+    *,
+    under_text: bool,
+    views: Sequence[str] = (),
+) -> bool:
     """True when ``lines[index]`` could fake a heading of the body (module docstring).
 
     ``under_text``: the body starts right under a line of text (the ``File:``
-    line), which an underline on its first line would make a heading.
+    line), which an underline on its first line would make a heading. ``views``:
+    the line as read from the content column of each list item it may be in
+    (:func:`_item_views`).
     """
     line = lines[index]
     if _OUR_HEADING.match(line):
@@ -194,6 +278,8 @@ def _forged(lines: Sequence[str], index: int, in_fence: bool, *, under_text: boo
     inner = _in_container(line)
     if _LEVEL1_LOOSE.match(inner) or (inner is not line and _OUR_HEADING.match(inner)):
         return True
+    if any(_LEVEL1_LOOSE.match(view) or _OUR_HEADING.match(view) for view in views):
+        return True
     # A setext underline: "===" makes the paragraph above a level-1 heading, "---" a
     # level-2 one (which matters when its title is ours). Only an underline looks
     # back, and only as far as a title of ours can reach: every line doing so, or
@@ -201,8 +287,9 @@ def _forged(lines: Sequence[str], index: int, in_fence: bool, *, under_text: boo
     # ("- " is an underline too, not an empty list item, right under a paragraph.)
     if line.rstrip()[-1:] not in ("=", "-"):
         return False  # what most lines are: no underline
-    level1 = _SETEXT_LEVEL1.match(line) is not None or _SETEXT_LEVEL1.match(inner) is not None
-    if not level1 and not (_SETEXT_LEVEL2.match(line) or _SETEXT_LEVEL2.match(inner)):
+    candidates = (line, inner, *views)
+    level1 = any(_SETEXT_LEVEL1.match(view) is not None for view in candidates)
+    if not level1 and not any(_SETEXT_LEVEL2.match(view) for view in candidates):
         return False
     if index == 0 or not lines[index - 1].strip():
         return level1 and index == 0 and under_text
@@ -250,7 +337,8 @@ def plain_structure(text: str) -> bool:
     """True when no line of ``text`` (line breaks normalised) can need a change.
 
     Whole-text scans for what any rule starts from: a line starting with ``#``
-    (then checked as a heading), a setext underline, a fence, an HTML heading tag,
+    (then checked as a heading, at any indentation: a list item's content may be
+    deeper than three spaces), a setext underline, a fence, an HTML heading tag, a tab,
     ``File:``, a line starting with ``<``, list item or quote markers before a
     ``#``, ``<``, ``=`` or ``-``. A scan may match where no rule applies (the line-by-line pass then
     decides); it never misses a line a rule would change. The scans start at a
@@ -259,6 +347,8 @@ def plain_structure(text: str) -> bool:
     """
     if "File:" in text or HTML_HEADING_TAG.search(text) is not None:
         return False
+    if "\t" in text:
+        return False  # a tab among markers or indentation: read with it expanded
     first = text[: _line_end(text, 0)]
     if _SETEXT_LEVEL1.match(first) or _SETEXT_LEVEL2.match(first) or _FENCE_START.match(first):
         return False
@@ -271,7 +361,7 @@ def plain_structure(text: str) -> bool:
     starts = [0] if _HASH_START.match(first) else []
     starts.extend(m.start() + 1 for m in _HASH_LINES.finditer(text))
     for start in starts:
-        line = text[start : _line_end(text, start)]
+        line = text[start : _line_end(text, start)].lstrip(" \t")
         if _LEVEL1_LOOSE.match(line) or _OUR_HEADING.match(line):
             return False
     return True
@@ -286,12 +376,23 @@ def _neutralise_lines(text: str, *, under_text: bool) -> str:
     """:func:`neutralise_structure` line by line (the general case)."""
     lines = normalise_line_breaks(text).split("\n")
     fenced, closer = scan_fences(lines)
+    # A tab moves to the next multiple of four columns (CommonMark): the markers and
+    # indentation it stands in are read with it expanded as well as raw.
+    expanded = [line.expandtabs(4) for line in lines] if "\t" in text else lines
+    item_views = _item_views(expanded, fenced)
     out: list[str] = []
     first_content = True
     html_above = False  # a line of the paragraph-like run above may start an HTML block
     for index, (line, in_fence) in enumerate(zip(lines, fenced, strict=True)):
-        forged = _forged(lines, index, in_fence, under_text=under_text) or (
-            first_content and line.lstrip().startswith("File:")
+        views = item_views[index]
+        forged = (
+            _forged(lines, index, in_fence, under_text=under_text, views=views)
+            or (
+                expanded is not lines
+                and "\t" in line
+                and _forged(expanded, index, in_fence, under_text=under_text, views=views)
+            )
+            or (first_content and line.lstrip().startswith("File:"))
         )
         if not line.strip():
             html_above = False

@@ -29,10 +29,12 @@ enforces, for every section body:
   a break the rules below would not split on;
 * no line outside a fenced code block is a level-1 heading (``# Title``, or a
   paragraph line underlined with ``===``), nor one inside a list item or a block
-  quote (``- # Title``, ``> # Title``): file-backed bodies have ``# Title`` lines
-  removed (A6); otherwise the line (the underline for setext) is escaped; a
-  file-backed body's first line is under its ``File:`` line, so a ``===`` there
-  is escaped too;
+  quote (``- # Title``, ``> # Title``), however deep the item's content column
+  puts it (``- \\n    # Title``: an item opened by a blank line has its content
+  at column 2, so a line indented 4 there is a heading, not code): file-backed
+  bodies have ``# Title`` lines removed (A6); otherwise the line (the underline
+  for setext) is escaped; a file-backed body's first line is under its
+  ``File:`` line, so a ``===`` there is escaped too;
 * no ``<h1>`` or ``<h2>`` tag stands anywhere, code blocks included (a Markdown
   reader lets an HTML block run over a fence): their ``<`` becomes ``&lt;``;
 * no line anywhere, code blocks included, is one of *our* headings -- a level-1

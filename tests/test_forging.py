@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mimo_ctx.sections import (
@@ -148,10 +148,51 @@ PIECES = st.sampled_from(
 
 @settings(max_examples=1000)
 @given(st.lists(PIECES, max_size=30).map("".join))
+# Found by Hypothesis: a list item opened by a blank line has its content at column
+# 2, so the next line indented 4 holds "# " (an empty level-1 heading) in the item.
+@example("- \n    # ")
 def test_no_text_forges_a_heading(text: str) -> None:
     body = neutralise_structure(text)
     assert neutralise_structure(body) == body
     _only_the_section_heading(f"# {HEADING_RECENT_ACTIVITY}\n{body}\n", HEADING_RECENT_ACTIVITY)
+
+
+# A line is read from the content column of each list item it may be in, however
+# deep: the column after the marker and its spaces (one space when the item starts
+# with a blank line or more than four follow), inside quotes and nested items too.
+DEEP_IN_A_LIST_ITEM = {
+    "blank item, dash": "- \n    # ",
+    "blank item, star": "* \n    # x",
+    "blank item, plus": "+ \n   # x",
+    "blank item, ordered": "1. \n    # x",
+    "blank item, wide ordered": "10. \n     # x",
+    "blank nested items": "- - \n      # x",
+    "after a blank line": "- x\n\n    # y",
+    "after a lazy line": "- x\ny\n\n    # z",
+    "wide marker spacing": "-    x\n\n       # y",
+    "numbered step": "1. Run:\n\n    # install",
+    "nested item marker": "- x\n    - # y",
+    "setext level 1": "- x\n    ===",
+    "setext level 2, our title": "- Tasks ledger\n    ---",
+    "in a quote": "> - \n>     # x",
+    "item indented four in a quote": ">    + # ",
+    "tab between markers": "+ \t+ # ",
+    "tab after a blank item": "*\t\n\t# x",
+    "tab indentation": "- x\n\n\t# y",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEEP_IN_A_LIST_ITEM))
+def test_a_heading_at_a_list_items_content_column_is_neutralised(name: str) -> None:
+    body = neutralise_structure(DEEP_IN_A_LIST_ITEM[name])
+    assert neutralise_structure(body) == body
+    _only_the_section_heading(f"# {HEADING_RECENT_ACTIVITY}\n{body}\n", HEADING_RECENT_ACTIVITY)
+
+
+def test_indented_code_outside_a_list_item_is_left_alone() -> None:
+    # A list closed by a blank line and a less indented line: "    # ..." is code.
+    for text in ("text\n\n    # a comment", "- x\n\ntext\n\n    # a comment"):
+        assert neutralise_structure(text) == text
 
 
 def test_ordinary_markdown_is_left_alone() -> None:
