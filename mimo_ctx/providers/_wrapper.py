@@ -14,6 +14,7 @@ declared in a :class:`ManagedApi`. No SDK is imported here.
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -144,7 +145,7 @@ class Resource:
         return getattr(self._inner, name)
 
 
-class Accumulator:
+class Accumulator(ABC):
     """The base of the wrappers' stream adapters (:class:`~mimo_ctx.providers._sync.StreamAdapter`):
     the turn whose answer they accumulate; a subclass's :meth:`reset` sets its state."""
 
@@ -152,9 +153,9 @@ class Accumulator:
         self._turn = turn
         self.reset()
 
+    @abstractmethod
     def reset(self) -> None:
         """Forget what was accumulated (a retried stream starts over)."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True, slots=True)
