@@ -370,14 +370,21 @@ def _decode_bounded(fd: int, chunk: bytes, max_chars: int) -> str:
     Growing chunks: reading past ``max_chars`` stays within what was already read
     (each chunk at most doubles it).
     """
+    # Plain UTF-8 with the byte-order mark dropped by hand: CPython's incremental
+    # "utf-8-sig" decoder drops a file's last bytes when they are the start of a
+    # mark (b"\xef" decodes to "" at the end), where a whole-file decode gives U+FFFD.
     decoder = io.IncrementalNewlineDecoder(
-        codecs.getincrementaldecoder("utf-8-sig")(errors="replace"), translate=True
+        codecs.getincrementaldecoder("utf-8")(errors="replace"), translate=True
     )
     pieces: list[str] = []
+    started = False
     have = 0
     size = _CHUNK_BYTES
     while True:
         text = decoder.decode(chunk, final=not chunk)
+        if text and not started:
+            started = True
+            text = text.removeprefix("\ufeff")
         pieces.append(text)
         have += len(text)
         if not chunk or have >= max_chars:

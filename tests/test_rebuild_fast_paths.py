@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mimo_ctx import _render_files, _structure, memory, memory_index, render, sections
@@ -539,16 +539,20 @@ _BYTES = st.lists(
 
 @settings(max_examples=1500, deadline=None)
 @given(data=_BYTES, cuts=st.lists(st.integers(0, 200), max_size=4))
+@example(data=b"\xef", cuts=[])  # a lone start of a byte-order mark is U+FFFD, not dropped
+@example(data=b"\xef\xbb", cuts=[1])
 def test_a_whole_file_decodes_as_the_incremental_decoder(data: bytes, cuts: list[int]) -> None:
-    # The reference: the decoder fed in pieces, as bounded reads (and every read
-    # before) do.
+    # The reference: a UTF-8 decoder fed in pieces, as bounded reads do, and one
+    # leading byte-order mark dropped. Not CPython's incremental "utf-8-sig": at the
+    # end of its input it drops bytes that start a mark (b"\xef" gives "").
     decoder = io.IncrementalNewlineDecoder(
-        codecs.getincrementaldecoder("utf-8-sig")(errors="replace"), translate=True
+        codecs.getincrementaldecoder("utf-8")(errors="replace"), translate=True
     )
     edges = [0, *sorted(c for c in cuts if c < len(data)), len(data)]
     pieces = [decoder.decode(data[a:b]) for a, b in itertools.pairwise(edges)]
     pieces.append(decoder.decode(b"", final=True))
-    assert memory._decode_whole(data) == "".join(pieces)  # pyright: ignore[reportPrivateUsage]
+    expected = "".join(pieces).removeprefix("\ufeff")
+    assert memory._decode_whole(data) == expected  # pyright: ignore[reportPrivateUsage]
 
 
 async def test_the_writer_state_is_read_and_parsed_once_per_body_off_the_event_loop(
@@ -661,3 +665,16 @@ def test_normalise_line_breaks_is_the_plain_substitution(text: str) -> None:
     assert _structure.normalise_line_breaks(text.encode("ascii", "ignore").decode()) == (
         _BREAKS_REFERENCE.sub("\n", text.encode("ascii", "ignore").decode())
     )
+
+
+def test_a_bounded_read_of_a_cut_byte_order_mark_keeps_it_as_a_replacement(
+    tmp_path: Path,
+) -> None:
+    # Two bytes that start a byte-order mark and end the file: the bounded read
+    # (the file is longer than the one character asked for) answers what the whole
+    # read does, U+FFFD, where CPython's incremental "utf-8-sig" decoder gave "".
+    path = tmp_path / "MEMORY.md"
+    path.write_bytes(b"\xef\xbb")
+    whole = memory.read_text_blocking(path)
+    assert whole == "\ufffd"
+    assert memory.read_text_blocking(path, max_chars=1) == whole
