@@ -1,23 +1,37 @@
-"""One SQLite connection driven from a worker thread: the plumbing shared by the
-SQLite store and the memory index.
+"""One SQLite connection driven from its own worker thread: the plumbing shared by
+the SQLite store and the memory index.
 
-The capacity limiter keeps each database to one worker thread at a time (other
-callers queue in the event loop, not in blocked threads), so the event loop never
-blocks on SQLite; the lock guards the connection against any other thread (e.g. a
-second event loop).
+Each object has one dedicated thread that owns the connection's calls: callers
+put a job on its queue (:class:`queue.SimpleQueue`, one C-level put and one
+wake-up of a blocked thread) and wait on an :class:`anyio.Event` that the thread
+sets through the caller's event loop token (one thread-safe wake-up of the
+loop, no waiting on the thread's side). That is the whole hand-off: no capacity
+limiter to take and release, no pool of threads to pick from, no loop iteration
+spent before the job is queued, so the event loop never blocks on SQLite and a
+turn's writes cost little more than their SQLite work. Jobs run one at a time in
+the order they were queued (callers from several event loops or threads share
+the one queue); the lock guards the connection against any other thread that
+reaches it directly.
+
+A caller cancelled while its job waits in the queue takes it back (it never
+runs); one cancelled while its job runs waits for it to finish, so a
+transaction is never left half-done. The thread ends after a while with nothing
+to do and starts again with the next job, so an object that is dropped without
+:meth:`~SQLiteWorker.aclose` does not keep a thread forever.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import sqlite3
 import threading
 from abc import abstractmethod
 from collections.abc import Callable
-from typing import Self, TypeVar
+from typing import Final, Generic, Self, TypeVar
 
 import anyio
-import anyio.to_thread
+import anyio.lowlevel
 from anyio.abc import AsyncResource
 
 from mimo_ctx.errors import StoreError
@@ -25,6 +39,28 @@ from mimo_ctx.errors import StoreError
 __all__ = ["SQLiteWorker"]
 
 _T = TypeVar("_T")
+
+_THREAD_IDLE: Final = 10.0
+"""Seconds the worker thread waits for a job before it ends (it starts again on the
+next one)."""
+
+_QUEUED: Final = 0
+_TAKEN: Final = 1  # the thread started it (or it is done)
+_WITHDRAWN: Final = 2  # its caller was cancelled before it started: never run
+
+
+class _Job(Generic[_T]):
+    """One call for the worker thread and, once it ran, its outcome."""
+
+    __slots__ = ("done", "error", "result", "state", "token", "work")
+
+    def __init__(self, work: Callable[[], _T]) -> None:
+        self.work = work
+        self.token = anyio.lowlevel.current_token()
+        self.done = anyio.Event()
+        self.state = _QUEUED
+        self.result: _T | None = None
+        self.error: BaseException | None = None
 
 
 class SQLiteWorker(AsyncResource):
@@ -37,10 +73,14 @@ class SQLiteWorker(AsyncResource):
     def __init__(self, path: str | os.PathLike[str], *, label: str) -> None:
         self._path = os.fspath(path)
         self._label = label
-        self._limiter = anyio.CapacityLimiter(1)
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._closed = False
+        self._jobs: queue.SimpleQueue[_Job[object]] = queue.SimpleQueue()
+        # Guards the thread's start and end against the queue (see _serve) and
+        # each job's state between its caller and the thread.
+        self._jobs_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
 
     @property
     def path(self) -> str:
@@ -64,9 +104,10 @@ class SQLiteWorker(AsyncResource):
                 if conn is not None:
                     conn.close()
 
-        # Shielded: a cancelled caller must still release the connection.
+        # Shielded: a cancelled caller must still release the connection. Queued
+        # after every job already waiting, which then find the object closed.
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(close, limiter=self._limiter)
+            await self._hand_off(close)
 
     @abstractmethod
     def _connect(self) -> sqlite3.Connection:
@@ -83,7 +124,64 @@ class SQLiteWorker(AsyncResource):
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         self._check_open()
-        return await anyio.to_thread.run_sync(self._call, fn, limiter=self._limiter)
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        return await self._hand_off(lambda: self._call(fn))
+
+    async def _hand_off(self, work: Callable[[], _T]) -> _T:
+        """Run ``work`` on the worker thread and return its result (or raise its error)."""
+        job = _Job(work)
+        with self._jobs_lock:
+            self._jobs.put(job)  # pyright: ignore[reportArgumentType]
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._serve, name=f"mimo-ctx {self._label}", daemon=True
+                )
+                self._thread.start()
+        try:
+            await job.done.wait()
+        except anyio.get_cancelled_exc_class():
+            with self._jobs_lock:
+                withdrawn = job.state == _QUEUED
+                if withdrawn:
+                    job.state = _WITHDRAWN
+            if not withdrawn:
+                # Running: its transaction finishes (or rolls back) before we go.
+                with anyio.CancelScope(shield=True):
+                    await job.done.wait()
+            raise
+        error, job.error = job.error, None
+        if error is not None:
+            raise error
+        return job.result  # pyright: ignore[reportReturnType]
+
+    def _serve(self) -> None:
+        """The worker thread: run the queued jobs in order, end when idle."""
+        jobs = self._jobs
+        while True:
+            try:
+                job = jobs.get(timeout=_THREAD_IDLE)
+            except queue.Empty:
+                with self._jobs_lock:
+                    # Under the lock a caller cannot queue a job without seeing
+                    # the thread gone (and starting another).
+                    if jobs.empty():
+                        self._thread = None
+                        return
+                continue
+            with self._jobs_lock:
+                if job.state == _WITHDRAWN:
+                    continue
+                job.state = _TAKEN
+            try:
+                job.result = job.work()
+            except BaseException as exc:  # delivered to the caller, raised there
+                job.error = exc
+            token = job.token
+            try:
+                token.backend_class.run_sync_soon(job.done.set, (), token.native_token)
+            except Exception:  # the caller's event loop is gone: nobody waits
+                job.error = None
+            del job, token
 
     def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         with self._lock:

@@ -36,9 +36,9 @@ Design:
   occurrence of the sequence.
 * **Text decoding.** Files are read as UTF-8 with invalid bytes replaced; a file
   with a NUL byte in its first 8 KiB is treated as binary and not indexed.
-* **Off the event loop.** All SQLite and file work runs in one worker thread at
-  a time (:func:`anyio.to_thread.run_sync` with a capacity limiter of one and a
-  thread lock), as in :class:`~mimo_ctx.store.sqlite.SQLiteStore`.
+* **Off the event loop.** All SQLite and file work runs on the index's own
+  worker thread, one job at a time under a thread lock, as in
+  :class:`~mimo_ctx.store.sqlite.SQLiteStore` (:mod:`mimo_ctx._sqlite_worker`).
 
 The database is a cache: a file written by an other schema version, or for an
 other memory root, is emptied and rebuilt rather than refused.

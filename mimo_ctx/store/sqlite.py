@@ -2,11 +2,13 @@
 
 Design:
 
-* **Off the event loop.** Every call runs the stdlib :mod:`sqlite3` in a worker
-  thread (:func:`anyio.to_thread.run_sync`) behind a per-store capacity limiter of
-  one and a thread lock, so the loop never blocks on disk I/O and the single
-  connection is never used by two threads at once. A cancelled caller waits for
-  its statement to finish, so a transaction is never left half-done. One
+* **Off the event loop.** Every call runs the stdlib :mod:`sqlite3` on the
+  store's own worker thread (:mod:`mimo_ctx._sqlite_worker`: a queue of jobs run
+  one at a time, each result handed back with one wake-up of the caller's event
+  loop) and under a thread lock, so the loop never blocks on disk I/O and the
+  single connection is never used by two threads at once. A caller cancelled
+  before its job starts takes it back; one cancelled while it runs waits for
+  it to finish, so a transaction is never left half-done. One
   exception: the change feed after this store's own writes, when nobody else
   has committed since, is answered from what it wrote, checked by one query of
   a second connection's ``data_version`` that reads the WAL index in shared
