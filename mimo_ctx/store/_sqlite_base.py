@@ -71,6 +71,15 @@ SQL_UPDATE_MESSAGE: Final = (
     " WHERE id = ? AND session_id = ? RETURNING insert_seq"
 )
 
+# An update that changes only a message's content: the row's other columns already
+# hold the new values (checked by the WHERE), so none of the indexes on them is
+# touched; the write order (insert_seq) is the one the caller's copy carries.
+_SQL_UPDATE_CONTENT: Final = (
+    "UPDATE messages SET token_estimate = ?, payload = ?, seq = ?"
+    " WHERE id = ? AND session_id = ? AND agent = ? AND role = ? AND time_created = ?"
+    " AND is_boundary = ? AND is_finished_assistant = ? AND off_branch = ? AND insert_seq = ?"
+)
+
 # Row of a message as written: id, session_id, agent, role, time_created,
 # is_boundary, is_finished_assistant, token_estimate, payload, off_branch.
 MessageRow = tuple[str, str, str, str, int, int, int, int, str, int]
@@ -440,6 +449,42 @@ class SQLiteBase(SQLiteWorker):
                     f"not {sid!r}; nothing written"
                 )
         return kept
+
+    def _update_contents(
+        self,
+        conn: sqlite3.Connection,
+        rows: Sequence[MessageRow],
+        insert_seqs: Sequence[int | None],
+        what: str,
+        session_id: str,
+    ) -> list[int]:
+        """Replace message rows whose content alone changed; their insert_seqs. Inside a write tx.
+
+        What a rebuild's micro-compaction writes: only the parts changed, so the
+        rows already hold every other column. One ``executemany`` sets payload,
+        estimate and change-feed number where the row agrees with the rest
+        (``insert_seqs``: each message's as read); when any row does not (another
+        writer changed it since, or the message carries no write order), the
+        whole batch is written again by :meth:`_update_messages`, which checks
+        each row and replaces every column (the same numbers, so nothing is
+        written twice in the feed).
+        """
+        if not rows:
+            return []
+        first = self._next_seq(conn)
+        if None not in insert_seqs:
+            params = [
+                (r[7], r[8], first + i, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[9], seq)
+                for i, (r, seq) in enumerate(zip(rows, insert_seqs, strict=True))
+            ]
+            if all(r[1] == session_id for r in rows):
+                self._take_seqs(conn, len(rows))
+                if conn.executemany(_SQL_UPDATE_CONTENT, params).rowcount == len(rows):
+                    return [seq for seq in insert_seqs if seq is not None]
+                # Give the numbers back: the full update takes them again.
+                self._taken.pop()
+                conn.execute("UPDATE counters SET value = ? WHERE name = 'seq'", (first - 1,))
+        return self._update_messages(conn, rows, what, session_id)
 
     def _upsert_messages(
         self, conn: sqlite3.Connection, rows: Sequence[MessageRow]

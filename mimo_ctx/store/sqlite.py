@@ -414,7 +414,9 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
                 if newer is not None:
                     raise AlreadyCommitted
                 first = self._insert_messages(conn, [boundary_row], "commit_rebuild")
-                kept = self._update_messages(conn, rows, "commit_rebuild", session_id)
+                kept = self._update_contents(
+                    conn, rows, [m.insert_seq for m in batch], "commit_rebuild", session_id
+                )
                 if commit.state is not None:
                     self._change_state(conn, session_id, commit.state)
                 return first, kept

@@ -1,0 +1,293 @@
+"""The commit side of a rebuild against the full recompute it replaces (issue 18).
+
+Micro-compaction marks old tool results and the store writes the marked copies in
+the rebuild's transaction. The fast paths (estimates derived from the source's,
+rows whose content alone changed written in one statement) must leave exactly
+what the straightforward version leaves: every marked copy serialised and
+estimated from scratch, every column of its row rewritten. Sessions are drawn at
+random (seeded) and checked on every store: the in-memory one, SQLite, and
+PostgreSQL when a test server is configured.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mimo_ctx.compaction import build_boundary_message, micro_compact
+from mimo_ctx.messages import (
+    Message,
+    Part,
+    TextPart,
+    ToolPart,
+    ToolResultPart,
+    ToolStateCompleted,
+    ToolStateError,
+    ToolTime,
+)
+from mimo_ctx.store import InMemoryStore, Session, SQLiteStore, Store
+from mimo_ctx.store._sqlite_base import message_row
+from mimo_ctx.tokens import estimate_message_tokens
+from mimo_ctx.view import COMPACTED_PLACEHOLDER
+
+# Text that JSON escapes, that UTF-16 counts twice, and plain words.
+_PIECES = (
+    "def f(x):\n    return x\n",
+    'a "quoted" \\ path\\to\\file',
+    "tab\there\r\n",
+    "\x01\x1f control",
+    "中文的输出",
+    "emoji 😀🚀 and more",
+    "plain words of a tool result",
+    "",
+)
+_TOOLS = ("read", "Read", "bash", "grep", "todowrite", "mcp__x__get", "edit")
+
+
+def _text(rng: random.Random) -> str:
+    return "".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 12)))
+
+
+def _time(rng: random.Random, base: int) -> ToolTime:
+    return ToolTime(
+        start=base if rng.random() < 0.8 else None,
+        end=base + 3 if rng.random() < 0.7 else None,
+        compacted=base + 9 if rng.random() < 0.15 else None,
+        placeholder=_text(rng) or None if rng.random() < 0.1 else None,
+    )
+
+
+def _tool_part(rng: random.Random, index: int, base: int) -> ToolPart:
+    if rng.random() < 0.15:
+        state: Any = ToolStateError(input={"i": index}, error=_text(rng), time=_time(rng, base))
+    else:
+        state = ToolStateCompleted(
+            input={"path": _text(rng), "n": index, "deep": {"k": [1, 2.5, None, True]}},
+            output=_text(rng),
+            title=_text(rng) or None,
+            metadata={"m": _text(rng)} if rng.random() < 0.3 else {},
+            time=_time(rng, base),
+        )
+    return ToolPart(call_id=f"call_{index}", tool=rng.choice(_TOOLS), state=state)
+
+
+def _session_messages(rng: random.Random, session_id: str, count: int) -> list[Message]:
+    """A history of user turns, tool rounds (call and result in one message, or a
+    separate ``tool`` message) and a sub-agent's rounds."""
+    messages: list[Message] = []
+    for index in range(count):
+        base = 1_000_000 + index * 10
+        agent = "main" if rng.random() < 0.8 else "explore"
+        kind = rng.random()
+        parts: list[Part]
+        if kind < 0.2:
+            role = "user"
+            parts = [TextPart(text=_text(rng) or "hi")]
+        elif kind < 0.4:
+            role = "tool"
+            parts = [
+                ToolResultPart(
+                    call_id=f"call_{index}_{n}",
+                    tool=rng.choice(_TOOLS),
+                    output=_text(rng),
+                    is_error=rng.random() < 0.1,
+                    time=_time(rng, base),
+                )
+                for n in range(rng.randint(1, 3))
+            ]
+        else:
+            role = "assistant"
+            parts = [TextPart(text=_text(rng))] if rng.random() < 0.7 else []
+            parts += [_tool_part(rng, index * 10 + n, base) for n in range(rng.randint(0, 3))]
+        messages.append(
+            Message(
+                id=f"msg_{index:05d}",
+                session_id=session_id,
+                role=role,
+                agent=agent,
+                time_created=base,
+                finish="tool-calls" if role == "assistant" else None,
+                parts=parts,
+            )
+        )
+    return messages
+
+
+def _compact(rng: random.Random, messages: list[Message], now: int) -> list[Message]:
+    return micro_compact(
+        messages,
+        after_time=messages[rng.randrange(len(messages) // 2)].time_created,
+        tools=rng.choice([("*",), ("read", "bash", "grep"), ("mcp__*", "edit")]),
+        exclude=rng.choice([(), ("todowrite",), ("read",)]),
+        keep=rng.choice([0, 0, 1, 3]),
+        now_ms=now,
+        placeholder=rng.choice([None, COMPACTED_PLACEHOLDER, "[cleared — 已清除 😀]", 'q"\n']),
+        skip_ids={messages[-1].id},
+    )
+
+
+def _fresh(message: Message) -> Message:
+    """The message parsed anew from its JSON: no cached estimate, nothing shared."""
+    return Message.model_validate_json(message.model_dump_json())
+
+
+StoreOpener = Callable[[], Awaitable[Store]]
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreOpener]:
+    """Opens the same store again (a new instance on the same data) on each call."""
+    kind = str(request.param)
+    opened: list[Store] = []
+    if kind == "memory":
+        shared = InMemoryStore()
+
+        async def memory() -> Store:
+            return shared
+
+        yield memory
+        await shared.aclose()
+        return
+    if kind == "sqlite":
+
+        async def sqlite_file() -> Store:
+            store = await SQLiteStore.open(tmp_path / "commit.db")
+            opened.append(store)
+            return store
+
+        yield sqlite_file
+    else:
+        from mimo_ctx.store.postgres import PostgresStore
+        from tests.pg_support import SchemaNames, require_pg_dsn
+
+        names = SchemaNames(require_pg_dsn())
+        schema = names.new()
+
+        async def postgres() -> Store:
+            store = await PostgresStore.open(names.dsn, schema=schema, create_schema=True)
+            opened.append(store)
+            return store
+
+        try:
+            yield postgres
+        finally:
+            for store in opened:
+                await store.aclose()
+            names.drop_all()
+        return
+    for store in opened:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_a_committed_rebuild_stores_what_the_full_recompute_stores(
+    opener: StoreOpener, seed: int
+) -> None:
+    rng = random.Random(seed)
+    writer = await opener()
+    session = Session(id=f"ses_{seed}", project_id="p", time_created=0)
+    await writer.create_session(session)
+    history = _session_messages(rng, session.id, rng.randint(8, 60))
+    await writer.append_messages(history)
+    # Listed by another instance: the estimates come from the rows, not the objects.
+    reader = await opener()
+    listed = await reader.list_messages(session.id, agent=None)
+    now = 2_000_000 + seed
+    compacted = _compact(rng, listed, now)
+    reference = [_fresh(m) for m in compacted]
+    assert [estimate_message_tokens(m) for m in compacted] == [
+        estimate_message_tokens(m) for m in reference
+    ]
+    boundary = build_boundary_message(
+        watermark=listed[0],
+        digest_up_to=None,
+        directory="memory",
+        number=1,
+        index_text="## Checkpoint",
+        body="body",
+        actors_text="## Active Actors\n(none)",
+        newer_than=max(m.id for m in listed),
+    )
+    _, before = await reader.changes_since(session.id, 0)
+    assert await reader.commit_rebuild(
+        session.id, usage_key=f"u{seed}", boundary=boundary, updated=compacted
+    )
+    # What another instance reads back: every message as the full recompute wrote it.
+    fresh = await opener()
+    changed, _ = await fresh.changes_since(session.id, before)
+    assert [m.id for m in changed] == [boundary.id, *(m.id for m in compacted)]
+    by_id = {m.id: m for m in changed}
+    for expected in reference:
+        got = by_id[expected.id]
+        assert got.model_dump_json() == expected.model_dump_json()
+        assert estimate_message_tokens(got) == estimate_message_tokens(expected)
+    original = {m.id: m for m in history}
+    for got in await fresh.list_messages(session.id, agent=None):
+        if got.id != boundary.id:
+            want = next((r for r in reference if r.id == got.id), original[got.id])
+            assert got.model_dump_json() == want.model_dump_json()
+            assert got.insert_seq == original[got.id].insert_seq
+    if isinstance(fresh, SQLiteStore):
+        _assert_rows(fresh, reference)
+
+
+def _assert_rows(store: SQLiteStore, reference: list[Message]) -> None:
+    """Every column of each compacted row, as :func:`message_row` writes it."""
+    with sqlite3.connect(store.path) as conn:
+        for expected in reference:
+            row = conn.execute(
+                "SELECT id, session_id, agent, role, time_created, is_boundary,"
+                " is_finished_assistant, token_estimate, payload, off_branch"
+                " FROM messages WHERE id = ?",
+                (expected.id,),
+            ).fetchone()
+            assert tuple(row) == message_row(expected)
+
+
+async def test_a_row_another_writer_changed_is_rewritten_whole(tmp_path: Path) -> None:
+    """A row that no longer agrees with the copy (another process updated the
+    message after the listing) gets every column of the copy, as before."""
+    path = tmp_path / "s.db"
+    rng = random.Random(99)
+    async with await SQLiteStore.open(path) as store:
+        session = Session(id="ses_w", project_id="p", time_created=0)
+        await store.create_session(session)
+        history = _session_messages(rng, session.id, 40)
+        await store.append_messages(history)
+        listed = await store.list_messages(session.id, agent=None)
+        compacted = micro_compact(
+            listed, after_time=0, tools=("*",), now_ms=5_000_000, skip_ids={listed[-1].id}
+        )
+        assert compacted
+        target = compacted[0]
+        async with await SQLiteStore.open(path) as other:
+            await other.update_messages(
+                [target.model_copy(update={"time_created": target.time_created + 1})]
+            )
+        boundary = build_boundary_message(
+            watermark=listed[0],
+            digest_up_to=None,
+            directory="memory",
+            number=1,
+            index_text="i",
+            body="b",
+            actors_text="a",
+            newer_than=max(m.id for m in listed),
+        )
+        assert await store.commit_rebuild(
+            session.id, usage_key="u", boundary=boundary, updated=compacted
+        )
+        _assert_rows(store, [_fresh(m) for m in compacted])
+        _, current = await store.changes_since(session.id, 0)
+        # The boundary and each copy took one number each, and only those.
+        written = [boundary.id, *(m.id for m in compacted)]
+        marks = ",".join("?" * len(written))
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute(f"SELECT seq FROM messages WHERE id IN ({marks})", written)
+            seqs = sorted(r[0] for r in rows)
+        assert seqs == list(range(current - len(compacted), current + 1))
