@@ -30,22 +30,23 @@ KILLED = 9
 
 async def main(db: str, memory_root: str, session_id: str, mode: str) -> None:
     if mode == "inside":
-        original = SQLiteStore._update_messages  # pyright: ignore[reportPrivateUsage]
+        original = SQLiteStore._update_contents  # pyright: ignore[reportPrivateUsage]
 
         def update(
             self: SQLiteStore,
             conn: sqlite3.Connection,
             rows: Sequence[MessageRow],
+            insert_seqs: Sequence[int | None],
             what: str,
-            session_id: str | None = None,
+            session_id: str,
         ) -> list[int]:
             if what == "commit_rebuild":
                 os._exit(KILLED)  # the boundary insert ran; micro-compaction did not
-            return original(self, conn, rows, what, session_id)
+            return original(self, conn, rows, insert_seqs, what, session_id)
 
         # The kill is injected inside the store's own transaction, so the private
         # method is replaced on the class (the worker process ends with it).
-        SQLiteStore._update_messages = update  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
+        SQLiteStore._update_contents = update  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
     store = await SQLiteStore.open(db)
     if mode == "after":
         commit = store.commit_rebuild

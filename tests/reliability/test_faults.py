@@ -656,19 +656,21 @@ async def test_r4_failure_inside_the_rebuild_transaction_rolls_back(
     raises a StoreError naming the file, nothing of the rebuild is stored, the
     usage key stays free, and the next prepare() rebuilds."""
     store = sqlite_store
-    original = SQLiteStore._update_messages  # pyright: ignore[reportPrivateUsage]
+    original = SQLiteStore._update_contents  # pyright: ignore[reportPrivateUsage]
 
-    def failing(self: SQLiteStore, conn: Any, rows: Any, what: str, *args: Any) -> None:
+    def failing(
+        self: SQLiteStore, conn: Any, rows: Any, insert_seqs: Any, what: str, *args: Any
+    ) -> None:
         if what == "commit_rebuild":
             raise sqlite3.OperationalError("disk I/O error")
-        original(self, conn, rows, what, *args)
+        original(self, conn, rows, insert_seqs, what, *args)
 
     async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS) as mw:
         session = await mw.open_session(system=SYSTEM)
         await prime_checkpoint(mw, session.id)
         await cross_line(mw, session.id)
         count = await store.count_messages(session.id)
-        monkeypatch.setattr(SQLiteStore, "_update_messages", failing)
+        monkeypatch.setattr(SQLiteStore, "_update_contents", failing)
         with pytest.raises(StoreError, match=r"s\.db: disk I/O error"):
             await mw.prepare(session.id)
         stored = await store.list_messages(session.id, agent=None)
