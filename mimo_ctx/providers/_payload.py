@@ -32,11 +32,15 @@ from mimo_ctx.messages import CheckpointPart, CompactionPart, Message, Part, Tex
 from mimo_ctx.providers.validate import RequestFormat, RequestValidator, ValidatorMark
 from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER, COMPACTION_SUMMARY_HEADER
 
-__all__ = ["Convert", "PayloadBuilder", "mark_boundary", "marked_view"]
+__all__ = ["Convert", "PayloadBuilder", "Reuse", "mark_boundary", "marked_view"]
 
 Convert = Callable[[Sequence[Message], Message | None], list[Any]]
 """Converts a run of view messages; the second argument is the view message before the
 run (None when the run starts the payload)."""
+
+Reuse = Callable[[int, Any], Any]
+"""Given the position of a freshly converted entry in the entries and the entry, the
+object to keep in its place: an equal one the caller already holds, or the entry."""
 
 _NO_MARK: Final = ValidatorMark(0, 0, (), None, -1, None)
 """The mark of a builder that checks nothing."""
@@ -124,6 +128,7 @@ class PayloadBuilder:
         *,
         key: object = None,
         convert: Convert | None = None,
+        reuse: Reuse | None = None,
     ) -> list[Any]:
         """The entries of a view (its messages and boundary id); the builder's own list,
         valid until the next call (copy it, as the wrappers do, to keep it).
@@ -131,6 +136,9 @@ class PayloadBuilder:
         ``key``: anything else the entries depend on; when it differs from the last
         call's, everything is converted again. ``convert``: this call's converter
         (a closure over what the call knows), instead of the builder's own.
+        ``reuse``: applied to each entry this call converts (only those: O(new)),
+        before it is checked and kept; the wrappers keep the host's own item when it
+        equals the entry (see :mod:`mimo_ctx.providers._wrapper`).
 
         Raises:
             InvalidRequestError: The payload breaks the provider's rules.
@@ -156,6 +164,8 @@ class PayloadBuilder:
             if not self._merges(kept_entries, fresh) or not batches:
                 break
             start = batches.pop().start
+        if reuse is not None:
+            fresh = [reuse(kept_entries + i, entry) for i, entry in enumerate(fresh)]
         del self._entries[kept_entries:]
         mark = batches[-1].mark if batches else self._start
         assert mark is not None

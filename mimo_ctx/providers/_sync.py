@@ -336,6 +336,10 @@ class Turn:
         head: The host's items that are not history (system prompts), as sent.
         after: The chain the answer follows (:attr:`mimo_ctx.reconcile.Reconciled.head`).
         history: The session's reconciler.
+        items: The host's whole list, as the host passed it (not copied).
+        offset: Where the host's history starts in ``items`` when every item that is
+            not history comes before it (the usual list: system prompts first), else
+            None. With it, :meth:`host_item` finds the host's item an entry stands for.
     """
 
     session_id: str
@@ -344,6 +348,30 @@ class Turn:
     after: str | None
     history: HostHistory
     call: RecoveringCall[Any, Any] | None = field(default=None)
+    items: Sequence[Any] = ()
+    offset: int | None = None
+
+    def host_item(self, index: int, entry: Any) -> Any:
+        """The host's own item for the payload entry at ``index`` of the history's
+        entries when it is a plain ``dict`` equal to ``entry``, else ``entry``.
+
+        A request then holds the host's objects for every message the view sends as
+        the host sent it: the SDK reads the very objects it would read without
+        mimo_ctx (not a second, equal copy of the conversation kept beside the
+        host's), and the bytes sent are the same. Only entries converted by this
+        call are looked up (O(new)); an entry whose position is not the host's (a
+        rebuilt view, merged turns) simply finds no equal item.
+        """
+        offset = self.offset
+        if offset is None:
+            return entry
+        position = offset + index
+        if position >= len(self.items):
+            return entry
+        item = self.items[position]
+        # Exactly a dict: an SDK object or a mapping type of the host's own is sent
+        # as our plain data, as before.
+        return item if item.__class__ is dict and item == entry else entry
 
     def builder(
         self,
@@ -472,7 +500,17 @@ class SessionBinding:
             )
             self._opened.add(session_id)
         done = await history.reconcile(host, fingerprint=fingerprint, convert=convert)
-        return Turn(session_id, self.agent, [host[i] for i in done.skipped], done.head, history)
+        skipped = done.skipped
+        front = not skipped or skipped[-1] == len(skipped) - 1  # positions, ascending
+        return Turn(
+            session_id,
+            self.agent,
+            [host[i] for i in skipped],
+            done.head,
+            history,
+            items=host,
+            offset=len(skipped) if front else None,
+        )
 
     def sent(self, view: RequestView, api: SentApi, payload: Mapping[str, Any]) -> None:
         """Tell the middleware which payload goes out for ``view`` (a forked writer resends it)."""

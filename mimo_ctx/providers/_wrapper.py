@@ -202,13 +202,19 @@ def recovering_call(
         api: The format of the call.
         send: Sends a payload.
         streaming: The answer is a stream (its overflow is the stream's to report).
-        finish: A last change to the sent list (the Anthropic cache breakpoint).
+        finish: A last change to the sent list (the Anthropic cache breakpoint); the
+            list is the call's own, so it may be changed in place.
     """
     builder = turn.builder(api.format, api.convert, merges=api.merges)
     overflow = None if streaming else api.overflow
 
     def build(view: RequestView) -> dict[str, Any]:
-        sent = [*turn.head, *builder.build(view.messages, view.boundary_id)]
+        # The call's own list (the builder's is extended by the next call): one copy,
+        # which ``finish`` may change in place.
+        sent = [
+            *turn.head,
+            *builder.build(view.messages, view.boundary_id, reuse=turn.host_item),
+        ]
         payload = {**kwargs, api.key: sent if finish is None else finish(sent)}
         binding.sent(view, api.format, payload)
         return payload

@@ -81,6 +81,7 @@ __all__ = [
     "LEADING_USER_TEXT",
     "AnthropicSystem",
     "anthropic_turns",
+    "cache_breakpoint_turn",
     "cache_markers",
     "drafts_from_anthropic",
     "from_anthropic",
@@ -127,14 +128,24 @@ def mark_conversation_cache(messages: Sequence[Mapping[str, Any]]) -> list[Mappi
     the next request, which repeats it and adds a turn, reads it back (the API
     looks for earlier cached prefixes before a breakpoint). A forked checkpoint
     writer's request repeats it too, marker included, and hits the same entry.
-    The input is not changed (the last turn and its marked block are copies); a
-    list whose last turn has no cacheable block, or is already marked, is
-    returned as it is.
+    The input is not changed (a new list; the last turn and its marked block are
+    copies, see :func:`cache_breakpoint_turn`); a list whose last turn has no
+    cacheable block, or is already marked, is returned as it is (as a new list).
     """
-    if not messages:
-        return list(messages)
-    last = messages[-1]
-    content = last.get("content")
+    out = list(messages)
+    marked = cache_breakpoint_turn(out[-1]) if out else None
+    if marked is not None:
+        out[-1] = marked
+    return out
+
+
+def cache_breakpoint_turn(turn: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A copy of ``turn`` with the breakpoint of :func:`mark_conversation_cache` on its
+    last cacheable block; None when it has no such block or already holds a marker.
+
+    ``turn`` is not changed (its content list and the marked block are copies).
+    """
+    content = turn.get("content")
     blocks: list[Any] = (
         [{"type": "text", "text": content}]
         if isinstance(content, str)
@@ -150,10 +161,10 @@ def mark_conversation_cache(messages: Sequence[Mapping[str, Any]]) -> list[Mappi
         if entry.get("type") not in _CACHEABLE:
             continue
         if entry.get("cache_control") is not None:
-            return list(messages)
+            return None
         blocks[index] = {**entry, "cache_control": dict(_EPHEMERAL)}
-        return [*messages[:-1], {**last, "content": blocks}]
-    return list(messages)
+        return {**turn, "content": blocks}
+    return None
 
 
 def is_anthropic_reasoning(part: ReasoningPart) -> bool:

@@ -100,10 +100,10 @@ from mimo_ctx.providers._wrapper import (
 from mimo_ctx.providers.anthropic import (
     CACHE_BREAKPOINTS,
     anthropic_turns,
+    cache_breakpoint_turn,
     cache_markers,
     drafts_from_anthropic,
     from_anthropic,
-    mark_conversation_cache,
 )
 
 __all__ = [
@@ -307,11 +307,18 @@ def _same_role(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def _cached(kwargs: Mapping[str, Any], messages: list[Any]) -> list[Any]:
-    """The messages with the conversation breakpoint, when there is room for one."""
-    if kwargs.get("cache_control") is not None:  # automatic caching does the same
+    """The call's own list of messages with the conversation breakpoint
+    (:func:`~mimo_ctx.providers.anthropic.mark_conversation_cache`), when there is
+    room for one: its last turn is replaced in place by a marked copy (no second
+    copy of the list)."""
+    if kwargs.get("cache_control") is not None or not messages:  # automatic caching
         return messages
     used = cache_markers(plain(kwargs.get("system"))) + cache_markers(plain(kwargs.get("tools")))
-    return mark_conversation_cache(messages) if used < CACHE_BREAKPOINTS else messages
+    if used < CACHE_BREAKPOINTS:
+        marked = cache_breakpoint_turn(messages[-1])
+        if marked is not None:
+            messages[-1] = marked
+    return messages
 
 
 _API: Final = ManagedApi(

@@ -146,8 +146,11 @@ class RequestValidator:
 
     def reset(self, mark: ValidatorMark) -> None:
         """Go back to ``mark`` (entries fed after it are forgotten)."""
-        for call_id in list(self._seen)[mark.seen :]:
-            del self._seen[call_id]
+        seen = self._seen
+        while len(seen) > mark.seen:
+            # The newest first (a dict pops in reverse insertion order): O(entries
+            # fed since the mark), not a copy of every call id of the payload.
+            seen.popitem()
         self._index = mark.index
         self._open = dict(mark.open_calls)
         self._previous = mark.previous

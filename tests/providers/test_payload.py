@@ -239,3 +239,26 @@ def test_responses_shorthand_is_the_same_request() -> None:
         ]
 
     assert texts(short) == texts(long)
+
+
+def test_reuse_sees_only_the_entries_a_build_converts() -> None:
+    convert, _ = FORMATS["openai-chat"]
+    builder = PayloadBuilder("openai-chat", convert)
+    stored = [m for n in range(20) for m in _turn(n, "text")]
+    seen: list[int] = []
+    host: dict[int, Any] = {}
+
+    def reuse(index: int, entry: Any) -> Any:
+        seen.append(index)
+        host[index] = dict(entry)  # an equal object of the caller's
+        return host[index]
+
+    first = builder.build(apply_send_rules(stored), None, reuse=reuse)
+    assert seen == list(range(40))
+    assert all(entry is host[i] for i, entry in enumerate(first))
+    view = apply_send_rules(stored)
+    seen.clear()
+    grown = builder.build([*view, *apply_send_rules(_turn(20, "text"))], None, reuse=reuse)
+    assert seen == [40, 41]  # the kept entries are not looked at again
+    assert all(entry is host[i] for i, entry in enumerate(grown))
+    assert grown == convert([*view, *apply_send_rules(_turn(20, "text"))], None)

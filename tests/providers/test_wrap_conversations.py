@@ -443,3 +443,92 @@ async def test_responses_and_anthropic_streams_without_their_end_are_stored_inco
         call = next(p for p in answer.parts if isinstance(p, ToolPart))
         assert isinstance(call.state, ToolStatePending)
     assert fake.bodies(RESPONSES)
+
+
+# --------------------------------------------------------------------------- the host's own objects
+
+
+def _spy(resource: Any) -> list[dict[str, Any]]:
+    """Record the keyword arguments each call of ``resource.create`` gets (the SDK's own
+    method still sends them)."""
+    calls: list[dict[str, Any]] = []
+    create = resource.create
+
+    async def spy(**kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return await create(**kwargs)
+
+    resource.create = spy
+    return calls
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "anthropic"])
+async def test_the_sdk_gets_the_host_s_own_items_for_unchanged_messages(
+    tmp_path: Path, server: tuple[FakeProvider, LoopbackServer], api: str
+) -> None:
+    fake, loopback = server
+    async with _clients(tmp_path, loopback) as (_, oai, ant):
+        if api == "chat":
+            calls = _spy(oai.unwrapped.chat.completions)
+            host: list[dict[str, Any]] = [SYSTEM, _u("List the files.")]
+        elif api == "responses":
+            calls = _spy(oai.unwrapped.responses)
+            host = [_u("List the files.")]
+        else:
+            calls = _spy(ant.unwrapped.messages)
+            host = [_u("List the files.")]
+        key = "input" if api == "responses" else "messages"
+
+        async def send() -> None:
+            if api == "chat":
+                await oai.chat.completions.create(model=MODEL, messages=host)
+            elif api == "responses":
+                await oai.responses.create(model=MODEL, input=host)
+            else:
+                await ant.messages.create(model=MODEL, max_tokens=64, messages=host)
+
+        for turn in range(4):
+            fake.add(Reply(text=f"Answer {turn}."))
+            await send()
+            host += [_a(f"Answer {turn}."), _u(f"Question {turn}.")]
+        await send()
+        sent = calls[-1][key]
+        assert sent is not host  # the call's own list: the host's is never changed
+        # Every message goes out as the host's own object (the Anthropic last turn
+        # is a copy carrying the prompt-cache breakpoint); the bytes are the host's.
+        same = len(host) - 1 if api == "anthropic" else len(host)
+        assert [a is b for a, b in zip(sent, host, strict=True)] == [True] * same + [False] * (
+            len(host) - same
+        )
+        body = fake.bodies(MESSAGES if api == "anthropic" else CHAT if api == "chat" else RESPONSES)
+        expected = mark_conversation_cache(host) if api == "anthropic" else host
+        assert body[-1][key] == expected
+    assert fake.invalid == []
+
+
+async def test_a_host_item_unlike_what_is_sent_is_not_reused(
+    tmp_path: Path, server: tuple[FakeProvider, LoopbackServer]
+) -> None:
+    fake, loopback = server
+    async with _clients(tmp_path, loopback) as (_, _, ant):
+        calls = _spy(ant.unwrapped.messages)
+        block: dict[str, Any] = {
+            "type": "text",
+            "text": "List the files.",
+            "cache_control": {"type": "ephemeral"},
+        }
+        marked: dict[str, Any] = {"role": "user", "content": [block]}
+        host: list[dict[str, Any]] = [marked]
+        fake.add(Reply(text="Three files."))
+        await ant.messages.create(model=MODEL, max_tokens=64, messages=host)
+        host += [_a("Three files."), _u("Which is largest?")]
+        fake.add(Reply(text="a.py."))
+        await ant.messages.create(model=MODEL, max_tokens=64, messages=host)
+        sent = calls[-1]["messages"]
+        # The host's own marker is not carried over (docs/providers.md): its item is
+        # not what is sent, so ours goes out; the equal answer is the host's own.
+        assert sent[0] is not marked
+        assert sent[0] == {"role": "user", "content": "List the files."}
+        assert sent[1] is host[1]
+        assert block["cache_control"] == {"type": "ephemeral"}  # untouched
+    assert fake.invalid == []
