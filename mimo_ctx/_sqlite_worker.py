@@ -16,8 +16,25 @@ reaches it directly.
 A caller cancelled while its job waits in the queue takes it back (it never
 runs); one cancelled while its job runs waits for it to finish, so a
 transaction is never left half-done. The thread ends after a while with nothing
-to do and starts again with the next job, so an object that is dropped without
-:meth:`~SQLiteWorker.aclose` does not keep a thread forever.
+to do (at once after :meth:`~SQLiteWorker.aclose`) and starts again with the
+next job, so an object that is dropped without closing does not keep a thread
+forever.
+
+WAL checkpoints are the thread's own work, not a caller's: SQLite's automatic
+checkpoint runs inside the commit that fills the log past a size (every ~100
+message writes at SQLite's 1,000 pages, ~7 ms then), so one write in a hundred
+paid for all of them. The thread instead checkpoints (``PASSIVE``: it never
+waits for readers or writers) once it has had nothing to do for
+:data:`CHECKPOINT_IDLE` seconds after a write, and at the latest after
+:data:`CHECKPOINT_WRITES` writing jobs, right after handing the last one's
+result back. Between jobs, a checkpoint copies every page of the log (unless a
+reader still needs old ones), so the next write starts the log over: the log
+stays bounded, and a write waits for a checkpoint only when it arrives during
+one (in a host's turns, model calls leave idle time for every checkpoint).
+SQLite's own checkpoint is kept only as a backstop for one huge transaction
+(:data:`WAL_BACKSTOP_PAGES`). A checkpoint changes no data: the
+``data_version`` the change feed relies on (``mimo_ctx.store._sqlite_feed``)
+stays as it was.
 """
 
 from __future__ import annotations
@@ -36,13 +53,32 @@ from anyio.abc import AsyncResource
 
 from mimo_ctx.errors import StoreError
 
-__all__ = ["SQLiteWorker"]
+__all__ = [
+    "CHECKPOINT_IDLE",
+    "CHECKPOINT_WRITES",
+    "WAL_BACKSTOP_PAGES",
+    "SQLiteWorker",
+]
 
 _T = TypeVar("_T")
 
 _THREAD_IDLE: Final = 10.0
 """Seconds the worker thread waits for a job before it ends (it starts again on the
 next one)."""
+
+CHECKPOINT_IDLE: Final = 0.05
+"""Seconds without a job after a write before the thread checkpoints the WAL: far
+below the time a model takes to answer, so a host's turns leave it plenty."""
+
+CHECKPOINT_WRITES: Final = 128
+"""Writing jobs after which the thread checkpoints even without an idle moment
+(a message write adds ~10 pages to the log: ~1,300 pages, ~5 MB, at most)."""
+
+WAL_BACKSTOP_PAGES: Final = 10_000
+"""SQLite's automatic checkpoint, kept for a single transaction larger than this
+(a bulk import): the thread's checkpoints come first for everything else."""
+
+_SQL_CHECKPOINT: Final = "PRAGMA wal_checkpoint(PASSIVE)"
 
 _QUEUED: Final = 0
 _TAKEN: Final = 1  # the thread started it (or it is done)
@@ -81,6 +117,10 @@ class SQLiteWorker(AsyncResource):
         # each job's state between its caller and the thread.
         self._jobs_lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        # WAL mode (known once connected) and the writing jobs since the thread's
+        # last checkpoint; both touched under the lock only.
+        self._wal = False
+        self._unchecked = 0
 
     @property
     def path(self) -> str:
@@ -158,15 +198,14 @@ class SQLiteWorker(AsyncResource):
         """The worker thread: run the queued jobs in order, end when idle."""
         jobs = self._jobs
         while True:
+            pending = self._unchecked > 0
             try:
-                job = jobs.get(timeout=_THREAD_IDLE)
+                job = jobs.get(timeout=CHECKPOINT_IDLE if pending else _THREAD_IDLE)
             except queue.Empty:
-                with self._jobs_lock:
-                    # Under the lock a caller cannot queue a job without seeing
-                    # the thread gone (and starting another).
-                    if jobs.empty():
-                        self._thread = None
-                        return
+                if pending:
+                    self._checkpoint()
+                elif self._end_if_idle():
+                    return
                 continue
             with self._jobs_lock:
                 if job.state == _WITHDRAWN:
@@ -182,6 +221,37 @@ class SQLiteWorker(AsyncResource):
             except Exception:  # the caller's event loop is gone: nobody waits
                 job.error = None
             del job, token
+            if self._unchecked >= CHECKPOINT_WRITES:
+                self._checkpoint()
+            if self._closed and self._conn is None and self._end_if_idle():
+                return
+
+    def _end_if_idle(self) -> bool:
+        """End the thread if no job is queued (worker thread)."""
+        with self._jobs_lock:
+            # Under the lock a caller cannot queue a job without seeing the
+            # thread gone (and starting another).
+            if not self._jobs.empty():
+                return False
+            self._thread = None
+            return True
+
+    def _checkpoint(self) -> None:
+        """Checkpoint the WAL without waiting for anyone (worker thread, between jobs).
+
+        Never raises: a failure (the file busy in another process's checkpoint, a
+        reader holding old pages) leaves the log for the next one, which the next
+        write arms again.
+        """
+        with self._lock:
+            self._unchecked = 0
+            conn = self._conn
+            if conn is None or conn.in_transaction:
+                return
+            try:
+                conn.execute(_SQL_CHECKPOINT).fetchall()
+            except sqlite3.Error:
+                return
 
     def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         with self._lock:
@@ -189,8 +259,25 @@ class SQLiteWorker(AsyncResource):
             conn = self._conn
             if conn is None:
                 conn = self._conn = self._connect()
+                self._wal = _take_checkpoints(conn)
+            changes = conn.total_changes
             try:
                 return fn(conn)
             except (sqlite3.Error, OverflowError) as exc:
                 # OverflowError: a value beyond SQLite's 64-bit integers.
                 raise StoreError(f"{self._label} {self._path}: {exc}") from exc
+            finally:
+                if self._wal and conn.total_changes != changes:
+                    self._unchecked += 1
+
+
+def _take_checkpoints(conn: sqlite3.Connection) -> bool:
+    """Leave the connection's WAL checkpoints to the worker thread; ``False``: no WAL."""
+    try:
+        mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        if mode != "wal":
+            return False
+        conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BACKSTOP_PAGES}")
+    except sqlite3.Error:
+        return False
+    return True

@@ -19,7 +19,9 @@ Design:
   failing with "database is locked". ``synchronous=NORMAL``: in WAL mode a crash
   of the process loses nothing committed; only a power cut can lose the last
   transactions (never corrupt the file). Pass ``synchronous="FULL"`` to trade
-  speed for that too.
+  speed for that too. WAL checkpoints run on the worker thread between jobs
+  (when idle, and at the latest every 128 writing calls), not inside a write's
+  commit; see :mod:`mimo_ctx._sqlite_worker`.
 * **One transaction per write** (``BEGIN IMMEDIATE``), validated inside the
   transaction: a rejected batch writes nothing.
 * **Versioned schema** (``PRAGMA user_version``), created on first open and
