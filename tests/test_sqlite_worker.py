@@ -212,7 +212,13 @@ async def test_callers_on_other_event_loops_get_their_own_results(tmp_path: Path
 async def test_calls_after_aclose_raise_and_queued_ones_are_refused() -> None:
     worker = _Worker()
     await worker._run(lambda conn: conn.execute("INSERT INTO log (n) VALUES (1)"))
+    thread = worker._thread
+    assert thread is not None
     await worker.aclose()
+    # Closed: the thread ends at once rather than after its idle wait.
+    await anyio.to_thread.run_sync(thread.join, 2)
+    assert not thread.is_alive()
+    assert worker._thread is None
     await worker.aclose()
     with pytest.raises(StoreError, match="closed"):
         await worker._run(_logged)
