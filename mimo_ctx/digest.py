@@ -45,11 +45,12 @@ file name and different files gave identical lines):
 
 from __future__ import annotations
 
-import json
+import functools
 import re
 import reprlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 from mimo_ctx._util import escape_html_headings, one_line
@@ -108,6 +109,23 @@ WORD_REACH: Final = 15
 _ELLIPSIS: Final = "…"
 _ARROW: Final = " → "
 _PATH_KEY: Final = re.compile(r"(?i)(^|_)(path|file|filename|dir|directory|cwd|url|uri)s?$")
+# The characters str.isspace() holds: the regex engine and str use one Unicode table.
+_WHITESPACE: Final = re.compile(r"\s")
+
+
+def _one_line_head(text: str, chars: int) -> str:
+    """A prefix of ``one_line(text)`` longer than ``chars``, or all of it when not that long.
+
+    ``one_line`` of a prefix of ``text`` is a prefix of ``one_line(text)`` (its
+    last word may be cut, never changed), so a long text is collapsed only as far
+    as a cut needs: a user message of pages costs what its first line costs.
+    """
+    reach = 2 * chars + 64
+    if len(text) > reach:
+        head = one_line(text[:reach])
+        if len(head) > chars:
+            return head
+    return one_line(text)
 
 
 def truncate(text: str, limit: int) -> str:
@@ -128,7 +146,8 @@ def truncate(text: str, limit: int) -> str:
     """
     if limit < 1:
         raise ValueError(f"truncate limit must be at least 1, got {limit!r}")
-    flat = one_line(text)
+    # Only flat[:limit] is read below, and whether there is more.
+    flat = _one_line_head(text, limit)
     if len(flat) <= limit:
         return flat
     kept = flat[: limit - 1]
@@ -147,9 +166,15 @@ def is_path_argument(key: str, value: str) -> bool:
     value under a key that names a path (``file_path``, ``path``, ``cwd``,
     ``url``, ``dir``…).
     """
-    if _PATH_KEY.search(key.strip()):
+    if _is_path_key(key):
         return True
-    return ("/" in value or "\\" in value) and not any(c.isspace() for c in value)
+    return ("/" in value or "\\" in value) and _WHITESPACE.search(value) is None
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_path_key(key: str) -> bool:
+    # Argument names repeat across every call of a digest: matched once each.
+    return _PATH_KEY.search(key.strip()) is not None
 
 
 def _join(sep: str, head: list[str], tail: list[str]) -> str:
@@ -225,7 +250,9 @@ def _format_arg(key: str, value: Any, limit: int, widths: Mapping[str, int]) -> 
         # The cut happens before escaping, as in the original: the escaped
         # form may be longer than `limit`, the text it encodes is not.
         shown = _shorten(key, value, widths.get(value, limit))
-        return f"{key}={json.dumps(shown, ensure_ascii=False)}"
+        # What json.dumps(shown, ensure_ascii=False) returns for a string, without
+        # building an encoder per argument.
+        return f"{key}={encode_basestring(shown)}"
     return f"{key}={truncate(_json_value(value), limit)}"
 
 
@@ -381,33 +408,108 @@ def digest_lines(
     Raises:
         ValueError: A cut length is smaller than 1.
     """
+    _check_cuts(text_chars, arg_chars)
+    lister = _Lister(messages, text_chars, arg_chars, quoted)
+    return [line for message in messages for line in lister.lines_of(message)]
+
+
+def _check_cuts(text_chars: int, arg_chars: int) -> None:
     if text_chars < 1 or arg_chars < 1:
         raise ValueError(
             f"digest cut lengths must be at least 1, got text_chars={text_chars!r}, "
             f"arg_chars={arg_chars!r}"
         )
-    results = _answered(messages)
-    widths = _path_widths(messages, arg_chars)
-    lines: list[DigestLine] = []
-    for message in messages:
-        if quoted is not None and message.role == "user":
-            typed = user_input_text(message)
-            if typed is not None:
-                lines.append(_user_line(message.id, typed, quoted, text_chars))
-            continue
+
+
+def _blank(text: str) -> bool:
+    """``not text.strip()`` without copying a long text."""
+    return not text or text.isspace()
+
+
+class _Lister:
+    """The activity lines of one tail, message by message.
+
+    What a line depends on beyond its own message (the results answering a call
+    that did not finish, the longer cuts that keep different paths different) is
+    worked out over the whole tail, so the lines of any message are the ones
+    :func:`digest_lines` gives it; the digest formats only the messages whose
+    lines it keeps.
+    """
+
+    def __init__(
+        self,
+        messages: Sequence[Message],
+        text_chars: int,
+        arg_chars: int,
+        quoted: Collection[str] | None,
+    ) -> None:
+        self._messages = messages
+        self._text_chars = text_chars
+        self._arg_chars = arg_chars
+        self._quoted = quoted
+        self._results: dict[str, ToolResultPart] | None = None
+        self._widths = _path_widths(messages, arg_chars)
+
+    def _result(self, call_id: str) -> ToolResultPart | None:
+        if self._results is None:
+            self._results = _answered(self._messages)
+        return self._results.get(call_id)
+
+    def count_of(self, message: Message) -> int:
+        """How many lines :meth:`lines_of` gives ``message`` (without formatting them)."""
+        if self._quoted is not None and message.role == "user":
+            return 0 if user_input_text(message) is None else 1
         if message.role != "assistant" or message.is_boundary:
-            continue
+            return 0
+        count = 0
         for part in message.parts:
             if isinstance(part, TextPart):
-                if part.ignored or not part.text.strip():
+                count += not (part.ignored or _blank(part.text))
+            elif isinstance(part, SubtaskPart | ToolPart):
+                count += 1
+        return count
+
+    def lines_of(self, message: Message) -> list[DigestLine]:
+        """The activity lines of ``message``, in part order."""
+        quoted = self._quoted
+        text_chars = self._text_chars
+        if quoted is not None and message.role == "user":
+            typed = user_input_text(message)
+            return [] if typed is None else [_user_line(message.id, typed, quoted, text_chars)]
+        if message.role != "assistant" or message.is_boundary:
+            return []
+        lines: list[DigestLine] = []
+        for part in message.parts:
+            if isinstance(part, TextPart):
+                if part.ignored or _blank(part.text):
                     continue
                 lines.append(DigestLine(f"assistant: {truncate(part.text, text_chars)}"))
             elif isinstance(part, SubtaskPart):
                 label = part.command or part.agent
                 lines.append(DigestLine(f"subtask: {truncate(label, text_chars)}"))
             elif isinstance(part, ToolPart):
-                lines.append(_tool_line(part, results.get(part.call_id), arg_chars, widths))
-    return lines
+                result = None
+                if not isinstance(part.state, ToolStateCompleted | ToolStateError):
+                    result = self._result(part.call_id)
+                lines.append(_tool_line(part, result, self._arg_chars, self._widths))
+        return lines
+
+    def newest(self, room: int) -> tuple[list[DigestLine], int]:
+        """The newest ``room`` lines, oldest first, and how many lines there are in all."""
+        messages = self._messages
+        counts = [self.count_of(m) for m in messages]
+        total = sum(counts)
+        chunks: list[list[DigestLine]] = []
+        need = min(room, total)
+        for index in range(len(messages) - 1, -1, -1):
+            if need <= 0:
+                break
+            if counts[index]:
+                lines = self.lines_of(messages[index])
+                chunks.append(lines)
+                need -= len(lines)
+        kept = [line for chunk in reversed(chunks) for line in chunk]
+        return kept[len(kept) - min(room, total) :], total
 
 
 USER_QUOTED_WHERE: Final = "Recent user input"
@@ -457,16 +559,20 @@ def build_tail_digest(
     """
     if max_lines < 0:
         raise ValueError(f"max_lines must not be negative, got {max_lines!r}")
-    every = digest_lines(messages, text_chars=text_chars, arg_chars=arg_chars, quoted=quoted)
-    if not every or max_lines == 0:
-        return TailDigest(text="", lines=(), omitted=len(every))
+    _check_cuts(text_chars, arg_chars)
+    lister = _Lister(messages, text_chars, arg_chars, quoted)
+    if max_lines == 0:
+        return TailDigest(text="", lines=(), omitted=sum(map(lister.count_of, messages)))
+    # One slot goes to the note when there are more lines than the limit, unless
+    # the note would be the only line; only the lines kept are formatted.
+    kept, total = lister.newest(max_lines)
+    if not total:
+        return TailDigest(text="", lines=(), omitted=0)
     omitted = 0
-    kept = every
-    if len(every) > max_lines:
-        # One slot goes to the note, unless the note would be the only line.
+    if total > max_lines:
         room = max_lines - 1 if max_lines > 1 else max_lines
-        kept = every[len(every) - room :]
-        omitted = len(every) - room
+        kept = kept[len(kept) - room :]
+        omitted = total - room
     out = [ACTIVITY_HEADING, ""]
     if any(line.interrupted for line in kept):
         out += [INTERRUPTED_NOTE, ""]
