@@ -44,9 +44,7 @@ Exact rules (our choices where the SPEC is silent):
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from mimo_ctx._section_caps import (
@@ -57,6 +55,7 @@ from mimo_ctx._section_caps import (
     checkpoint_section_caps,
     heading_matches,
 )
+from mimo_ctx._skeleton import FENCE_CLOSE, FENCE_OPEN, Section, parse
 from mimo_ctx.tokens import (
     CharEstimator,
     TokenCounter,
@@ -79,8 +78,6 @@ CUT_THRESHOLD_TOKENS: Final = 50
 """A body that does not fit is cut only when more than this many tokens remain (R6.2)."""
 
 _INDEX_LINE = re.compile(r"^- See \S+\.md \(\d+")
-_FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
-_FENCE_CLOSE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*\r?$")
 # Characters str.splitlines() breaks on: a path containing one must not start a line.
 _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
@@ -109,7 +106,7 @@ def scan_fences(lines: Sequence[str]) -> tuple[list[bool], str | None]:
     open_len = 0
     for line in lines:
         if not open_char:
-            match = _FENCE_OPEN.match(line)
+            match = FENCE_OPEN.match(line)
             if match and not (match.group(1)[0] == "`" and "`" in match.group(2)):
                 open_char, open_len = match.group(1)[0], len(match.group(1))
                 mask.append(True)
@@ -117,7 +114,7 @@ def scan_fences(lines: Sequence[str]) -> tuple[list[bool], str | None]:
                 mask.append(False)
             continue
         mask.append(True)
-        match = _FENCE_CLOSE.match(line)
+        match = FENCE_CLOSE.match(line)
         if match and match.group(1)[0] == open_char and len(match.group(1)) >= open_len:
             open_char = ""
     return mask, (open_char * open_len if open_char else None)
@@ -212,191 +209,12 @@ def read_budgeted(text: str, budget: int, *, path: str, counter: TokenCounter | 
 
 # -- read_budgeted_section_aware ------------------------------------------------------
 
-# Whole-text scans for lines that start with something: each pattern starts with the
-# "\n" that ends the line before (a literal prefix lets the regex engine jump from
-# line break to line break); a match at offset 0 is checked apart. Lines are what
-# ``text.split("\n")`` gives.
-_HEADING_LINES = re.compile(r"\n## ")
-_FENCE_LINES = re.compile(r"\n {0,3}(?:```|~~~)")
-_FENCE_START = re.compile(r" {0,3}(?:```|~~~)")
-# ``line.strip()`` starts and ends with "_" and is longer than one character;
-# ``\s`` is exactly ``str.isspace`` (what ``strip`` removes), minus the line break.
-_ITALIC_LINES = re.compile(r"\n[^\S\n]*_[^\n]*_[^\S\n]*(?=\n|\Z)")
-_INDEX_LINES = re.compile(r"\n- See \S+\.md \(\d+")
-
 
 def _has_fence_chars(text: str) -> bool:
     # A fence (open or close) is a run of three backticks or tildes; a text without
     # either has no fenced line, whatever its indentation. The one-character tests
     # first: they are a memchr, the three-character ones a slower substring search.
     return ("`" in text and "```" in text) or ("~" in text and "~~~" in text)
-
-
-def _line_end(text: str, start: int, end: int) -> int:
-    found = text.find("\n", start, end)
-    return end if found < 0 else found
-
-
-def _fence_lines(text: str) -> list[int]:
-    """Where the lines that start with a fence run (indented by at most three) start.
-
-    Only such lines can open or close a fenced block, and a cut line can only open
-    one if it is such a line (a cut keeps a prefix).
-    """
-    starts = [0] if _FENCE_START.match(text) else []
-    starts.extend(m.start() + 1 for m in _FENCE_LINES.finditer(text))
-    return starts
-
-
-def _fenced_spans(text: str, starts: Sequence[int]) -> list[tuple[int, int]]:
-    """``(first, last)`` offsets of each fenced block, as :func:`scan_fences` finds them.
-
-    ``first`` is where the opening fence line starts, ``last`` where the closing
-    fence line ends (the end of the text for a block left open); ``starts`` are the
-    fence lines (:func:`_fence_lines`), the only ones that can open or close one.
-    """
-    spans: list[tuple[int, int]] = []
-    open_at = -1
-    open_char = ""
-    open_len = 0
-    for start in starts:
-        line = text[start : _line_end(text, start, len(text))]
-        if open_at < 0:
-            opened = _FENCE_OPEN.match(line)
-            if opened and not (opened.group(1)[0] == "`" and "`" in opened.group(2)):
-                open_at, open_char, open_len = start, opened.group(1)[0], len(opened.group(1))
-            continue
-        closed = _FENCE_CLOSE.match(line)
-        if closed and closed.group(1)[0] == open_char and len(closed.group(1)) >= open_len:
-            spans.append((open_at, start + len(line)))
-            open_at = -1
-    if open_at >= 0:
-        spans.append((open_at, len(text)))
-    return spans
-
-
-class _Fences:
-    """Whether a line (by the offset it starts at) lies inside a fenced block."""
-
-    def __init__(self, text: str) -> None:
-        # One scan from line break to line break (cheaper than testing for the
-        # fence characters first: "```" is a slow substring search in code).
-        self._lines = _fence_lines(text)
-        self._spans = _fenced_spans(text, self._lines) if self._lines else []
-        self._firsts = [first for first, _ in self._spans]
-
-    def __bool__(self) -> bool:
-        return bool(self._spans)
-
-    def any_line_in(self, start: int, end: int) -> bool:
-        """Whether a fence line starts in ``[start, end]``: only then can emitting a
-        part of that range leave a block open (and need a closing fence)."""
-        index = bisect_left(self._lines, start)
-        return index < len(self._lines) and self._lines[index] <= end
-
-    def holds(self, offset: int) -> bool:
-        index = bisect_right(self._firsts, offset) - 1
-        return index >= 0 and offset <= self._spans[index][1]
-
-
-@dataclass(slots=True)
-class _Section:
-    """One ``## `` section, kept as slices of the file's text.
-
-    ``body`` is the section's non-skeleton lines joined by ``\\n``; ``skeleton``
-    holds, per skeleton line in order, how many body lines precede it, the offset
-    in ``body`` where those lines end, and the line itself.
-    """
-
-    heading: str
-    text: str
-    skeleton: list[tuple[int, int, str]]
-    body: str
-    body_lines: int
-    fence_chars: bool
-    # UTF-16 lengths (the estimator's measure): the whole section and its body.
-    utf16: int = 0
-    body_utf16: int = 0
-
-    @property
-    def lines(self) -> list[str]:
-        """The section's lines (for tests and diagnostics; the reader never splits)."""
-        return self.text.split("\n")
-
-
-def _make_section(text: str, start: int, end: int, fences: _Fences, additive: bool) -> _Section:
-    """The section of ``text[start:end]`` (``start`` begins its heading line)."""
-    head_end = _line_end(text, start, end)
-    spans = [(start, head_end)]
-    position = head_end  # the "\n" before the next line
-    while position < end:
-        italic = _ITALIC_LINES.search(text, position, end)
-        if italic is None:
-            break
-        if not fences.holds(italic.start() + 1):
-            spans.append((italic.start() + 1, italic.end()))
-            break
-        position = italic.end()
-    if head_end < end:
-        for match in _INDEX_LINES.finditer(text, head_end, end):
-            first = match.start() + 1
-            if not fences.holds(first):
-                spans.append((first, _line_end(text, first, end)))
-        spans.sort()
-    runs: list[str] = []
-    skeleton: list[tuple[int, int, str]] = []
-    lines_before = 0
-    body_chars = -1  # length of the joined runs so far (-1: none yet)
-    previous = start - 1  # where the last skeleton line ended (its "\n")
-    for first, last in spans:
-        if first > previous + 1:  # at least one body line in between
-            run = text[previous + 1 : first - 1]
-            runs.append(run)
-            lines_before += run.count("\n") + 1
-            body_chars += len(run) + 1
-        skeleton.append((lines_before, max(body_chars, 0), text[first:last]))
-        previous = last
-    if previous < end:
-        run = text[previous + 1 : end]
-        runs.append(run)
-        lines_before += run.count("\n") + 1
-    section_text = text[start:end]
-    section = _Section(
-        heading=text[start:head_end].rstrip("\r"),
-        text=section_text,
-        skeleton=skeleton,
-        body="\n".join(runs),
-        body_lines=lines_before,
-        fence_chars=fences.any_line_in(start, end),
-    )
-    if additive:
-        section.utf16 = utf16_length(section_text)
-        if section.body_lines:
-            # The body is the section without its skeleton lines and their "\n"s.
-            skeleton_utf16 = sum(utf16_length(line) for _, _, line in skeleton)
-            section.body_utf16 = section.utf16 - skeleton_utf16 - len(skeleton)
-    return section
-
-
-def _parse(text: str, *, additive: bool = False) -> tuple[str | None, list[_Section]]:
-    """The preamble (``None`` when the first line is a heading) and the sections.
-
-    ``additive`` also computes the UTF-16 lengths the estimator's measure needs.
-    """
-    fences = _Fences(text)
-    heads = [0] if text.startswith("## ") else []
-    heads.extend(m.start() + 1 for m in _HEADING_LINES.finditer(text))
-    if fences:
-        heads = [head for head in heads if not fences.holds(head)]
-    if not heads:
-        return text, []
-    preamble = text[: heads[0] - 1] if heads[0] else None
-    ends = [head - 1 for head in heads[1:]] + [len(text)]
-    sections = [
-        _make_section(text, start, end, fences, additive)
-        for start, end in zip(heads, ends, strict=True)
-    ]
-    return preamble, sections
 
 
 def _kept_lines(kept: str) -> int:
@@ -412,7 +230,7 @@ def _shrink(body: str, target: int, fits: Callable[[str], bool]) -> str:
     return kept
 
 
-def _emit(section: _Section, kept: str, kept_lines: int) -> str:
+def _emit(section: Section, kept: str, kept_lines: int) -> str:
     """A section's text: its skeleton lines plus the kept prefix of its body, in order.
 
     ``kept`` is a prefix of ``section.body`` holding ``kept_lines`` lines, the last
@@ -420,6 +238,10 @@ def _emit(section: _Section, kept: str, kept_lines: int) -> str:
     are left out, and every skeleton line stays in its place. The kept lines are
     copied as slices, between the skeleton lines, never line by line.
     """
+    if not section.has_body:
+        return section.text  # every line is a skeleton line
+    if kept_lines <= 0:
+        return "\n".join(section.skeleton_lines)  # no body line shown: nothing to close
     shown = min(kept_lines, section.body_lines)
     if shown == section.body_lines and kept == section.body and not section.fence_chars:
         return section.text  # the whole section, exactly as in the file
@@ -470,7 +292,7 @@ class _Assembly:
     def __init__(
         self,
         preamble: str | None,
-        sections: list[_Section],
+        sections: list[Section],
         count: Callable[[str], int],
         *,
         additive: bool,
@@ -484,7 +306,7 @@ class _Assembly:
         self._notice_utf16 = 0
         self._notice_tokens = 0
         if additive:
-            self._lengths = [utf16_length(t) for t in self.texts]
+            self._lengths = [self.length_of(i, t) for i, t in enumerate(self.texts)]
             pieces = len(self._prefix) + len(self.texts)
             self._total = (
                 sum(self._lengths) + sum(utf16_length(p) for p in self._prefix) + max(0, pieces - 1)
@@ -493,7 +315,7 @@ class _Assembly:
     def length_of(self, index: int, text: str) -> int:
         """The UTF-16 length of ``text``, a candidate text of section ``index``."""
         section = self.sections[index]
-        return section.utf16 if text is section.text else utf16_length(text)
+        return section.utf16 if section.is_text(text) else utf16_length(text)
 
     def set(self, index: int, text: str, length: int = 0) -> None:
         """Make ``text`` section ``index``'s output (``length``: its UTF-16 length)."""
@@ -541,6 +363,19 @@ class _Assembly:
         total = total - _trailing_space(tail) + 2 + self._notice_utf16
         return _length_tokens(total) - self._notice_tokens
 
+    def may_fit_whole(self, index: int, budget: int) -> bool:
+        """Whether section ``index`` as in the file may fit within ``budget`` (additive).
+
+        Its characters are a lower bound of its UTF-16 length (each is one unit or
+        two), so a section that does not fit even so -- every section past a spent
+        budget -- is rejected without being copied or measured.
+        """
+        section = self.sections[index]
+        total = self._total + (section.end - section.start) - self._lengths[index]
+        if index == len(self.texts) - 1:
+            total -= section.trailing_space()
+        return _length_tokens(total + 2 + self._notice_utf16) - self._notice_tokens <= budget
+
 
 def _length_tokens(utf16: int) -> int:
     # estimate_text_tokens from a UTF-16 length.
@@ -548,17 +383,20 @@ def _length_tokens(utf16: int) -> int:
 
 
 def _apply_caps(
-    sections: list[_Section],
+    sections: list[Section],
     caps: list[SectionCap],
     count: Callable[[str], int],
     additive: bool,
-) -> tuple[list[tuple[str, int]], bool]:
-    """Each section's body within its cap (text, lines), and whether any body was cut."""
+) -> tuple[list[tuple[str, int] | None], bool]:
+    """Each section's body within its cap, and whether any body was cut.
+
+    Per section, ``None`` when its whole body stands (a section no cap names is not
+    looked at), else the kept text and its number of lines.
+    """
     left = [cap.tokens for cap in caps]
-    bodies: list[tuple[str, int]] = []
+    bodies: list[tuple[str, int] | None] = []
     cut = False
     for section in sections:
-        body = section.body
         group = (
             next(
                 (
@@ -571,23 +409,25 @@ def _apply_caps(
             if caps
             else None
         )
-        if group is None or not section.body_lines:
-            bodies.append((body, section.body_lines))
+        if group is None or not section.has_body:
+            bodies.append(None)
             continue
         allowance = left[group]
+        body = section.body
         tokens = _length_tokens(section.body_utf16) if additive else count(body)
-        lines = section.body_lines
-        if tokens > allowance:
-            cut = True
-            if allowance > 0:
-                target = _proportional(len(body), allowance, tokens)
-                body = _shrink(body, target, lambda k, a=allowance: count(k) <= a)
-            else:
-                body = ""
-            lines = _kept_lines(body)
-            tokens = count(body) if body else 0
+        if tokens <= allowance:
+            left[group] = allowance - tokens
+            bodies.append(None)
+            continue
+        cut = True
+        if allowance > 0:
+            target = _proportional(len(body), allowance, tokens)
+            body = _shrink(body, target, lambda k, a=allowance: count(k) <= a)
+        else:
+            body = ""
+        tokens = count(body) if body else 0
         left[group] = max(0, allowance - tokens)
-        bodies.append((body, lines))
+        bodies.append((body, _kept_lines(body)))
     return bodies, cut
 
 
@@ -621,10 +461,13 @@ def read_budgeted_section_aware(
       sections still get their skeleton lines and may fill their bodies from
       what is left. A notice naming the file and its size follows.
 
-    Cost: with the default estimator, linear in the file -- one scan finds the
-    skeleton, each section's UTF-16 length is taken once, and every later count
-    is arithmetic on those lengths (the estimate is a function of the length).
-    Another counter counts each candidate output whole.
+    Cost: with the default estimator, about one pass over the file -- one scan
+    finds the skeleton, the file's UTF-16 length is taken once, and every later
+    count is arithmetic on lengths (the estimate is a function of the length). A
+    section is copied and measured only when the budget reaches it: once the
+    budget is spent, a section's characters (a lower bound of its length) show it
+    cannot fit, and it costs nothing more. Another counter counts each candidate
+    output whole.
 
     Args:
         text: The file's content.
@@ -650,18 +493,13 @@ def read_budgeted_section_aware(
     # The estimator (the default, or a plain CharEstimator) is additive in UTF-16
     # length; a subclass may count differently, so only the exact type qualifies.
     additive = counter is None or type(counter) is CharEstimator
-    preamble, sections = _parse(text, additive=additive)
+    preamble, sections = parse(text)
     if not sections:
         return read_budgeted(text, budget, path=path, counter=counter)
 
-    if additive:
-        # The text is the preamble and the sections joined by "\n".
-        pieces = [s.utf16 for s in sections]
-        if preamble is not None:
-            pieces.append(utf16_length(preamble))
-        total = _length_tokens(sum(pieces) + len(pieces) - 1)
-    else:
-        total = count(text)
+    # With the estimator: the whole text's UTF-16 length, once (it is the sum of its
+    # sections' and the preamble's, joined by "\n", which are measured only when needed).
+    total = _length_tokens(utf16_length(text)) if additive else count(text)
     bodies, capped = _apply_caps(sections, caps, count, additive)
     if not capped and total <= budget:
         return text
@@ -686,22 +524,37 @@ def read_budgeted_section_aware(
         return emitted, build.length_of(index, emitted) if additive else 0
 
     truncated = capped
-    for index, (body, lines) in enumerate(bodies):
-        if not lines:
-            continue
-        emitted, length = candidate(index, body, lines)
-        if build.used(index, emitted, length) <= budget:
-            build.set(index, emitted, length)
-            continue
+    for index, kept_body in enumerate(bodies):
+        section = sections[index]
+        if kept_body is None:  # the whole body
+            if not section.has_body:
+                continue
+            if section.fence_chars:
+                emitted = _emit(section, section.body, section.body_lines)
+            elif not additive or build.may_fit_whole(index, budget):
+                emitted = section.text
+            else:
+                emitted = None
+        else:
+            body, lines = kept_body
+            if not lines:
+                continue
+            emitted = _emit(section, body, lines)
+        if emitted is not None:
+            length = build.length_of(index, emitted) if additive else 0
+            if build.used(index, emitted, length) <= budget:
+                build.set(index, emitted, length)
+                continue
         truncated = True
         remaining = budget - build.used()
         if remaining <= CUT_THRESHOLD_TOKENS:
             continue
-        body_tokens = (
-            _length_tokens(sections[index].body_utf16)
-            if additive and body is sections[index].body
-            else count(body)
-        )
+        if kept_body is None:
+            body = section.body
+            body_tokens = _length_tokens(section.body_utf16) if additive else count(body)
+        else:
+            body, _ = kept_body
+            body_tokens = count(body)
         target = _proportional(len(body), remaining, body_tokens)
 
         def fits(kept: str, i: int = index) -> bool:

@@ -160,6 +160,7 @@ PURE = frozenset(
         "mimo_ctx._budget_cache",
         "mimo_ctx._replay_report",
         "mimo_ctx._section_caps",
+        "mimo_ctx._skeleton",
         "mimo_ctx._structure",
     }
 )

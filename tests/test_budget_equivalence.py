@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mimo_ctx import budget
+from mimo_ctx import _skeleton, budget
 from mimo_ctx.budget import scan_fences
 
 _LINES = st.sampled_from(
@@ -84,7 +84,7 @@ def _reference_emit(lines: list[str], skeleton: list[bool], kept: list[str]) -> 
     return "\n".join(out)
 
 
-def _mask(section: budget._Section) -> list[bool]:  # pyright: ignore[reportPrivateUsage]
+def _mask(section: _skeleton.Section) -> list[bool]:
     """Per line of the section, whether it is a skeleton line (from its slices)."""
     mask = [False] * len(section.lines)
     for number, (before, _, _) in enumerate(section.skeleton):
@@ -98,7 +98,7 @@ def test_r6_2_parse_and_emit_match_the_per_line_definition(
     lines: list[str], data: st.DataObject
 ) -> None:
     text = "\n".join(lines)
-    preamble, sections = budget._parse(text)  # pyright: ignore[reportPrivateUsage]
+    preamble, sections = _skeleton.parse(text)
     want_preamble, want_sections = _reference_parse(text.split("\n"))
     if want_sections:
         assert preamble == ("\n".join(want_preamble) if want_preamble else None)

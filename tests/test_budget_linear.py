@@ -140,3 +140,52 @@ def test_r6_2_linear_read_equals_the_reference_at_every_budget() -> None:
                     text, budget, path="cp.md", section_caps=section_caps
                 )
                 assert got == want, (text[:20], budget)
+
+
+_WORDS = st.text(alphabet=st.sampled_from(list("ab cé中😀_`~-#\r\u3000")), min_size=0, max_size=40)
+
+
+@st.composite
+def _memory_files(draw: st.DrawFn) -> str:
+    """Files shaped like real memory files: a preamble, then sections of many body
+    lines with an italic line and index lines, fences here and there, and blank
+    lines (or only spaces) at the end -- so most budgets are spent sections before
+    the last one, and the sections past that point are never measured."""
+    lines: list[str] = draw(st.lists(_WORDS, max_size=3))
+    for number in range(draw(st.integers(1, 8))):
+        lines.append(
+            draw(st.sampled_from([f"## Section {number}", "## Active intent", "## Alpha"]))
+        )
+        if draw(st.booleans()):
+            lines.append(f"_What section {number} holds._")
+        for _ in range(draw(st.integers(0, 60))):
+            lines.append(
+                draw(
+                    st.one_of(
+                        _WORDS.map(lambda w: f"- {w}"),
+                        _WORDS,
+                        st.sampled_from(["- See topic-a.md (3 items) - more", "", "_x_"]),
+                        # Rarely a fence or another odd line: a section with a fence
+                        # line in it is emitted line by line.
+                        st.integers(0, 9).flatmap(lambda n: _LINE if n == 0 else _WORDS),
+                    )
+                )
+            )
+    lines.extend(draw(st.lists(st.sampled_from(["", " " * 30, "\t", "  \u3000"]), max_size=8)))
+    return "\n".join(lines)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_memory_files(), data=st.data(), caps=_CAPS)
+def test_r6_2_linear_read_equals_the_reference_on_file_shaped_documents(
+    text: str, data: st.DataObject, caps: SectionCaps | None
+) -> None:
+    # Budgets up to half the file (in tokens): most are spent inside a section.
+    budget = data.draw(st.integers(0, len(text) // 8 + 60))
+    want = reference_section_aware(text, budget, path="cp.md", section_caps=caps)
+    assert read_budgeted_section_aware(text, budget, path="cp.md", section_caps=caps) == want
+    assert read_budgeted_section_aware(
+        text, budget, path="cp.md", counter=_WordCounter(), section_caps=caps
+    ) == reference_section_aware(
+        text, budget, path="cp.md", counter=_WordCounter(), section_caps=caps
+    )
