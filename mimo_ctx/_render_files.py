@@ -50,6 +50,16 @@ class MemoryFile:
     text: str = ""
     problem: str | None = None
 
+    @property
+    def blank(self) -> bool:
+        """Whether the text is empty or only whitespace (``not text.strip()``).
+
+        Without the copy ``strip`` makes: a megabyte file with a final newline is
+        copied whole to learn that it is not blank, where ``isspace`` stops at its
+        first character.
+        """
+        return not self.text or self.text.isspace()
+
 
 @dataclass(frozen=True, slots=True)
 class BodyFiles:
@@ -99,7 +109,7 @@ def read_body_files(
 
 def _may_fold(checkpoint: MemoryFile, tail: Sequence[Message]) -> bool:
     """Whether :func:`_current_checkpoint` can change ``checkpoint`` (it needs the state)."""
-    return checkpoint.problem is None and bool(checkpoint.text.strip()) and bool(tail)
+    return checkpoint.problem is None and not checkpoint.blank and bool(tail)
 
 
 def _current_checkpoint(

@@ -206,12 +206,9 @@ class Section:
 
     @cached_property
     def body_utf16(self) -> int:
-        """The UTF-16 length of the body: the section without its skeleton lines and
-        their "\n"s (0 without a body)."""
-        if not self.has_body:
-            return 0
-        skeleton_utf16 = sum(utf16_length(line) for line in self.skeleton_lines)
-        return self.utf16 - skeleton_utf16 - len(self.spans)
+        """The UTF-16 length of the body (0 without one), measured on the body itself:
+        a section cut to fit has its body made anyway, its text need not be."""
+        return utf16_length(self.body) if self.has_body else 0
 
 
 def parse(text: str) -> tuple[str | None, list[Section]]:

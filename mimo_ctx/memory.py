@@ -327,7 +327,7 @@ def _read_text_sync(
             # decoded in one piece, the cheapest way (fewer large buffers to
             # allocate and copy than a decoder fed chunk by chunk).
             limit = None if max_chars is None else 4 * max_chars + 8
-            result = _decode_whole(_read_rest(fd, chunk, limit))
+            result = _decode_whole(_read_whole(fd, limit, info.st_size))
         else:
             result = _decode_bounded(fd, chunk, max_chars)
     finally:
@@ -338,18 +338,28 @@ def _read_text_sync(
     return result
 
 
-def _read_rest(fd: int, first: bytes, limit: int | None) -> bytes:
-    """``first`` and what follows it to the end of the file, at most ``limit`` bytes.
+def _read_whole(fd: int, limit: int | None, measured: int) -> bytes:
+    """The file from its start to its end, at most ``limit`` bytes.
 
-    ``limit`` (four bytes per character wanted, and a few) only matters for a file
-    that grew after it was measured: what it cuts is past the characters kept.
+    ``measured`` is the file's size when it was measured: the file is asked for in
+    one read of that size and a byte more (which shows whether it grew), so an
+    unchanged file is one buffer, never copied into another. ``limit`` (four bytes
+    per character wanted, and a few) only matters for a file that grew after it was
+    measured: what it cuts is past the characters kept.
     """
-    chunks = [first]
-    have = len(first)
-    while chunks[-1] and (limit is None or have < limit):
-        size = _MAX_CHUNK_BYTES if limit is None else min(_MAX_CHUNK_BYTES, limit - have)
-        chunks.append(_read_chunk(fd, size))
-        have += len(chunks[-1])
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks: list[bytes] = []
+    have = 0
+    size = measured + 1
+    while limit is None or have < limit:
+        size = size if limit is None else min(size, limit - have)
+        chunk = _read_chunk(fd, size)
+        chunks.append(chunk)
+        have += len(chunk)
+        if len(chunk) < size:
+            break  # a short chunk ends at the end of the file
+        size = _MAX_CHUNK_BYTES
+    # One chunk (the usual case) is returned as it is by join.
     return b"".join(chunks)
 
 
@@ -359,7 +369,10 @@ def _decode_whole(data: bytes) -> str:
     What :func:`_decode_bounded`'s incremental decoder gives for the same bytes.
     """
     text = data.decode("utf-8-sig", errors="replace")
-    if "\r" in text:
+    # A carriage return in the text is one in the bytes (0x0D is never part of a
+    # multi-byte sequence, nor taken into a replaced one): searching the bytes is a
+    # memchr, searching the text (four bytes a character with an emoji in it) is not.
+    if b"\r" in data:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
 

@@ -120,6 +120,18 @@ PIN_LOOKAHEAD: Final = 20
 
 _TOPIC_LINE = re.compile(r"^Topic:[^\n]*\n?", re.MULTILINE)
 
+
+def _without_topic(text: str) -> str:
+    """``text`` without its first ``Topic:`` line (``_TOPIC_LINE.sub`` once).
+
+    Spliced from two slices: the line is usually the file's first, and the one
+    slice after it is the one copy of a megabyte checkpoint (a substitution copies
+    it piece by piece into a new string).
+    """
+    topic = _TOPIC_LINE.search(text)
+    return text if topic is None else text[: topic.start()] + text[topic.end() :]
+
+
 SHRINK_ORDER: Final[tuple[str, ...]] = (
     "memory_titles",
     "host_section",
@@ -442,15 +454,13 @@ def assemble_body(
                 # Degrade visibly: the section stays, says why it is empty.
                 notice = f"[this file could not be read: {source.problem}]"
                 return render_section(heading, notice, file_path=source.path)
-            if not source.text.strip():
+            if source.blank:
                 return ""
             text = source.text
             if refer:
                 # The boundary's "## Checkpoint" part already names the topic, and the
                 # user's words are quoted under "Recent user input": say each once.
-                text = refer_to_quoted(
-                    _TOPIC_LINE.sub("", text, count=1), quoted, USER_QUOTED_WHERE
-                )
+                text = refer_to_quoted(_without_topic(text), quoted, USER_QUOTED_WHERE)
             caps_for = checkpoint_section_caps(caps) if refer else None
             body = budgeted(
                 text, cap, source.path, counter, section_aware=section_aware, section_caps=caps_for
@@ -581,9 +591,9 @@ def assemble_body(
     # R5.1: nothing to inject (notes alone do not count, A6).
     if not (
         sources.tasks
-        or sources.checkpoint.text.strip()
-        or sources.project.text.strip()
-        or sources.global_memory.text.strip()
+        or not sources.checkpoint.blank
+        or not sources.project.blank
+        or not sources.global_memory.blank
         or by_key["actor_ledger"].text
         or by_key["recent_user"].text
     ):
