@@ -20,7 +20,11 @@ median. Pairs come in blocks (see :class:`_Plan`), as many as a CPU budget per
 cell allows. Targets (issue 16), judged on those medians: the overhead at 5,000
 messages within 1.5x the overhead at 100, and under 0.5x the bare call's own
 cost at 5,000. For the two plain SDK calls, a stub client also shows what
-mimo_ctx alone costs, with warm caches and after a 5,000-message walk.
+mimo_ctx alone costs, with warm caches and after a 5,000-message walk. For the
+three calls that are one SDK method call (not the streams), the managed call's
+SDK method is timed too (the bare call is left as it is): the overhead splits
+into mimo_ctx's part (the managed call outside its SDK call) and how much longer
+the SDK's own work took inside the managed call than in the bare one.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ WAYS = (
     "langchain",
 )
 _SDK_WAYS = frozenset(w for w in WAYS if w.startswith(("openai", "anthropic")))
+_SPLIT_WAYS = frozenset({"openai", "openai responses", "anthropic"})  # one SDK call each
 _TEXT = "Read the module, then explain what its public functions do and why. " * 3
 _LIMITS = ModelLimits(10_000_000, input_limit=10_000_000)
 
@@ -107,6 +112,19 @@ class _Pair:
     managed: list[float]
     alone: list[float] | None = None  # the managed call on a stub client: ours only
     pressured: list[float] | None = None  # the same after a 5,000-message walk each call
+    inside: list[float] | None = None  # the SDK method call inside each managed call
+
+    @property
+    def ours(self) -> list[float]:
+        """Per pair: the managed call outside its SDK call (mimo_ctx's own part)."""
+        assert self.inside is not None
+        return [m - i for m, i in zip(self.managed, self.inside, strict=True)]
+
+    @property
+    def sdk_diffs(self) -> list[float]:
+        """Per pair: the SDK call inside the managed call minus the bare call."""
+        assert self.inside is not None
+        return [i - b for b, i in zip(self.bare, self.inside, strict=True)]
 
     @property
     def diffs(self) -> list[float]:
@@ -129,6 +147,8 @@ class _Pair:
     def extend(self, other: _Pair) -> None:
         self.bare += other.bare
         self.managed += other.managed
+        if other.inside is not None:
+            self.inside = [*(self.inside or []), *other.inside]
 
 
 async def _timed(fn: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
@@ -429,6 +449,44 @@ def _answer_text(text: Any) -> Any:
     return {"role": "assistant", "content": text}
 
 
+class _Clock:
+    """An SDK resource whose ``create`` is timed into ``spent`` (process CPU); every
+    other attribute is the resource's own."""
+
+    def __init__(self, inner: Any, spent: list[float]) -> None:
+        self._inner = inner
+        self._spent = spent
+
+    async def create(self, **kwargs: Any) -> Any:
+        cpu = time.process_time()
+        try:
+            return await self._inner.create(**kwargs)
+        finally:
+            self._spent.append(time.process_time() - cpu)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _ClockedClient:
+    """The SDK client the managed side wraps when its SDK call is timed: the same
+    client, its ``create`` methods timed (:class:`_Clock`). Only the managed side
+    goes through it (the bare call stays the SDK's own), so the clock's own few
+    microseconds count against mimo_ctx."""
+
+    def __init__(self, raw: Any, spent: list[float]) -> None:
+        self._raw = raw
+        self.base_url = raw.base_url
+        if hasattr(raw, "chat"):
+            self.chat = type("Chat", (), {"completions": _Clock(raw.chat.completions, spent)})()
+            self.responses = _Clock(raw.responses, spent)
+        else:
+            self.messages = _Clock(raw.messages, spent)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
 async def _sdk_way(way: str, size: int, plan: _Plan, root: Path) -> _Pair:
     import anthropic
     import openai
@@ -467,13 +525,16 @@ async def _sdk_way(way: str, size: int, plan: _Plan, root: Path) -> _Pair:
 
             async def block(number: int) -> _Pair:
                 host = history_of(size)
-                managed = wrap(raw, mw, session_id=f"{session}-{number}")
+                spent: list[float] | None = [] if way in _SPLIT_WAYS else None
+                client = raw if spent is None else _ClockedClient(raw, spent)
+                managed = wrap(client, mw, session_id=f"{session}-{number}")
                 return await _pairs(
                     host,
                     partial(call, raw, host),
                     partial(call, managed, host),
                     _answer_text,
                     plan.pairs,
+                    spent=spent,
                 )
 
             return await _blocks(plan, block)
@@ -487,8 +548,13 @@ async def _pairs(
     managed_call: Callable[[], Awaitable[Any]],
     answer_of: Callable[[Any], Any],
     samples: int,
+    *,
+    spent: list[float] | None = None,
 ) -> _Pair:
-    """Warm up (the first managed call syncs the whole history), then time pairs."""
+    """Warm up (the first managed call syncs the whole history), then time pairs.
+
+    ``spent``: where the managed side's SDK calls put their times (see
+    :class:`_ClockedClient`); each pair then records the one of its managed call."""
     if host[-1].get("role") == "assistant":
         host.append({"role": "user", "content": "Go on."})
     reply = await managed_call()
@@ -496,9 +562,10 @@ async def _pairs(
         host += [answer_of(reply), {"role": "user", "content": f"Warm {warm}."}]
         reply = await managed_call()
     settle_heap()
-    pair = _Pair([], [])
+    pair = _Pair([], [], inside=None if spent is None else [])
     for sample in range(samples):
         host += [answer_of(reply), {"role": "user", "content": f"Turn {sample}."}]
+        before = len(spent) if spent is not None else 0
         if sample % 2:
             bare, _ = await _timed(bare_call)
             managed, reply = await _timed(managed_call)
@@ -507,6 +574,8 @@ async def _pairs(
             bare, _ = await _timed(bare_call)
         pair.bare.append(bare)
         pair.managed.append(managed)
+        if spent is not None and pair.inside is not None:
+            pair.inside.append(sum(spent[before:]))
     return pair
 
 
@@ -840,6 +909,10 @@ def run(*, quick: bool = False) -> dict[str, Any]:
             low, high = pair.overhead_ci
             alone = statistics.median(pair.alone) if pair.alone else None
             pressured = statistics.median(pair.pressured) if pair.pressured else None
+            split = pair.inside is not None and len(pair.inside) == len(pair.bare)
+            ours = statistics.median(pair.ours) if split else None
+            sdk_diff = statistics.median(pair.sdk_diffs) if split else None
+            sdk_low, sdk_high = _median_ci(pair.sdk_diffs) if split else (0.0, 0.0)
             rows.append(
                 [
                     way,
@@ -853,6 +926,10 @@ def run(*, quick: bool = False) -> dict[str, Any]:
                     "—"
                     if alone is None or pressured is None
                     else f"{fmt_ms(alone)} / {fmt_ms(pressured)}",
+                    "—" if ours is None else fmt_ms(ours),
+                    "—"
+                    if sdk_diff is None
+                    else f"{fmt_ms(sdk_diff)} [{fmt_ms(sdk_low)}, {fmt_ms(sdk_high)}]",
                 ]
             )
             data[way][str(size)] = {
@@ -865,6 +942,9 @@ def run(*, quick: bool = False) -> dict[str, Any]:
                 "overhead_of_minima_ms": pair.min_overhead * 1000,
                 "alone_ms": None if alone is None else alone * 1000,
                 "alone_after_walk_ms": None if pressured is None else pressured * 1000,
+                "outside_sdk_ms": None if ours is None else ours * 1000,
+                "sdk_slower_ms": None if sdk_diff is None else sdk_diff * 1000,
+                "sdk_slower_ci_ms": None if sdk_diff is None else [sdk_low * 1000, sdk_high * 1000],
                 "samples": len(pair.bare),
             }
         small, large = by_size[sizes[0]], by_size[sizes[-1]]
@@ -919,6 +999,8 @@ def run(*, quick: bool = False) -> dict[str, Any]:
         "overhead of the minima",
         "overhead / bare",
         "stub client, mimo_ctx alone: plain / after a walk",
+        "managed call outside its SDK call",
+        "SDK call inside the managed call minus the bare call [95% CI]",
     ]
     return result(
         NAME,
@@ -950,6 +1032,12 @@ def run(*, quick: bool = False) -> dict[str, Any]:
             "spread over tens of milliseconds, which the confidence interval shows.",
             "CPU time of the process (the SQLite worker thread included); the bare call is "
             "the same SDK client, agent or graph without mimo_ctx, on the same list.",
+            "The last two columns split the overhead of the three ways that make one SDK "
+            "method call (the streams' SDK work goes on while the host reads them): the "
+            "managed call outside its SDK call (mimo_ctx's part, the SDK method timed on "
+            "the managed side only, so its clock counts against mimo_ctx), and how much "
+            "longer the same SDK work took inside the managed call than the bare call "
+            "(median of the per-pair differences, with its 95% interval).",
         ],
         data={"ways": data},
     )

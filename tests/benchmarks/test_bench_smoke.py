@@ -292,6 +292,16 @@ def test_wrappers_quick_issue_16(quick: Callable[[str], dict[str, Any]]) -> None
             assert f["managed_min_ms"] <= f["managed_ms"]
     for way in ("openai", "anthropic"):
         assert all(f["alone_after_walk_ms"] > 0 for f in ways[way].values())
+    # The overhead split of the ways that make one SDK call: mimo_ctx's part outside
+    # the SDK call, and the SDK's own work inside the managed call against the bare one.
+    for way, figures in ways.items():
+        split = way in ("openai", "openai responses", "anthropic")
+        for f in figures.values():
+            assert (f["outside_sdk_ms"] is not None) is split
+            if split:
+                assert 0 < f["outside_sdk_ms"] < f["managed_ms"]
+                low, high = f["sdk_slower_ci_ms"]
+                assert low <= f["sdk_slower_ms"] <= high
     # Two per way, and "alone" (plain, after a walk) for the two plain SDK calls.
     assert len(result["targets"]) == 18
     flat = [t for t in result["targets"] if t["name"].endswith("vs at 20 messages")]
