@@ -22,9 +22,13 @@ from mimo_ctx.messages import (
     ToolPart,
     ToolResultPart,
     ToolStateCompleted,
+    ToolTime,
     new_message_id,
+    part_units,
+    set_part_units,
 )
 from mimo_ctx.reminders import TOOL_CALL_FINISH_REASONS
+from mimo_ctx.tokens import json_units, units_tokens
 from mimo_ctx.view import COMPACTED_PLACEHOLDER
 
 __all__ = [
@@ -81,7 +85,11 @@ def micro_compact(
     clears (``time.placeholder``), which is what the result then reads when sent.
 
     Returns:
-        New copies of the messages that changed (inputs are never mutated).
+        New copies of the messages that changed (inputs are never mutated). Each
+        copy's token estimate is derived from its source's part lengths, when
+        known (:func:`~mimo_ctx.messages.part_units`): a mark changes only the
+        result's ``time`` object, so the part's JSON grows by what that object's
+        does, and the output is never serialised again.
     """
     skip = set(skip_ids)
     stored = None if placeholder in (None, COMPACTED_PLACEHOLDER) else placeholder
@@ -106,22 +114,64 @@ def micro_compact(
         for position, index in spots[: max(0, len(spots) - keep)]:
             marked.setdefault(position, set()).add(index)
     changed: list[Message] = []
+    growth: dict[tuple[tuple[str, ...], str | None], int] = {}
     for position in sorted(marked):
         message = messages[position]
         new_parts = list(message.parts)
+        units = part_units(message)
+        new_units = list(units) if units is not None and len(units) == len(new_parts) else None
         for index in marked[position]:
             part = message.parts[index]
             if isinstance(part, ToolPart) and isinstance(part.state, ToolStateCompleted):
-                time = part.state.time.model_copy(
-                    update={"compacted": now_ms, "placeholder": stored}
-                )
+                old = part.state.time
+                time = old.model_copy(update={"compacted": now_ms, "placeholder": stored})
                 state = part.state.model_copy(update={"time": time})
                 new_parts[index] = part.model_copy(update={"state": state})
             elif isinstance(part, ToolResultPart):
-                time = part.time.model_copy(update={"compacted": now_ms, "placeholder": stored})
+                old = part.time
+                time = old.model_copy(update={"compacted": now_ms, "placeholder": stored})
                 new_parts[index] = part.model_copy(update={"time": time})
-        changed.append(message.model_copy(update={"parts": new_parts}))
+            else:  # pragma: no cover - only uncleared results are marked
+                continue
+            if new_units is not None:
+                length = new_units[index]
+                # A part that cannot be serialised stays so (a mark adds a number
+                # and a string); it still counts as one.
+                if length is not None:
+                    grown = _time_growth(growth, old, time)
+                    if grown is None:
+                        new_units = None
+                    else:
+                        new_units[index] = length + grown
+        copy = message.model_copy(update={"parts": new_parts})
+        if new_units is not None:
+            derived = tuple(new_units)
+            set_part_units(copy, derived, estimate=sum(map(units_tokens, derived)))
+        changed.append(copy)
     return changed
+
+
+def _time_growth(
+    cache: dict[tuple[tuple[str, ...], str | None], int], old: ToolTime, new: ToolTime
+) -> int | None:
+    """How much longer ``new``'s JSON is than ``old``'s (the mark of one result).
+
+    A mark sets ``compacted`` (unset before) and ``placeholder``, so the
+    difference depends only on which fields ``old`` has set (the separators) and
+    on its placeholder: computed once per such shape and rebuild. ``None`` when
+    either cannot be serialised (never for numbers and strings).
+    """
+    key = (
+        tuple(name for name, value in old.__dict__.items() if value is not None),
+        old.placeholder,
+    )
+    grown = cache.get(key)
+    if grown is None:
+        before, after = json_units(old), json_units(new)
+        if before is None or after is None:  # pragma: no cover - numbers and strings
+            return None
+        grown = cache[key] = after - before
+    return grown
 
 
 def build_boundary_message(

@@ -51,7 +51,10 @@ __all__ = [
     "message_key",
     "new_message_id",
     "new_part_id",
+    "part_units",
     "set_insert_seq",
+    "set_part_units",
+    "stored_part_units",
     "user_input_text",
     "written_after",
 ]
@@ -365,19 +368,28 @@ class Message(_Model):
     off_branch: bool = False
 
     _token_estimate: int | None = PrivateAttr(default=None)
+    # What the estimate was summed from (see part_units); None when unknown.
+    _part_units: tuple[int | None, ...] | None = PrivateAttr(default=None)
     _insert_seq: int | None = PrivateAttr(default=None)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
-        """Copy the message; an ``update`` drops the cached token estimate.
+        """Copy the message; an ``update`` drops the cached token estimate (and its part units).
 
         The copy keeps :attr:`insert_seq` (a changed version of a stored message is
         still that message), unless the update gives it another id or session.
         """
         copy = super().model_copy(update=update, deep=deep)
         if update:
-            copy._token_estimate = None
+            # Into the private dict (the copy's own): pydantic's __setattr__ costs
+            # about a microsecond each, and a rebuild copies every result it clears.
+            private = copy.__pydantic_private__
+            if private is None:  # pragma: no cover - pydantic always makes it here
+                private = {}
+                object.__setattr__(copy, "__pydantic_private__", private)
+            private["_token_estimate"] = None
+            private["_part_units"] = None
             if "id" in update or "session_id" in update:
-                copy._insert_seq = None
+                private["_insert_seq"] = None
         return copy
 
     @property
@@ -457,6 +469,67 @@ def set_insert_seq(message: Message, seq: int) -> None:
     stored message is compared.
     """
     message._insert_seq = seq  # pyright: ignore[reportPrivateUsage]
+
+
+def part_units(message: Message) -> tuple[int | None, ...] | None:
+    """The length of each part's JSON behind the message's cached token estimate, if known.
+
+    One entry per part: the UTF-16 length of the JSON the estimator counts
+    (:func:`mimo_ctx.tokens.json_units`), ``None`` for a part that cannot be
+    serialised. Known once the message was estimated here, or when a store read
+    it from a row that kept them; a copy that changes one nested object of a part
+    (micro-compaction marking a result) is estimated from them and the length
+    change of that object alone. ``None`` when unknown.
+    """
+    private = message.__pydantic_private__
+    return private.get("_part_units") if private is not None else None
+
+
+def set_part_units(
+    message: Message, units: tuple[int | None, ...] | str | None, *, estimate: int | None = None
+) -> None:
+    """Record the part lengths behind the cached estimate (estimators and stores).
+
+    ``units`` is a tuple (see :func:`part_units`) or the text
+    :func:`stored_part_units` made of one, as a store reads it back. With
+    ``estimate``, that is cached too: the estimate summed from ``units``
+    (:func:`mimo_ctx.tokens.units_tokens` of each).
+    """
+    if isinstance(units, str):
+        units = _parse_units(units)
+    private = message.__pydantic_private__
+    if private is None:  # pragma: no cover - pydantic always makes it here
+        private = {}
+        object.__setattr__(message, "__pydantic_private__", private)
+    # Straight into the slots: pydantic's __setattr__ costs about a microsecond,
+    # and every estimate sets them.
+    private["_part_units"] = units
+    if estimate is not None:
+        private["_token_estimate"] = estimate
+
+
+def stored_part_units(message: Message) -> str | None:
+    """The text a store keeps of :func:`part_units` (``None`` when unknown).
+
+    Comma-separated lengths, ``x`` for a part that cannot be serialised, ``""``
+    for a message without parts.
+    """
+    units = part_units(message)
+    if units is None:
+        return None
+    return ",".join("x" if u is None else str(u) for u in units)
+
+
+def _parse_units(text: str) -> tuple[int | None, ...] | None:
+    """:func:`stored_part_units` read back; ``None`` (unknown) for text it never makes."""
+    if not text:
+        return ()
+    try:
+        if "x" not in text:
+            return tuple(map(int, text.split(",")))
+        return tuple(None if t == "x" else int(t) for t in text.split(","))
+    except ValueError:
+        return None
 
 
 def written_after(a: Message, b: Message) -> bool:

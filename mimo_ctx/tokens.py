@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkab
 from pydantic import BaseModel
 
 from mimo_ctx.errors import ConfigError, MimoCtxError
-from mimo_ctx.messages import Message, Part
+from mimo_ctx.messages import Message, Part, set_part_units
 
 if TYPE_CHECKING:
     import tiktoken
@@ -43,6 +43,8 @@ __all__ = [
     "estimate_part_tokens",
     "estimate_text_tokens",
     "js_json",
+    "json_units",
+    "units_tokens",
     "utf16_head",
     "utf16_length",
     "utf16_tail",
@@ -114,7 +116,15 @@ def count_with(counter: TokenCounter | None) -> Callable[[str], int]:
 
 def estimate_text_tokens(text: str) -> int:
     """The original's estimate: UTF-16 length / 4, rounded half up (``Math.round``)."""
-    return (utf16_length(text) + _CHARS_PER_TOKEN // 2) // _CHARS_PER_TOKEN
+    return units_tokens(utf16_length(text))
+
+
+def units_tokens(units: int | None) -> int:
+    """The estimate of a text of ``units`` UTF-16 code units (``None``: a part that
+    cannot be serialised, :data:`UNSERIALISABLE_PART_TOKENS`, A2)."""
+    if units is None:
+        return UNSERIALISABLE_PART_TOKENS
+    return (units + _CHARS_PER_TOKEN // 2) // _CHARS_PER_TOKEN
 
 
 class CharEstimator:
@@ -135,16 +145,26 @@ def js_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+def json_units(model: BaseModel) -> int | None:
+    """The UTF-16 length of ``model``'s compact JSON: what a part's estimate counts (R2.2).
+
+    ``None`` when it cannot be serialised (A2). The JSON of a model holds the
+    JSON of each nested model as is, so a copy that changes one nested object
+    differs in length by that object's own difference.
+    """
+    try:
+        text = js_json(model.model_dump(mode="json", exclude_none=True))
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return utf16_length(text)
+
+
 def estimate_part_tokens(part: Part | BaseModel) -> int:
     """Estimate one part's tokens from its compact JSON (SPEC R2.2).
 
     A part that cannot be serialised counts :data:`UNSERIALISABLE_PART_TOKENS` (A2).
     """
-    try:
-        text = js_json(part.model_dump(mode="json", exclude_none=True))
-    except (ValueError, TypeError, RecursionError):
-        return UNSERIALISABLE_PART_TOKENS
-    return estimate_text_tokens(text)
+    return units_tokens(json_units(part))
 
 
 def estimate_message_tokens(message: Message) -> int:
@@ -160,8 +180,10 @@ def estimate_message_tokens(message: Message) -> int:
     private = message.__pydantic_private__
     cached = private.get("_token_estimate") if private is not None else None
     if cached is None:
-        cached = sum(estimate_part_tokens(p) for p in message.parts)
-        message._token_estimate = cached  # pyright: ignore[reportPrivateUsage]
+        # The lengths it is summed from are kept with it (messages.part_units).
+        units = tuple(json_units(p) for p in message.parts)
+        cached = sum(units_tokens(u) for u in units)
+        set_part_units(message, units, estimate=cached)
     return cached
 
 

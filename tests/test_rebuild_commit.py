@@ -29,10 +29,18 @@ from mimo_ctx.messages import (
     ToolStateCompleted,
     ToolStateError,
     ToolTime,
+    part_units,
+    set_part_units,
+    stored_part_units,
 )
 from mimo_ctx.store import InMemoryStore, Session, SQLiteStore, Store
 from mimo_ctx.store._sqlite_base import message_row
-from mimo_ctx.tokens import estimate_message_tokens
+from mimo_ctx.tokens import (
+    UNSERIALISABLE_PART_TOKENS,
+    estimate_message_tokens,
+    estimate_part_tokens,
+    json_units,
+)
 from mimo_ctx.view import COMPACTED_PLACEHOLDER
 
 # Text that JSON escapes, that UTF-16 counts twice, and plain words.
@@ -193,6 +201,8 @@ async def test_a_committed_rebuild_stores_what_the_full_recompute_stores(
     session = Session(id=f"ses_{seed}", project_id="p", time_created=0)
     await writer.create_session(session)
     history = _session_messages(rng, session.id, rng.randint(8, 60))
+    for message in history:
+        estimate_message_tokens(message)  # as the window does: the lengths are known
     await writer.append_messages(history)
     # Listed by another instance: the estimates come from the rows, not the objects.
     reader = await opener()
@@ -203,6 +213,8 @@ async def test_a_committed_rebuild_stores_what_the_full_recompute_stores(
     assert [estimate_message_tokens(m) for m in compacted] == [
         estimate_message_tokens(m) for m in reference
     ]
+    # Derived, not recomputed: the listed messages carried their part lengths.
+    assert all(part_units(m) == tuple(json_units(p) for p in m.parts) for m in compacted)
     boundary = build_boundary_message(
         watermark=listed[0],
         digest_up_to=None,
@@ -226,6 +238,7 @@ async def test_a_committed_rebuild_stores_what_the_full_recompute_stores(
         got = by_id[expected.id]
         assert got.model_dump_json() == expected.model_dump_json()
         assert estimate_message_tokens(got) == estimate_message_tokens(expected)
+        assert part_units(got) == tuple(json_units(p) for p in got.parts)
     original = {m.id: m for m in history}
     for got in await fresh.list_messages(session.id, agent=None):
         if got.id != boundary.id:
@@ -242,7 +255,7 @@ def _assert_rows(store: SQLiteStore, reference: list[Message]) -> None:
         for expected in reference:
             row = conn.execute(
                 "SELECT id, session_id, agent, role, time_created, is_boundary,"
-                " is_finished_assistant, token_estimate, payload, off_branch"
+                " is_finished_assistant, token_estimate, payload, off_branch, part_units"
                 " FROM messages WHERE id = ?",
                 (expected.id,),
             ).fetchone()
@@ -291,3 +304,91 @@ async def test_a_row_another_writer_changed_is_rewritten_whole(tmp_path: Path) -
             rows = conn.execute(f"SELECT seq FROM messages WHERE id IN ({marks})", written)
             seqs = sorted(r[0] for r in rows)
         assert seqs == list(range(current - len(compacted), current + 1))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_compacted_copy_is_estimated_as_its_recomputed_json(seed: int) -> None:
+    """The derived estimate and part lengths of each copy against the copy's own JSON."""
+    rng = random.Random(1000 + seed)
+    messages = _session_messages(rng, "ses_x", rng.randint(4, 30))
+    for message in messages:
+        if rng.random() < 0.8:  # the rest: lengths unknown (rows written before)
+            estimate_message_tokens(message)
+    compacted = _compact(rng, messages, 3_000_000 + rng.randrange(10**9))
+    source = {m.id: m for m in messages}
+    for copy in compacted:
+        expected = _fresh(copy)
+        if part_units(source[copy.id]) is not None:
+            assert part_units(copy) == tuple(json_units(p) for p in expected.parts)
+        assert estimate_message_tokens(copy) == estimate_message_tokens(expected)
+        assert estimate_message_tokens(copy) == sum(estimate_part_tokens(p) for p in copy.parts)
+
+
+def test_an_unserialisable_result_counts_as_one_once_compacted() -> None:
+    """A result whose JSON fails (bytes that are not UTF-8 in its input) stays at the A2 count."""
+    part = ToolPart(
+        call_id="c",
+        tool="read",
+        state=ToolStateCompleted(input={"x": b"\xff"}, output="out", time=ToolTime(start=1)),
+    )
+    message = Message(session_id="s", role="assistant", time_created=5, parts=[part])
+    estimate_message_tokens(message)
+    assert part_units(message) == (None,)
+    (copy,) = micro_compact([message], after_time=0, tools=("*",), now_ms=9)
+    assert part_units(copy) == (None,)
+    assert estimate_message_tokens(copy) == UNSERIALISABLE_PART_TOKENS
+    fresh = copy.model_copy(update={"parts": list(copy.parts)})
+    assert estimate_message_tokens(fresh) == UNSERIALISABLE_PART_TOKENS
+
+
+@pytest.mark.parametrize(
+    "units", [(), (12,), (None,), (3, None, 1910), (0, 0)], ids=["none", "one", "x", "mix", "zero"]
+)
+def test_stored_part_units_read_back_as_written(units: tuple[int | None, ...]) -> None:
+    message = Message(session_id="s", role="user", time_created=1)
+    set_part_units(message, units)
+    text = stored_part_units(message)
+    assert text is not None
+    loaded = Message(session_id="s", role="user", time_created=1)
+    set_part_units(loaded, text)
+    assert part_units(loaded) == units
+    assert stored_part_units(loaded) == text
+    odd = Message(session_id="s", role="user", time_created=1)
+    set_part_units(odd, "1,,two")
+    assert part_units(odd) is None
+
+
+async def test_rows_written_before_the_part_lengths_are_recomputed(tmp_path: Path) -> None:
+    """A row without part lengths (written before schema version 5): the copy's
+    estimate is computed from its JSON, and written with its lengths."""
+    path = tmp_path / "old.db"
+    rng = random.Random(5)
+    async with await SQLiteStore.open(path) as store:
+        session = Session(id="ses_old", project_id="p", time_created=0)
+        await store.create_session(session)
+        await store.append_messages(_session_messages(rng, session.id, 30))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE messages SET part_units = NULL")
+    async with await SQLiteStore.open(path) as store:
+        listed = await store.list_messages(session.id, agent=None)
+        assert all(part_units(m) is None for m in listed)
+        compacted = micro_compact(listed, after_time=0, tools=("*",), now_ms=7_000_000)
+        assert compacted
+        boundary = build_boundary_message(
+            watermark=listed[0],
+            digest_up_to=None,
+            directory="memory",
+            number=1,
+            index_text="i",
+            body="b",
+            actors_text="a",
+            newer_than=max(m.id for m in listed),
+        )
+        assert await store.commit_rebuild(
+            session.id, usage_key="u", boundary=boundary, updated=compacted
+        )
+        _assert_rows(store, [_fresh(m) for m in compacted])
+    async with await SQLiteStore.open(path) as store:
+        for message in await store.list_messages(session.id, agent=None):
+            if any(message.id == m.id for m in compacted):
+                assert part_units(message) == tuple(json_units(p) for p in message.parts)

@@ -17,6 +17,7 @@ import regex
 import tiktoken
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 from strategies import parts
 
 from mimo_ctx import tokens
@@ -373,14 +374,15 @@ def test_r2_2_message_estimate_is_the_sum_over_parts(message_parts: list[Part]) 
 
 
 def test_r2_2_message_estimate_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[Part] = []
-    real = tokens.estimate_part_tokens
+    calls: list[BaseModel] = []
+    real = tokens.json_units
 
-    def counting(part: Part) -> int:
+    def counting(part: BaseModel) -> int | None:
         calls.append(part)
         return real(part)
 
-    monkeypatch.setattr(tokens, "estimate_part_tokens", counting)
+    # Every serialisation the estimate makes goes through json_units.
+    monkeypatch.setattr(tokens, "json_units", counting)
     message = _message(
         TextPart(text="a" * 100),
         ToolPart(call_id="c", tool="bash", state=ToolStateCompleted(output="b" * 1000)),

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from mimo_ctx._aio import shielded
 from mimo_ctx.errors import StoreError
-from mimo_ctx.messages import Message, set_insert_seq
+from mimo_ctx.messages import Message, set_insert_seq, set_part_units, stored_part_units
 from mimo_ctx.session import Session, SessionState, StateChange
 from mimo_ctx.store._pg_driver import (
     DB_ERRORS,
@@ -73,6 +73,7 @@ MessageColumns = tuple[
     list[int],
     list[str],
     list[bool],
+    list[str | None],
 ]
 
 
@@ -89,6 +90,8 @@ def message_columns(messages: Sequence[Message]) -> MessageColumns:
         [estimate_message_tokens(m) for m in messages],
         [m.model_dump_json() for m in messages],
         [m.off_branch for m in messages],
+        # After the estimates: the lengths each was summed from, when computed here.
+        [stored_part_units(m) for m in messages],
     )
 
 
@@ -287,10 +290,12 @@ class PostgresBase:
             return
         stamp(batch, await self._write([m.session_id for m in batch], body))
 
-    def _load_message(self, estimate: Any, payload: Any, insert_seq: Any) -> Message:
+    def _load_message(self, estimate: Any, payload: Any, insert_seq: Any, units: Any) -> Message:
         message = self._parse(Message, payload)
         # The row's estimate was computed from this very payload at write time.
         message._token_estimate = int(estimate)  # pyright: ignore[reportPrivateUsage]
+        if units is not None:
+            set_part_units(message, str(units))
         set_insert_seq(message, int(insert_seq))
         return message
 

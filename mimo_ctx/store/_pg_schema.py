@@ -57,12 +57,20 @@ _CHANGES_QUERY_V1: Final = (
     " WHERE session_id = $1 AND seq > $2) AS m ON true ORDER BY m.seq"
 )
 
-CHANGES_QUERY: Final = (
+_CHANGES_QUERY_V3: Final = (
     # As version 1's, with each message's insert_seq (its place in the write order).
     "SELECT m.token_estimate, m.payload, c.cur, m.insert_seq FROM"
     " (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS cur FROM {s}.message_seq) AS c"
     " LEFT JOIN LATERAL (SELECT token_estimate, payload, seq, insert_seq FROM {s}.messages"
     " WHERE session_id = $1 AND seq > $2) AS m ON true ORDER BY m.seq"
+)
+
+CHANGES_QUERY: Final = (
+    # As version 3's, with the part lengths each estimate was summed from.
+    "SELECT m.token_estimate, m.payload, c.cur, m.insert_seq, m.part_units FROM"
+    " (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS cur FROM {s}.message_seq) AS c"
+    " LEFT JOIN LATERAL (SELECT token_estimate, payload, seq, insert_seq, part_units"
+    " FROM {s}.messages WHERE session_id = $1 AND seq > $2) AS m ON true ORDER BY m.seq"
 )
 """The change-feed read; run by ``changes_since()`` after taking the session's lock."""
 
@@ -190,7 +198,7 @@ _V3: Final[tuple[str, ...]] = (
     "DROP FUNCTION {s}.changes_since(text, bigint, integer, integer)",
     _changes_function(
         "out_estimate integer, out_payload text, out_current bigint, out_insert_seq bigint",
-        CHANGES_QUERY,
+        _CHANGES_QUERY_V3,
     ),
     # The session's state, apart from the payload like the watermark: only
     # update_session_state and commit_rebuild write it, under the session's lock,
@@ -224,7 +232,22 @@ _V4: Final[tuple[str, ...]] = (
     )""",
 )
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4)
+_V5: Final[tuple[str, ...]] = (
+    # The part lengths each row's token_estimate was summed from
+    # (mimo_ctx.messages.stored_part_units), so a message read back and changed in
+    # one nested object (a rebuild marking a result) is estimated without
+    # serialising it again. NULL: unknown (rows written before). The change feed
+    # returns them too.
+    "ALTER TABLE {s}.messages ADD COLUMN part_units text",
+    "DROP FUNCTION {s}.changes_since(text, bigint, integer, integer)",
+    _changes_function(
+        "out_estimate integer, out_payload text, out_current bigint, out_insert_seq bigint,"
+        " out_part_units text",
+        CHANGES_QUERY,
+    ),
+)
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_V1, _V2, _V3, _V4, _V5)
 """Statements of each schema version, oldest first."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -263,10 +286,10 @@ _UNNEST_MESSAGES: Final = """WITH u AS (
     SELECT v.*, nextval('{s}.message_seq') AS seq FROM (
         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
                              $6::boolean[], $7::boolean[], $8::integer[], $9::text[],
-                             $10::boolean[])
+                             $10::boolean[], $11::text[])
             WITH ORDINALITY AS w(id, session_id, agent, role, time_created, is_boundary,
                                  is_finished_assistant, token_estimate, payload, off_branch,
-                                 ord)
+                                 part_units, ord)
         ORDER BY ord
     ) AS v
 )"""
@@ -316,7 +339,7 @@ class Statements:
 
     @classmethod
     def for_schema(cls, schema: str) -> Statements:
-        cols = "token_estimate, payload, insert_seq"
+        cols = "token_estimate, payload, insert_seq, part_units"
         active = ", ".join(f"'{s}'" for s in sorted(ACTIVE_ACTOR_STATUSES))
         statements = {
             # "Newest" is the write order of insertions (R1.4 as amended), not ids.
@@ -333,34 +356,37 @@ class Statements:
             " AND b.is_boundary AND b.insert_seq > u.insert_seq"
             " WHERE u.id = $2 AND u.session_id = $1)",
             "changes": CHANGES_QUERY,
-            "changes_call": "SELECT out_estimate, out_payload, out_current, out_insert_seq"
-            " FROM {s}.changes_since($1, $2, $3, $4)",
+            "changes_call": "SELECT out_estimate, out_payload, out_current, out_insert_seq,"
+            " out_part_units FROM {s}.changes_since($1, $2, $3, $4)",
             "get_message": f"SELECT {cols} FROM {{s}}.messages WHERE id = $1",
             "insert_messages": _UNNEST_MESSAGES
             + " INSERT INTO {s}.messages (id, session_id, agent, role, time_created,"
-            " is_boundary, is_finished_assistant, token_estimate, payload, off_branch, seq,"
-            " insert_seq) SELECT id, session_id, agent, role, time_created, is_boundary,"
-            " is_finished_assistant, token_estimate, payload, off_branch, seq, seq FROM u"
+            " is_boundary, is_finished_assistant, token_estimate, payload, off_branch,"
+            " part_units, seq, insert_seq) SELECT id, session_id, agent, role, time_created,"
+            " is_boundary, is_finished_assistant, token_estimate, payload, off_branch,"
+            " part_units, seq, seq FROM u"
             " ORDER BY ord ON CONFLICT (id) DO NOTHING RETURNING id, insert_seq",
             "update_messages": _UNNEST_MESSAGES
             + " UPDATE {s}.messages AS m SET agent = u.agent, role = u.role,"
             " time_created = u.time_created, is_boundary = u.is_boundary,"
             " is_finished_assistant = u.is_finished_assistant,"
             " token_estimate = u.token_estimate, payload = u.payload,"
-            " off_branch = u.off_branch, seq = u.seq"
+            " off_branch = u.off_branch, part_units = u.part_units, seq = u.seq"
             " FROM u WHERE m.id = u.id AND m.session_id = u.session_id"
             " RETURNING m.id, m.insert_seq",
             # insert_seq is left alone on a replace, as an update leaves it.
             "upsert_messages": _UNNEST_MESSAGES
             + " INSERT INTO {s}.messages AS m (id, session_id, agent, role, time_created,"
-            " is_boundary, is_finished_assistant, token_estimate, payload, seq, insert_seq)"
-            " SELECT id, session_id, agent, role, time_created, is_boundary,"
-            " is_finished_assistant, token_estimate, payload, seq, seq FROM u ORDER BY ord"
+            " is_boundary, is_finished_assistant, token_estimate, payload, part_units, seq,"
+            " insert_seq) SELECT id, session_id, agent, role, time_created, is_boundary,"
+            " is_finished_assistant, token_estimate, payload, part_units, seq, seq FROM u"
+            " ORDER BY ord"
             " ON CONFLICT (id) DO UPDATE SET agent = excluded.agent, role = excluded.role,"
             " time_created = excluded.time_created, is_boundary = excluded.is_boundary,"
             " is_finished_assistant = excluded.is_finished_assistant,"
             " token_estimate = excluded.token_estimate, payload = excluded.payload,"
-            " seq = excluded.seq WHERE m.session_id = excluded.session_id"
+            " part_units = excluded.part_units, seq = excluded.seq"
+            " WHERE m.session_id = excluded.session_id"
             " RETURNING m.id, m.insert_seq",
             "message_sessions": "SELECT id, session_id FROM {s}.messages"
             " WHERE id = ANY($1::text[])",

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx.errors import StoreError
-from mimo_ctx.messages import Message, set_insert_seq
+from mimo_ctx.messages import Message, set_insert_seq, set_part_units, stored_part_units
 from mimo_ctx.store._sqlite_feed import KnownFeed, data_version, open_probe
 from mimo_ctx.store._sqlite_schema import open_database, write_transaction
 from mimo_ctx.tokens import estimate_message_tokens
@@ -50,8 +50,8 @@ SQL_CURRENT_SEQ: Final = "SELECT value FROM counters WHERE name = 'seq'"
 
 SQL_INSERT_MESSAGE: Final = (
     "INSERT INTO messages (id, session_id, agent, role, time_created, is_boundary,"
-    " is_finished_assistant, token_estimate, payload, off_branch, seq, insert_seq)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " is_finished_assistant, token_estimate, payload, off_branch, part_units, seq, insert_seq)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 # A known id of another session is left alone (no row returned): messages never move.
@@ -60,29 +60,30 @@ SQL_UPSERT_MESSAGE: Final = (
     SQL_INSERT_MESSAGE + " ON CONFLICT (id) DO UPDATE SET agent = excluded.agent,"
     " role = excluded.role, time_created = excluded.time_created,"
     " is_boundary = excluded.is_boundary, is_finished_assistant = excluded.is_finished_assistant,"
-    " token_estimate = excluded.token_estimate, payload = excluded.payload, seq = excluded.seq"
+    " token_estimate = excluded.token_estimate, payload = excluded.payload,"
+    " part_units = excluded.part_units, seq = excluded.seq"
     " WHERE messages.session_id = excluded.session_id RETURNING insert_seq"
 )
 
 # insert_seq is left alone: an update keeps the insertion's place in the write order.
 SQL_UPDATE_MESSAGE: Final = (
     "UPDATE messages SET agent = ?, role = ?, time_created = ?, is_boundary = ?,"
-    " is_finished_assistant = ?, token_estimate = ?, payload = ?, off_branch = ?, seq = ?"
-    " WHERE id = ? AND session_id = ? RETURNING insert_seq"
+    " is_finished_assistant = ?, token_estimate = ?, payload = ?, off_branch = ?,"
+    " part_units = ?, seq = ? WHERE id = ? AND session_id = ? RETURNING insert_seq"
 )
 
 # An update that changes only a message's content: the row's other columns already
 # hold the new values (checked by the WHERE), so none of the indexes on them is
 # touched; the write order (insert_seq) is the one the caller's copy carries.
 _SQL_UPDATE_CONTENT: Final = (
-    "UPDATE messages SET token_estimate = ?, payload = ?, seq = ?"
+    "UPDATE messages SET token_estimate = ?, payload = ?, part_units = ?, seq = ?"
     " WHERE id = ? AND session_id = ? AND agent = ? AND role = ? AND time_created = ?"
     " AND is_boundary = ? AND is_finished_assistant = ? AND off_branch = ? AND insert_seq = ?"
 )
 
 # Row of a message as written: id, session_id, agent, role, time_created,
-# is_boundary, is_finished_assistant, token_estimate, payload, off_branch.
-MessageRow = tuple[str, str, str, str, int, int, int, int, str, int]
+# is_boundary, is_finished_assistant, token_estimate, payload, off_branch, part_units.
+MessageRow = tuple[str, str, str, str, int, int, int, int, str, int, str | None]
 
 IN_CHUNK: Final = 500  # ids per "IN (...)" lookup, well under SQLite's variable limit
 
@@ -117,6 +118,8 @@ def message_row(message: Message) -> MessageRow:
         estimate_message_tokens(message),
         payload,
         int(message.off_branch),
+        # After the estimate: the lengths it was summed from, when it was computed here.
+        stored_part_units(message),
     )
 
 
@@ -302,7 +305,7 @@ class SQLiteBase(SQLiteWorker):
             self._lock.release()
 
     def _load_message(self, row: tuple[Any, ...]) -> Message:
-        message_id, seq, estimate, insert_seq, payload = row
+        message_id, seq, estimate, insert_seq, payload, units = row
         written = self._written.get((message_id, seq))
         if written is not None:
             # This store wrote exactly this version (same id, same change-feed
@@ -311,6 +314,8 @@ class SQLiteBase(SQLiteWorker):
         message = self._parse(Message, payload)
         # The row's estimate was computed from this very payload at write time.
         message._token_estimate = int(estimate)  # pyright: ignore[reportPrivateUsage]
+        if units is not None:
+            set_part_units(message, str(units))
         set_insert_seq(message, int(insert_seq))
         return message
 
@@ -474,7 +479,7 @@ class SQLiteBase(SQLiteWorker):
         first = self._next_seq(conn)
         if None not in insert_seqs:
             params = [
-                (r[7], r[8], first + i, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[9], seq)
+                (r[7], r[8], r[10], first + i, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[9], seq)
                 for i, (r, seq) in enumerate(zip(rows, insert_seqs, strict=True))
             ]
             if all(r[1] == session_id for r in rows):

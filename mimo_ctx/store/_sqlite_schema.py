@@ -150,11 +150,20 @@ _HOST_INDEX: Final = (
     )""",
 )
 
+_PART_UNITS: Final = (
+    # Version 5: the part lengths each row's token_estimate was summed from
+    # (mimo_ctx.messages.stored_part_units), so a message read back and changed in
+    # one nested object (a rebuild marking a result) is estimated without
+    # serialising it again. NULL: unknown (rows written before).
+    "ALTER TABLE messages ADD COLUMN part_units TEXT",
+)
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _SCHEMA,
     _USER_MESSAGES_INDEX,
     _INSERT_ORDER,
     _HOST_INDEX,
+    _PART_UNITS,
 )
 """Statements of each schema version, oldest first: version ``n`` is ``MIGRATIONS[n - 1]``
 (append-only: a released version's statements never change)."""

@@ -255,15 +255,16 @@ class PostgresStore(PostgresBase, SQLStoreBase):
         """Return one message by id, or ``None``."""
         async with self._connection() as conn:
             row = await conn.fetchrow(self._sql.get_message, message_id)
-        return None if row is None else self._load_message(row[0], row[1], row[2])
+        return None if row is None else self._load_message(row[0], row[1], row[2], row[3])
 
     async def _fetch_messages(self, tail: str, params: Sequence[object]) -> list[Message]:
         sql = render(
-            f"SELECT token_estimate, payload, insert_seq FROM {{s}}.messages {tail}", self._schema
+            f"SELECT token_estimate, payload, insert_seq, part_units FROM {{s}}.messages {tail}",
+            self._schema,
         )
         async with self._connection() as conn:
             rows = await conn.fetch(sql, *params)
-        return [self._load_message(r[0], r[1], r[2]) for r in rows]
+        return [self._load_message(r[0], r[1], r[2], r[3]) for r in rows]
 
     async def count_messages(self, session_id: str, *, agent: str | None = None) -> int:
         """Count a session's messages (of one agent, or of all when ``agent`` is None)."""
@@ -283,13 +284,13 @@ class PostgresStore(PostgresBase, SQLStoreBase):
                 row = await conn.fetchrow(self._sql.latest_finished, session_id)
             else:
                 row = await conn.fetchrow(self._sql.latest_finished_by_agent, session_id, agent)
-        return None if row is None else self._load_message(row[0], row[1], row[2])
+        return None if row is None else self._load_message(row[0], row[1], row[2], row[3])
 
     async def latest_boundary(self, session_id: str) -> Message | None:
         """The newest (by id) main-agent user message with a checkpoint or compaction part."""
         async with self._connection() as conn:
             row = await conn.fetchrow(self._sql.latest_boundary, session_id, MAIN_AGENT)
-        return None if row is None else self._load_message(row[0], row[1], row[2])
+        return None if row is None else self._load_message(row[0], row[1], row[2], row[3])
 
     async def changes_since(self, session_id: str, seq: int) -> tuple[list[Message], int]:
         """Messages of the session written after ``seq``, in write order, and the current seq.
@@ -306,7 +307,7 @@ class PostgresStore(PostgresBase, SQLStoreBase):
                 self._sql.changes_call, session_id, seq, SESSION_LOCK_CLASS, key
             )
         current = int(rows[0][2])
-        changed = [self._load_message(r[0], r[1], r[3]) for r in rows if r[1] is not None]
+        changed = [self._load_message(r[0], r[1], r[3], r[4]) for r in rows if r[1] is not None]
         return changed, current
 
     async def _commit_rebuild(self, commit: RebuildCommit) -> bool:

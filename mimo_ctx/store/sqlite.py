@@ -34,8 +34,9 @@ Design:
   finished assistant (by write order, ``insert_seq``) use partial indexes on flag
   columns, the change feed an index on ``(session_id, seq)``; payloads are
   pydantic JSON, parsed with pydantic-core. Each message row also stores the default token estimate
-  (SPEC R2.2), which is put back into the loaded message's cache, so a cold load
-  never re-serialises a message to count it.
+  (SPEC R2.2) and the part lengths it was summed from, which are put back into the
+  loaded message's cache, so a cold load never re-serialises a message to count it,
+  nor a rebuild a result it marks compacted.
 * **What it just wrote is not parsed again.** The store keeps the last few
   hundred messages it wrote (bounded in count and payload size), keyed by id and
   change-feed number; reading one of those versions back (the change feed after a
@@ -92,7 +93,7 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
 
 # -- statements (module constants so tests can check their query plans) ------
-_MESSAGE_COLUMNS: Final = "id, seq, token_estimate, insert_seq, payload"
+_MESSAGE_COLUMNS: Final = "id, seq, token_estimate, insert_seq, payload, part_units"
 _SQL_LATEST_BOUNDARY: Final = (
     f"SELECT {_MESSAGE_COLUMNS} FROM messages"
     " WHERE session_id = ? AND agent = ? AND is_boundary = 1 ORDER BY insert_seq DESC LIMIT 1"
