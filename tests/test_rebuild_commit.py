@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from mimo_ctx.compaction import build_boundary_message, micro_compact
+from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import (
     Message,
     Part,
@@ -33,14 +34,18 @@ from mimo_ctx.messages import (
     set_part_units,
     stored_part_units,
 )
+from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.store import InMemoryStore, Session, SQLiteStore, Store
 from mimo_ctx.store._sqlite_base import message_row
 from mimo_ctx.tokens import (
     UNSERIALISABLE_PART_TOKENS,
     estimate_message_tokens,
     estimate_part_tokens,
+    estimate_text_tokens,
+    js_json,
     json_units,
 )
+from mimo_ctx.triggers import ModelLimits
 from mimo_ctx.view import COMPACTED_PLACEHOLDER
 
 # Text that JSON escapes, that UTF-16 counts twice, and plain words.
@@ -215,20 +220,8 @@ async def test_a_committed_rebuild_stores_what_the_full_recompute_stores(
     ]
     # Derived, not recomputed: the listed messages carried their part lengths.
     assert all(part_units(m) == tuple(json_units(p) for p in m.parts) for m in compacted)
-    boundary = build_boundary_message(
-        watermark=listed[0],
-        digest_up_to=None,
-        directory="memory",
-        number=1,
-        index_text="## Checkpoint",
-        body="body",
-        actors_text="## Active Actors\n(none)",
-        newer_than=max(m.id for m in listed),
-    )
     _, before = await reader.changes_since(session.id, 0)
-    assert await reader.commit_rebuild(
-        session.id, usage_key=f"u{seed}", boundary=boundary, updated=compacted
-    )
+    boundary = await _commit(reader, listed, compacted)
     # What another instance reads back: every message as the full recompute wrote it.
     fresh = await opener()
     changed, _ = await fresh.changes_since(session.id, before)
@@ -247,6 +240,25 @@ async def test_a_committed_rebuild_stores_what_the_full_recompute_stores(
             assert got.insert_seq == original[got.id].insert_seq
     if isinstance(fresh, SQLiteStore):
         _assert_rows(fresh, reference)
+
+
+async def _commit(store: Store, listed: list[Message], compacted: list[Message]) -> Message:
+    """Commit a rebuild of the listed session with these compacted copies; its boundary."""
+    boundary = build_boundary_message(
+        watermark=listed[0],
+        digest_up_to=None,
+        directory="memory",
+        number=1,
+        index_text="## Checkpoint",
+        body="body",
+        actors_text="## Active Actors\n(none)",
+        newer_than=max(m.id for m in listed),
+    )
+    session_id = listed[0].session_id
+    assert await store.commit_rebuild(
+        session_id, usage_key="usage", boundary=boundary, updated=compacted
+    )
+    return boundary
 
 
 def _assert_rows(store: SQLiteStore, reference: list[Message]) -> None:
@@ -282,19 +294,7 @@ async def test_a_row_another_writer_changed_is_rewritten_whole(tmp_path: Path) -
             await other.update_messages(
                 [target.model_copy(update={"time_created": target.time_created + 1})]
             )
-        boundary = build_boundary_message(
-            watermark=listed[0],
-            digest_up_to=None,
-            directory="memory",
-            number=1,
-            index_text="i",
-            body="b",
-            actors_text="a",
-            newer_than=max(m.id for m in listed),
-        )
-        assert await store.commit_rebuild(
-            session.id, usage_key="u", boundary=boundary, updated=compacted
-        )
+        boundary = await _commit(store, listed, compacted)
         _assert_rows(store, [_fresh(m) for m in compacted])
         _, current = await store.changes_since(session.id, 0)
         # The boundary and each copy took one number each, and only those.
@@ -374,21 +374,60 @@ async def test_rows_written_before_the_part_lengths_are_recomputed(tmp_path: Pat
         assert all(part_units(m) is None for m in listed)
         compacted = micro_compact(listed, after_time=0, tools=("*",), now_ms=7_000_000)
         assert compacted
-        boundary = build_boundary_message(
-            watermark=listed[0],
-            digest_up_to=None,
-            directory="memory",
-            number=1,
-            index_text="i",
-            body="b",
-            actors_text="a",
-            newer_than=max(m.id for m in listed),
-        )
-        assert await store.commit_rebuild(
-            session.id, usage_key="u", boundary=boundary, updated=compacted
-        )
+        await _commit(store, listed, compacted)
         _assert_rows(store, [_fresh(m) for m in compacted])
     async with await SQLiteStore.open(path) as store:
         for message in await store.list_messages(session.id, agent=None):
             if any(message.id == m.id for m in compacted):
                 assert part_units(message) == tuple(json_units(p) for p in message.parts)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_the_view_after_a_rebuild_is_the_full_recompute(
+    tmp_path: Path, kind: str, seed: int
+) -> None:
+    """What the middleware sends after a rebuild (its live window took the compacted
+    copies with their derived estimates) against every message estimated from its
+    JSON, and against a fresh middleware reading the stored rows."""
+    rng = random.Random(500 + seed)
+    root = tmp_path / "memory"
+    path = tmp_path / "v.db"
+    store: Store = InMemoryStore() if kind == "memory" else await SQLiteStore.open(path)
+    async with ContextMiddleware(store, root, model=ModelLimits(1_000_000)) as mw:
+        session = await mw.open_session(system="the system prompt")
+        history = _session_messages(rng, session.id, rng.randint(30, 70))
+        await mw.append(history)
+        main = [m for m in history if m.agent == "main"]
+        await store.set_watermark(session.id, main[len(main) // 3].id)
+        checkpoint = MemoryLayout(root).checkpoint_path(session.id)
+        checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        checkpoint.write_text("Topic: the commit side\n\n## Active intent\n- check it\n")
+        await mw.prepare(session.id)  # a live session: its window is loaded
+        report = await mw.rebuild(session.id, manual=True)
+        assert report.outcome == "rebuilt"
+        assert report.compacted_results > 0
+        view = await mw.prepare(session.id)
+    prefix = estimate_text_tokens(view.prefix.system) + estimate_text_tokens(
+        js_json(view.prefix.tools)
+    )
+    assert view.tokens == prefix + sum(estimate_message_tokens(_fresh(m)) for m in view.messages)
+    if isinstance(store, SQLiteStore):
+        await store.aclose()
+        store = await SQLiteStore.open(path)
+    async with ContextMiddleware(store, root, model=ModelLimits(1_000_000)) as fresh:
+        again = await fresh.prepare(session.id)
+    assert [_sent(m) for m in again.messages] == [_sent(m) for m in view.messages]
+    assert again.tokens == view.tokens
+    await store.aclose()
+
+
+def _sent(message: Message) -> str:
+    """A sent message's JSON, the per-turn reminder's part id (new in each process) left out."""
+    parts = [
+        p.model_copy(update={"id": "reminder"})
+        if isinstance(p, TextPart) and p.synthetic and p.text.startswith("<system-reminder")
+        else p
+        for p in message.parts
+    ]
+    return message.model_copy(update={"parts": parts}).model_dump_json()

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Final, Protocol, Self
 from anyio.abc import AsyncResource
 
 from mimo_ctx.errors import StoreError
-from mimo_ctx.messages import MAIN_AGENT, Message
+from mimo_ctx.messages import MAIN_AGENT, Message, set_insert_seq, set_part_units
 from mimo_ctx.session import StateChange, Task, task_order_key
 from mimo_ctx.store.base import (
     HeadMove,
@@ -44,11 +44,24 @@ __all__ = [
     "host_node",
     "in_task_order",
     "reject_repeated_ids",
+    "restore_row_caches",
 ]
 
 # Both databases' integers are 64-bit: a larger LIMIT (a huge configured window,
 # meaning "no limit") is sent as the largest one.
 _MAX_LIMIT: Final = 2**63 - 1
+
+
+def restore_row_caches(message: Message, estimate: Any, insert_seq: Any, units: Any) -> Message:
+    """Put back what a message row keeps beside its payload, read back into ``message``.
+
+    The row's token estimate and the part lengths it was summed from (``None``
+    for rows written before they were kept) were computed from this very payload
+    at write time; ``insert_seq`` is the message's place in the write order.
+    """
+    set_part_units(message, None if units is None else str(units), estimate=int(estimate))
+    set_insert_seq(message, int(insert_seq))
+    return message
 
 
 def reject_repeated_ids(messages: Sequence[Message], what: str) -> None:

@@ -18,8 +18,9 @@ from pydantic import BaseModel, ValidationError
 
 from mimo_ctx._aio import shielded
 from mimo_ctx.errors import StoreError
-from mimo_ctx.messages import Message, set_insert_seq, set_part_units, stored_part_units
+from mimo_ctx.messages import Message, set_insert_seq, stored_part_units
 from mimo_ctx.session import Session, SessionState, StateChange
+from mimo_ctx.store._common import restore_row_caches
 from mimo_ctx.store._pg_driver import (
     DB_ERRORS,
     SESSION_LOCK_CLASS,
@@ -291,13 +292,7 @@ class PostgresBase:
         stamp(batch, await self._write([m.session_id for m in batch], body))
 
     def _load_message(self, estimate: Any, payload: Any, insert_seq: Any, units: Any) -> Message:
-        message = self._parse(Message, payload)
-        # The row's estimate was computed from this very payload at write time.
-        message._token_estimate = int(estimate)  # pyright: ignore[reportPrivateUsage]
-        if units is not None:
-            set_part_units(message, str(units))
-        set_insert_seq(message, int(insert_seq))
-        return message
+        return restore_row_caches(self._parse(Message, payload), estimate, insert_seq, units)
 
     def _load_session(self, watermark: Any, payload: Any, state: Any) -> Session:
         session = self._parse(Session, payload)

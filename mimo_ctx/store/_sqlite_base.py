@@ -21,7 +21,8 @@ from pydantic import BaseModel, ValidationError
 
 from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx.errors import StoreError
-from mimo_ctx.messages import Message, set_insert_seq, set_part_units, stored_part_units
+from mimo_ctx.messages import Message, set_insert_seq, stored_part_units
+from mimo_ctx.store._common import restore_row_caches
 from mimo_ctx.store._sqlite_feed import KnownFeed, data_version, open_probe
 from mimo_ctx.store._sqlite_schema import open_database, write_transaction
 from mimo_ctx.tokens import estimate_message_tokens
@@ -311,13 +312,7 @@ class SQLiteBase(SQLiteWorker):
             # This store wrote exactly this version (same id, same change-feed
             # number): the object it was given is what the payload parses to.
             return written[0]
-        message = self._parse(Message, payload)
-        # The row's estimate was computed from this very payload at write time.
-        message._token_estimate = int(estimate)  # pyright: ignore[reportPrivateUsage]
-        if units is not None:
-            set_part_units(message, str(units))
-        set_insert_seq(message, int(insert_seq))
-        return message
+        return restore_row_caches(self._parse(Message, payload), estimate, insert_seq, units)
 
     def _parse(self, model: type[_M], payload: str) -> _M:
         try:
