@@ -173,10 +173,7 @@ class SQLiteWorker(AsyncResource):
         with self._jobs_lock:
             self._jobs.put(job)  # pyright: ignore[reportArgumentType]
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._serve, name=f"mimo-ctx {self._label}", daemon=True
-                )
-                self._thread.start()
+                self._start_thread()
         try:
             await job.done.wait()
         except anyio.get_cancelled_exc_class():
@@ -194,8 +191,26 @@ class SQLiteWorker(AsyncResource):
             raise error
         return job.result  # pyright: ignore[reportReturnType]
 
+    def _start_thread(self) -> None:
+        """Start the worker thread (under the jobs lock, when none runs)."""
+        self._thread = threading.Thread(
+            target=self._serve, name=f"mimo-ctx {self._label}", daemon=True
+        )
+        self._thread.start()
+
     def _serve(self) -> None:
-        """The worker thread: run the queued jobs in order, end when idle."""
+        """The worker thread; should it ever fail, a new one takes over the queue."""
+        try:
+            self._serve_jobs()
+        except BaseException:
+            with self._jobs_lock:
+                self._thread = None
+                if not self._jobs.empty():
+                    self._start_thread()
+            raise
+
+    def _serve_jobs(self) -> None:
+        """Run the queued jobs in order, checkpoint between them, end when idle."""
         jobs = self._jobs
         while True:
             pending = self._unchecked > 0
@@ -239,9 +254,9 @@ class SQLiteWorker(AsyncResource):
     def _checkpoint(self) -> None:
         """Checkpoint the WAL without waiting for anyone (worker thread, between jobs).
 
-        Never raises: a failure (the file busy in another process's checkpoint, a
-        reader holding old pages) leaves the log for the next one, which the next
-        write arms again.
+        Never raises (an error would end the thread with jobs queued): a failure
+        (the file busy in another process's checkpoint, a reader holding old pages)
+        leaves the log for the next one, which the next write arms again.
         """
         with self._lock:
             self._unchecked = 0
@@ -250,7 +265,7 @@ class SQLiteWorker(AsyncResource):
                 return
             try:
                 conn.execute(_SQL_CHECKPOINT).fetchall()
-            except sqlite3.Error:
+            except Exception:  # nobody's call failed: the next write arms another
                 return
 
     def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:

@@ -140,3 +140,33 @@ async def test_the_change_feed_stays_known_across_a_checkpoint(
         assert [m.parts for m in known[0]] == [
             m.parts for m in (await store.list_messages(session.id))
         ]
+
+
+async def test_a_failing_checkpoint_fails_no_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "CHECKPOINT_IDLE", 0.01)
+    monkeypatch.setattr(worker_module, "CHECKPOINT_WRITES", 2)
+    # Every checkpoint the thread tries raises inside SQLite.
+    monkeypatch.setattr(worker_module, "_SQL_CHECKPOINT", "PRAGMA no_such_table_function()")
+    attempts: list[int] = []
+    checkpoint = worker_module.SQLiteWorker._checkpoint
+
+    def counted(self: worker_module.SQLiteWorker) -> None:
+        attempts.append(1)
+        checkpoint(self)
+
+    monkeypatch.setattr(worker_module.SQLiteWorker, "_checkpoint", counted)
+    path = tmp_path / "agent.db"
+    async with SQLiteStore(path) as store:
+        session = make_session()
+        await store.create_session(session)
+        thread = store._thread
+        for block in range(4):
+            await _write(store, session.id, 3, start=block * 3)
+            await anyio.sleep(0.05)
+        assert await store.count_messages(session.id) == 12
+        assert len(attempts) >= 4
+        assert store._thread is thread  # the errors did not end the worker thread
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 12
