@@ -611,11 +611,12 @@ def assemble_body(
         return f"{BODY_INTRO}\n\n{body}{closing}"
 
     text = assemble()
+    tokens = count(text)  # counted once per assembled text, not once per look
     # A second pass: when "Recent user input" shrank, the checkpoint and the activity
     # list quote again what it no longer holds, and may need to shrink further.
     for _ in range(2 if max_tokens is not None else 0):
         for key in SHRINK_ORDER:
-            over = count(text) - (max_tokens or 0)
+            over = tokens - (max_tokens or 0)
             if over <= 0:
                 break
             if key not in by_key:
@@ -627,6 +628,7 @@ def assemble_body(
                     slot = by_key[dependent]
                     slot.text = slot.render(slot.cap) if slot.text else ""
             text = assemble()
+            tokens = count(text)
     figures = [
         SectionFigure(
             key=s.key,
@@ -642,7 +644,7 @@ def assemble_body(
         text=text,
         has_activity=bool(by_key["activity"].text),
         sections=figures,
-        tokens=count(text),
+        tokens=tokens,
     )
 
 

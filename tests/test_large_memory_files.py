@@ -3,8 +3,9 @@
 A rebuild reads each memory file once (issue 18: a 1 MB file costs about one pass
 over it). These properties pin the shortcuts that keep it so to what the
 straightforward code computes: the whole file read in one buffer from its
-measured size (also when it grew after it was measured), and a blank test that
-does not copy the text.
+measured size (also when it grew after it was measured), a blank test that does
+not copy the text, the checkpoint's Topic line dropped by slices; and the
+assembled body is counted once.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from hypothesis import strategies as st
 
 from mimo_ctx import memory, render
 from mimo_ctx._render_files import MemoryFile
+from mimo_ctx.render import RebuildSources, assemble_body
+from mimo_ctx.tokens import estimate_text_tokens
 
 _SPACES = st.text(alphabet=st.sampled_from(list(" \t\n\r\x0b\x0c\x1c\x85\xa0\u2028\u3000a_")))
 
@@ -78,3 +81,30 @@ _TOPIC_TEXTS = st.lists(
 def test_the_checkpoint_loses_its_first_topic_line_as_by_the_substitution(text: str) -> None:
     want = render._TOPIC_LINE.sub("", text, count=1)  # pyright: ignore[reportPrivateUsage]
     assert render._without_topic(text) == want  # pyright: ignore[reportPrivateUsage]
+
+
+class _Recording:
+    """The estimator, remembering every text it counted."""
+
+    def __init__(self) -> None:
+        self.counted: list[str] = []
+
+    def count(self, text: str) -> int:
+        self.counted.append(text)
+        return estimate_text_tokens(text)
+
+
+def test_the_assembled_body_is_counted_once() -> None:
+    # The body fits its bound: it is counted once for the fit and the figure (it
+    # was counted three times: once per pass of the shrink loop, once for the figure).
+    checkpoint = "Topic: t\n\n## 1. Active intent\n_Why._\n" + "- a line of work\n" * 400
+    sources = RebuildSources(
+        session_id="ses_1",
+        checkpoint=MemoryFile("checkpoint.md", checkpoint),
+        project=MemoryFile("MEMORY.md", "# Memory\n\n## Rules\n- keep it short\n"),
+    )
+    counter = _Recording()
+    rendered = assemble_body(sources, max_tokens=1_000_000, counter=counter)
+    assert rendered.text
+    assert counter.counted.count(rendered.text) == 1
+    assert rendered.tokens == estimate_text_tokens(rendered.text)
