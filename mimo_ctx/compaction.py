@@ -114,7 +114,7 @@ def micro_compact(
         for position, index in spots[: max(0, len(spots) - keep)]:
             marked.setdefault(position, set()).add(index)
     changed: list[Message] = []
-    growth: dict[tuple[tuple[str, ...], str | None], int] = {}
+    growth: dict[tuple[bool, str | None], int] = {}
     for position in sorted(marked):
         message = messages[position]
         new_parts = list(message.parts)
@@ -152,19 +152,17 @@ def micro_compact(
 
 
 def _time_growth(
-    cache: dict[tuple[tuple[str, ...], str | None], int], old: ToolTime, new: ToolTime
+    cache: dict[tuple[bool, str | None], int], old: ToolTime, new: ToolTime
 ) -> int | None:
     """How much longer ``new``'s JSON is than ``old``'s (the mark of one result).
 
     A mark sets ``compacted`` (unset before) and ``placeholder``, so the
-    difference depends only on which fields ``old`` has set (the separators) and
-    on its placeholder: computed once per such shape and rebuild. ``None`` when
-    either cannot be serialised (never for numbers and strings).
+    difference depends only on whether ``old`` has another field set (a
+    separator more) and on its placeholder: computed once per such shape and
+    rebuild. ``None`` when either cannot be serialised (never for numbers and
+    strings).
     """
-    key = (
-        tuple(name for name, value in old.__dict__.items() if value is not None),
-        old.placeholder,
-    )
+    key = (old.start is not None or old.end is not None, old.placeholder)
     grown = cache.get(key)
     if grown is None:
         before, after = json_units(old), json_units(new)

@@ -431,3 +431,10 @@ def _sent(message: Message) -> str:
         for p in message.parts
     ]
     return message.model_copy(update={"parts": parts}).model_dump_json()
+
+
+def test_a_mark_grows_a_time_object_by_what_its_shape_says() -> None:
+    """micro_compact measures a mark's growth once per shape of ``time``: whether
+    another field is set (start or end) and the old placeholder. A field added to
+    ToolTime must be part of that shape."""
+    assert set(ToolTime.model_fields) == {"start", "end", "compacted", "placeholder"}
