@@ -53,11 +53,12 @@ import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
+from mimo_ctx._index_listing import Listings, key_paths, read_listing
 from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx.errors import StoreError
-from mimo_ctx.memory import CHECKPOINT_LEARNING_PREFIX, is_hard_link
+from mimo_ctx.memory import is_hard_link
 
 if TYPE_CHECKING:
     from mimo_ctx.memory import MemoryLayout
@@ -184,8 +185,8 @@ class ReconcileStats:
     skipped: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class _Seen:
+class _Seen(NamedTuple):
+    # A tuple, not a dataclass: a scan makes one per file of a scope at every rebuild.
     path: str  # relative, posix
     real: str  # the file to read
     size: int
@@ -354,31 +355,36 @@ def _scan(scope: _Scope, root_real: str, root: Path) -> tuple[list[_Seen], int]:
     return seen, skipped
 
 
-def _walk_files(top: str) -> Iterator[os.DirEntry[str]]:
+def _walk_files(top: str) -> list[os.DirEntry[str]]:
     """What ``os.walk(top, followlinks=False)`` lists as files, in its order, as entries.
 
     The entries carry their paths and their ``lstat`` (one system call, no path
     joins). A directory symlink is listed as a directory but never entered, so a
     link to "/" cannot pull the whole disk in; an unreadable directory is skipped.
+    Depth first with a stack of directories, not nested generators: every file of a
+    deep tree passed through one generator frame per level.
     """
-    try:
-        with os.scandir(top) as listing:
-            entries = list(listing)
-    except OSError:
-        return
-    directories: list[os.DirEntry[str]] = []
-    for entry in entries:
+    files: list[os.DirEntry[str]] = []
+    pending = [top]
+    while pending:
         try:
-            is_directory = entry.is_dir()
+            with os.scandir(pending.pop()) as listing:
+                entries = list(listing)
         except OSError:
-            is_directory = False
-        if is_directory:
-            directories.append(entry)
-        else:
-            yield entry
-    for entry in directories:
-        if not os.path.islink(entry.path):
-            yield from _walk_files(entry.path)
+            continue
+        directories: list[str] = []
+        for entry in entries:
+            try:
+                is_directory = entry.is_dir()
+            except OSError:
+                is_directory = False
+            if is_directory:
+                directories.append(entry.path)
+            else:
+                files.append(entry)
+        # The first directory is entered next, its own directories before the second.
+        pending.extend(d for d in reversed(directories) if not os.path.islink(d))
+    return files
 
 
 def _relative(full: str, root: Path, root_prefix: str) -> str:
@@ -431,6 +437,8 @@ class MemoryIndex(SQLiteWorker):
             db_path: The index database file (created if missing), or ``":memory:"``.
         """
         super().__init__(db_path, label="memory index")
+        # The files table's rows per scope, as this connection last saw them.
+        self._listings = Listings()
 
     # -- plumbing (the worker thread is SQLiteWorker's) --------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -534,7 +542,15 @@ class MemoryIndex(SQLiteWorker):
 
         def run(conn: sqlite3.Connection) -> list[str]:
             self._reconcile(conn, layout, session_id, project_id)
-            return self._paths(conn, session_id, project_id, exclude_injected=True)
+            scopes = [("session", session_id), ("global", "")]
+            if project_id is not None:
+                scopes.append(("project", project_id))
+            # The rows the reconcile just compared (or wrote), unless another
+            # connection committed meanwhile: then the database is asked.
+            kept = self._listings.indexed_paths(conn, scopes)
+            if kept is None:
+                return self._paths(conn, session_id, project_id, exclude_injected=True)
+            return key_paths(kept, session_id, project_id, exclude_injected=True)
 
         return await self._run(run)
 
@@ -552,11 +568,12 @@ class MemoryIndex(SQLiteWorker):
         scopes.append(_Scope("global", "", layout.global_dir()))
         # MemoryLayout.root is already absolute and symlink-free.
         root_key = str(root)
-        self._check_root(conn, root_key)
+        if self._check_root(conn, root_key):
+            self._listings.clear()
         totals = ReconcileStats()
         for scope in scopes:
             seen, skipped = _scan(scope, root_key, root)
-            stats = self._apply(conn, scope, seen)
+            stats = self._apply(conn, scope, seen, self._listings)
             totals = ReconcileStats(
                 added=totals.added + stats.added,
                 updated=totals.updated + stats.updated,
@@ -567,11 +584,11 @@ class MemoryIndex(SQLiteWorker):
         return totals
 
     @staticmethod
-    def _check_root(conn: sqlite3.Connection, root_key: str) -> None:
-        """Empty the index when it was built for another memory root."""
+    def _check_root(conn: sqlite3.Connection, root_key: str) -> bool:
+        """Empty the index when it was built for another memory root (then True)."""
         row = conn.execute("SELECT value FROM meta WHERE key = 'root'").fetchone()
         if row is not None and row[0] == root_key:
-            return
+            return False
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute("DELETE FROM chunks")
@@ -582,23 +599,7 @@ class MemoryIndex(SQLiteWorker):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-
-    @staticmethod
-    def _diff(
-        conn: sqlite3.Connection, scope: _Scope, seen: Sequence[_Seen]
-    ) -> tuple[set[str], list[str], list[_Seen]]:
-        """Indexed paths of the scope, paths gone from the disk, files to (re)index."""
-        known = {
-            str(row[0]): (int(row[1]), int(row[2]))
-            for row in conn.execute(
-                "SELECT path, size, mtime_ns FROM files WHERE kind = ? AND scope = ?",
-                (scope.kind, scope.scope),
-            )
-        }
-        seen_paths = {s.path for s in seen}
-        gone = [p for p in known if p not in seen_paths]
-        todo = [s for s in seen if known.get(s.path) != (s.size, s.mtime_ns)]
-        return set(known), gone, todo
+        return True
 
     @staticmethod
     def _begin(conn: sqlite3.Connection) -> int:
@@ -613,27 +614,38 @@ class MemoryIndex(SQLiteWorker):
         return int(row[0])
 
     @staticmethod
-    def _apply(conn: sqlite3.Connection, scope: _Scope, seen: Sequence[_Seen]) -> ReconcileStats:
-        # Cheap check without the write lock first: a reconcile with nothing
-        # changed (the common case, every memory search) never takes it.
-        _known, gone, todo = MemoryIndex._diff(conn, scope, seen)
+    def _apply(
+        conn: sqlite3.Connection, scope: _Scope, seen: Sequence[_Seen], listings: Listings
+    ) -> ReconcileStats:
+        # Cheap check without the write lock first, on the rows as last seen: a
+        # reconcile with nothing changed (the common case, every memory search and
+        # rebuild) neither takes the lock nor reads the scope's rows again.
+        listed, version = listings.of(conn, scope.kind, scope.scope)
+        gone, todo = listed.changes(seen)
         if not gone and not todo:
             return ReconcileStats(unchanged=len(seen))
         added = updated = skipped = 0
+        foreign = False
         next_row = MemoryIndex._begin(conn)
         try:
             # Again under the lock: another process may have done part of it.
-            known, gone, todo = MemoryIndex._diff(conn, scope, seen)
+            known = read_listing(conn, scope.kind, scope.scope)
+            gone, todo = known.changes(seen)
             for path in gone:
                 MemoryIndex._drop_path(conn, path)
+                known.stamps.pop(path, None)
+                known.indexed.discard(path)
             batch = 0
             for item in todo:
-                if item.path in known:
+                if item.path in known.stamps:
                     updated += 1
                 else:
                     added += 1
                 # Also drops a row of this path under another scope (a moved layout).
-                MemoryIndex._drop_path(conn, item.path)
+                dropped = MemoryIndex._drop_path(conn, item.path)
+                foreign = foreign or dropped not in (None, (scope.kind, scope.scope))
+                known.stamps[item.path] = (item.size, item.mtime_ns)
+                known.indexed.discard(item.path)
                 text = _read_text(item.real)
                 if text is None:
                     # Remember binary files too, so they are not re-read every time.
@@ -644,6 +656,7 @@ class MemoryIndex(SQLiteWorker):
                         (item.path, scope.kind, scope.scope, item.size, item.mtime_ns),
                     )
                     continue
+                known.indexed.add(item.path)
                 chunks = list(_chunk_lines(text))
                 cursor = conn.execute(
                     "INSERT INTO files (path, kind, scope, size, mtime_ns, indexed, "
@@ -678,7 +691,9 @@ class MemoryIndex(SQLiteWorker):
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            listings.clear()  # a batch may have committed: read everything again
             raise
+        listings.written(conn, scope.kind, scope.scope, known, version=version, foreign=foreign)
         return ReconcileStats(
             added=added,
             updated=updated,
@@ -688,17 +703,21 @@ class MemoryIndex(SQLiteWorker):
         )
 
     @staticmethod
-    def _drop_path(conn: sqlite3.Connection, path: str) -> None:
-        row = conn.execute("SELECT id, first_row, n_rows FROM files WHERE path = ?", (path,))
+    def _drop_path(conn: sqlite3.Connection, path: str) -> tuple[str, str] | None:
+        """Drop the row of ``path`` and its chunks; return the ``(kind, scope)`` it had."""
+        row = conn.execute(
+            "SELECT id, first_row, n_rows, kind, scope FROM files WHERE path = ?", (path,)
+        )
         found = row.fetchone()
         if found is None:
-            return
-        file_id, first, n_rows = found
+            return None
+        file_id, first, n_rows, kind, scope = found
         if n_rows:
             conn.execute(
                 "DELETE FROM chunks WHERE rowid BETWEEN ? AND ?", (first, first + n_rows - 1)
             )
         conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
+        return str(kind), str(scope)
 
     # -- queries -----------------------------------------------------------------------------------
     async def search(
@@ -771,22 +790,11 @@ class MemoryIndex(SQLiteWorker):
     def _paths(
         conn: sqlite3.Connection, session_id: str, project_id: str | None, *, exclude_injected: bool
     ) -> list[str]:
-        injected: set[str] = set()
-        if exclude_injected:
-            injected = {f"sessions/{session_id}/checkpoint.md", "global/MEMORY.md"}
-            if project_id is not None:
-                injected.add(f"projects/{project_id}/MEMORY.md")
         rows = conn.execute(
             "SELECT path FROM files WHERE indexed = 1 AND ("
             "(kind = 'session' AND scope = ?) OR (kind = 'project' AND scope = ?) "
             "OR kind = 'global') ORDER BY path",
             (session_id, project_id),
         ).fetchall()
-        out: list[str] = []
-        for (path,) in rows:
-            name = str(path).rsplit("/", 1)[-1]
-            if not name.endswith(".md") or name.startswith(CHECKPOINT_LEARNING_PREFIX):
-                continue
-            if str(path) not in injected:
-                out.append(str(path))
-        return out
+        paths = [str(path) for (path,) in rows]
+        return key_paths(paths, session_id, project_id, exclude_injected=exclude_injected)
