@@ -89,7 +89,7 @@ from mimo_ctx.messages import (
     written_after,
 )
 from mimo_ctx.reminders import per_turn_reminder
-from mimo_ctx.render import RenderedBody, assemble_body, gather_sources
+from mimo_ctx.render import LiveUsers, RenderedBody, assemble_body, gather_sources
 from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
 from mimo_ctx.session import Session
 from mimo_ctx.session import SessionState as StoredState
@@ -600,6 +600,7 @@ class Rebuilder:
             focus=focus,
             host=host,
             actors=actors,
+            live_users=_live_users(state),
         )
         # The index part needs only the Topic line, from the head of the checkpoint
         # the body read (inside the memory root); an unreadable file shows as "no
@@ -766,6 +767,15 @@ class Rebuilder:
                 )
             )
         return _Result(report, committed)
+
+
+def _live_users(state: LiveSession) -> LiveUsers | None:
+    """The main agent's user messages its live window holds (every one after its start)."""
+    window = state.windows.get(MAIN_AGENT)
+    if window is None or not window.loaded:
+        return None
+    users = [m for m in window.messages if m.role == "user" and not m.is_boundary]
+    return LiveUsers(after=window.start, messages=users)
 
 
 _INDEX_HEAD_CHARS: Final = 16_384

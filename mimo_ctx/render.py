@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -72,6 +73,7 @@ from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
     MAIN_AGENT,
     Message,
+    message_key,
     user_input_text,
 )
 from mimo_ctx.reminders import (
@@ -101,6 +103,7 @@ from mimo_ctx.tokens import TokenCounter, estimate_text_tokens
 
 __all__ = [
     "SHRINK_ORDER",
+    "LiveUsers",
     "MemoryFile",
     "RebuildSources",
     "RenderedBody",
@@ -233,6 +236,21 @@ class RebuildSources:
     host: HostSection | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class LiveUsers:
+    """The main agent's user messages a caller holds live, for "Recent user input".
+
+    Attributes:
+        after: Every user message the store lists after this ``(time_created, id)``
+            key is in ``messages`` (``None``: every one of the session).
+        messages: Those messages, boundaries left out, oldest first, as the store
+            lists them (:meth:`~mimo_ctx.store.base.Store.list_user_messages`).
+    """
+
+    after: tuple[int, str] | None
+    messages: Sequence[Message]
+
+
 @dataclass(slots=True)
 class _Slot:
     key: str
@@ -315,6 +333,7 @@ async def gather_sources(
     focus: str | None = None,
     host: HostSection | None = None,
     actors: Sequence[Actor] | None = None,
+    live_users: LiveUsers | None = None,
 ) -> RebuildSources:
     """Read everything the body is made of (the I/O half of the render).
 
@@ -330,13 +349,15 @@ async def gather_sources(
         focus: The focus text of a manual rebuild (given, not read).
         host: The section a ``before_rebuild`` hook returned (given, not read).
         actors: The session's active actors, when the caller listed them already.
+        live_users: The user messages the caller holds live: the store is read only
+            for the older ones "Recent user input" reaches.
     """
     config = config or RebuildConfig()
     session_id = session.id
     tasks = await store.list_tasks(session_id)
     if actors is None:
         actors = await store.list_actors(session_id, active_only=True)
-    users, pinned = await _user_messages(store, session_id, config, counter)
+    users, pinned = await _user_messages(store, session_id, config, counter, live_users)
     whole_tail = tail if reminder_tail is None else reminder_tail
     # Every file in one worker-thread call: each hand-off to a thread and back is a
     # round trip through the event loop, which on a loaded machine costs more than
@@ -375,13 +396,20 @@ async def gather_sources(
 
 
 async def _user_messages(
-    store: Store, session_id: str, config: RebuildConfig, counter: TokenCounter | None
+    store: Store,
+    session_id: str,
+    config: RebuildConfig,
+    counter: TokenCounter | None,
+    live: LiveUsers | None = None,
 ) -> tuple[list[Message], frozenset[str]]:
     """The candidates of "Recent user input" and the pinned request among them.
 
     Newest pages first until the cap is covered, so a rebuild reads what the section
     can hold (at most ``recent_user_window`` messages), never the whole history.
+    The pages are what the store lists; the messages of ``live`` are taken from it
+    instead of read again (:class:`_UserPages`).
     """
+    pages = _UserPages(store, session_id, live)
     caps = config.push_caps
     if not config.recent_user_window or not caps.recent_user:
         return [], frozenset()
@@ -392,7 +420,7 @@ async def _user_messages(
     before: tuple[int, str] | None = None
     left = config.recent_user_window
     while left > 0 and covered < caps.recent_user:
-        page = await store.list_user_messages(session_id, last=min(USER_PAGE, left), before=before)
+        page = await pages.newest(min(USER_PAGE, left), before)
         for message in reversed(page):
             text = user_input_text(message)
             if text is not None:
@@ -408,7 +436,7 @@ async def _user_messages(
     # The oldest user message is usually the task-defining one: read it alone
     # first, and the whole lookahead only when it is not.
     for first_count in (1, PIN_LOOKAHEAD):
-        oldest = await store.list_user_messages(session_id, first=first_count)
+        oldest = await pages.oldest(first_count)
         pinned = next(
             (
                 m
@@ -424,6 +452,44 @@ async def _user_messages(
     if first is None or (pinned.time_created, pinned.id) < (first.time_created, first.id):
         newest.insert(0, pinned)
     return newest, frozenset({pinned.id})
+
+
+class _UserPages:
+    """:meth:`~mimo_ctx.store.base.Store.list_user_messages` answered from held messages.
+
+    Whatever of a page lies after ``live.after`` is taken from ``live.messages``
+    (every one the store lists there, so the page is the same); the store is read
+    only for the older part, in one call.
+    """
+
+    def __init__(self, store: Store, session_id: str, live: LiveUsers | None) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._live = live
+        self._keys = [message_key(m) for m in live.messages] if live is not None else []
+
+    async def newest(self, last: int, before: tuple[int, str] | None) -> list[Message]:
+        """The newest ``last`` user messages listed before ``before`` (all when ``None``)."""
+        live = self._live
+        if live is None:
+            return await self._store.list_user_messages(self._session_id, last=last, before=before)
+        end = len(self._keys) if before is None else bisect_left(self._keys, before)
+        held = list(live.messages[max(0, end - last) : end])
+        if len(held) == last or live.after is None:
+            return held
+        older = await self._store.list_user_messages(
+            self._session_id,
+            last=last - len(held),
+            before=message_key(held[0]) if held else before,
+        )
+        return [*older, *held]
+
+    async def oldest(self, first: int) -> list[Message]:
+        """The oldest ``first`` user messages of the session."""
+        live = self._live
+        if live is not None and live.after is None:
+            return list(live.messages[:first])
+        return await self._store.list_user_messages(self._session_id, first=first)
 
 
 def assemble_body(

@@ -64,8 +64,9 @@ the closing reminder -- are single lines or paths of this kind, with the same
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -183,8 +184,11 @@ def _natural_key(task_id: str) -> tuple[tuple[int, int, str], ...]:
     return tuple((0, int(c), "") if "0" <= c[0] <= "9" else (1, 0, c) for c in chunks if c)
 
 
-def _fit_lines(lines: Sequence[str], budget: int, count: Callable[[str], int]) -> list[str]:
-    """Lines in order while the joined text stays within ``budget``; stop at the first misfit."""
+def _fit_lines(lines: Iterable[str], budget: int, count: Callable[[str], int]) -> list[str]:
+    """Lines in order while the joined text stays within ``budget``; stop at the first misfit.
+
+    ``lines`` may be a generator: nothing past the first misfit is asked for.
+    """
     kept: list[str] = []
     for line in lines:
         if count("\n".join([*kept, line])) > budget:
@@ -392,6 +396,39 @@ def _user_entry(
     return neutralise_structure(f"[user message {header}]\n{text}")
 
 
+_ENTRY_CACHE_TEXT: Final = 32_768
+"""Entries of user messages up to this many characters are remembered between rebuilds."""
+
+
+def _counted_entry(
+    message_id: str, text: str, cap: int, counter: TokenCounter | None, note: str | None
+) -> tuple[str, int]:
+    """:func:`_user_entry` and its tokens, remembered for the next rebuild.
+
+    The same user messages are quoted rebuild after rebuild: each one's entry is
+    elided, neutralised and counted once. Counters are pure (the protocol), so an
+    entry depends on nothing else; one that cannot be a dictionary key, or a text
+    too long to hold on to, is worked out every time.
+    """
+    if len(text) <= _ENTRY_CACHE_TEXT:
+        try:
+            return _remembered_entry(message_id, text, cap, counter, note)
+        except TypeError:  # an unhashable counter
+            pass
+    return _entry_tokens(message_id, text, cap, counter, note)
+
+
+def _entry_tokens(
+    message_id: str, text: str, cap: int, counter: TokenCounter | None, note: str | None
+) -> tuple[str, int]:
+    count = count_with(counter)
+    entry = _user_entry(message_id, text, cap, count, {message_id: note} if note else None)
+    return entry, count(entry)
+
+
+_remembered_entry: Final = functools.lru_cache(maxsize=256)(_entry_tokens)
+
+
 @dataclass(frozen=True, slots=True)
 class RecentUserInput:
     """Section 4 as rendered and the messages it quotes.
@@ -481,9 +518,15 @@ def recent_user_input(
         # Entries are formatted in walk order, only as far as the walk goes: the
         # candidates reach back further than the budget (the oldest are rarely
         # taken), and elision and neutralising are the costly part.
-        entry = _user_entry(messages[position].id, text, per_message_cap, count, notes)
+        entry, tokens = _counted_entry(
+            messages[position].id,
+            text,
+            per_message_cap,
+            counter,
+            (notes or {}).get(messages[position].id),
+        )
         # A running sum keeps the walk linear; the joined text is checked below.
-        cost = count(entry) + (1 if chosen else 0)
+        cost = tokens + (1 if chosen else 0)
         if used + cost > budget:
             break
         chosen.append((position, entry))
@@ -585,19 +628,29 @@ def render_memory_keys_index(
         PathEscapeError: A path is absolute or has a ``..`` component (R5.6).
     """
     _check_tokens(budget, "budget")
-    seen: set[str] = set()
-    lines: list[str] = []
+    # Every path is checked; lines are made only as far as the budget reaches (a
+    # project's directory can hold thousands of files, the section a few dozen).
     for path in paths:
-        parts = path.replace("\\", "/").split("/")
-        if not path or path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", path):
+        if not path or _ABSOLUTE_KEY.match(path):
             raise PathEscapeError(f"memory key path must be relative to the memory root: {path!r}")
-        if ".." in parts:
+        if ".." in path and _PARENT_STEP.search(path):
             raise PathEscapeError(f"memory key path escapes the memory root: {path!r}")
+    kept = _fit_lines(_key_lines(paths), budget, count_with(counter))
+    return render_section(HEADING_MEMORY_KEYS, "\n".join(kept)) if kept else ""
+
+
+_ABSOLUTE_KEY: Final = re.compile(r"[/\\]|[A-Za-z]:")
+"""The start of an absolute path (a separator or a drive letter)."""
+_PARENT_STEP: Final = re.compile(r"(?:^|[/\\])\.\.(?:[/\\]|\Z)")
+"""A ``..`` component, between ``/`` or ``\\`` separators."""
+
+
+def _key_lines(paths: Sequence[str]) -> Iterator[str]:
+    seen: set[str] = set()
+    for path in paths:
         if path not in seen:
             seen.add(path)
-            lines.append(f"- {escape_path(path)}")
-    kept = _fit_lines(lines, budget, count_with(counter))
-    return render_section(HEADING_MEMORY_KEYS, "\n".join(kept)) if kept else ""
+            yield f"- {escape_path(path)}"
 
 
 # -- boundary index part -----------------------------------------------------------------------
