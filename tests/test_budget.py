@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mimo_ctx.budget import (
@@ -448,6 +448,13 @@ def _is_subsequence(needles: list[str], haystack: list[str]) -> bool:
     return all(any(n == h for h in it) for n in needles)
 
 
+def _kept(skeleton: list[str]) -> list[str]:
+    """The skeleton lines as the output keeps them: the read ends the kept text with its
+    trailing whitespace dropped (the last line's trailing spaces included) before the
+    notice."""
+    return "\n".join(skeleton).rstrip().split("\n")
+
+
 @settings(max_examples=300)
 @given(text=_DOCS, budget=st.integers(0, 400))
 def test_r6_2_property_skeleton_kept_and_budget_respected(text: str, budget: int) -> None:
@@ -459,7 +466,7 @@ def test_r6_2_property_skeleton_kept_and_budget_respected(text: str, budget: int
     if skeleton is None:  # no sections: proportional read
         assert out == read_budgeted(text, budget, path="cp.md")
         return
-    assert _is_subsequence(skeleton, out.split("\n"))
+    assert _is_subsequence(_kept(skeleton), out.split("\n"))
     notice = out.rsplit("\n", 1)[-1]
     assert notice.startswith(("[Parts of cp.md", "[Only the structure of cp.md"))
     if tok("\n".join(skeleton)) < budget:
@@ -471,13 +478,17 @@ def test_r6_2_property_skeleton_kept_and_budget_respected(text: str, budget: int
 
 @settings(max_examples=200)
 @given(text=_DOCS, budget=st.integers(0, 400), cap=st.integers(0, 60))
+# Found by Hypothesis: an italic line with a trailing space ends the file; the kept
+# text drops that space before the notice.
+@example(text="## Alpha\n__ ", budget=0, cap=0)
 def test_r5_10_property_caps_hold_and_budget_respected(text: str, budget: int, cap: int) -> None:
     caps = [SectionCap(("Alpha", "Beta"), cap)]
     out = read_budgeted_section_aware(text, budget, path="cp.md", section_caps=caps)
     skeleton = _reference_skeleton(text)
     if skeleton is None:
         return
-    assert _is_subsequence(skeleton, out.split("\n"))
+    kept = _kept(skeleton)
+    assert _is_subsequence(kept, out.split("\n"))
     notice = out.rsplit("\n", 1)[-1]
     if tok("\n".join(skeleton)) < budget:
         assert tok(out) <= budget + tok(notice)
@@ -498,7 +509,7 @@ def test_r5_10_property_caps_hold_and_budget_respected(text: str, budget: int, c
             capped_sections += capped
             body = [] if capped else None
             continue
-        if body is not None and line not in skeleton and line != notice:
+        if body is not None and line not in kept and line != notice:
             body.append(line)
     assert used <= cap + 2 * capped_sections
 
