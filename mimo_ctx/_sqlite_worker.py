@@ -233,7 +233,7 @@ class SQLiteWorker(AsyncResource):
             token = job.token
             try:
                 token.backend_class.run_sync_soon(job.done.set, (), token.native_token)
-            except Exception:  # the caller's event loop is gone: nobody waits
+            except anyio.RunFinishedError:  # the caller's event loop has ended: nobody waits
                 job.error = None
             del job, token
             if self._unchecked >= CHECKPOINT_WRITES:
