@@ -382,10 +382,7 @@ class Message(_Model):
         if update:
             # Into the private dict (the copy's own): pydantic's __setattr__ costs
             # about a microsecond each, and a rebuild copies every result it clears.
-            private = copy.__pydantic_private__
-            if private is None:  # pragma: no cover - pydantic always makes it here
-                private = {}
-                object.__setattr__(copy, "__pydantic_private__", private)
+            private = _private_slots(copy)
             private["_token_estimate"] = None
             private["_part_units"] = None
             if "id" in update or "session_id" in update:
@@ -497,15 +494,21 @@ def set_part_units(
     """
     if isinstance(units, str):
         units = _parse_units(units)
+    # Straight into the slots: pydantic's __setattr__ costs about a microsecond,
+    # and every estimate sets them.
+    private = _private_slots(message)
+    private["_part_units"] = units
+    if estimate is not None:
+        private["_token_estimate"] = estimate
+
+
+def _private_slots(message: Message) -> dict[str, Any]:
+    """The message's own dict of private attributes, to write without pydantic's setattr."""
     private = message.__pydantic_private__
     if private is None:  # pragma: no cover - pydantic always makes it here
         private = {}
         object.__setattr__(message, "__pydantic_private__", private)
-    # Straight into the slots: pydantic's __setattr__ costs about a microsecond,
-    # and every estimate sets them.
-    private["_part_units"] = units
-    if estimate is not None:
-        private["_token_estimate"] = estimate
+    return private
 
 
 def stored_part_units(message: Message) -> str | None:
