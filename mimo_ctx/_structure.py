@@ -115,14 +115,28 @@ _RAW_HTML_START = re.compile(
 # A line starting with "<" (an HTML block may start there), or with list item or
 # quote markers before a "#", "<", "=" or "-" (a heading, HTML or an underline in
 # the list item or quote): the line-by-line pass decides.
-_HTML_START = re.compile(r" {0,3}<")
-_HTML_LINES = re.compile(r"\n {0,3}<")
+# Any indentation: an HTML block starts at most three spaces deep, but the raw-HTML
+# rule defuses "<!--", "<pre"... at any depth (inside a list item the content
+# column may be deeper).
+_HTML_START = re.compile(r"[ \t]*<")
+_HTML_LINES = re.compile(r"\n[ \t]*<")
 # Looser than _MARKERS: any spaces between the markers (a quote's content may be
 # indented four, a list item's deeper); each marker is one character or number, so
 # the run is read one way.
 _LOOSE_MARKERS = r"(?:[ \t]*(?:>|(?:[-+*]|[0-9]{1,9}[.)])[ \t]))+"
 _NESTED_START = re.compile(rf"{_LOOSE_MARKERS}[ \t]*[#<=-]")
 _NESTED_LINES = re.compile(rf"\n{_LOOSE_MARKERS}[ \t]*[#<=-]")
+# A line any rule of the line-by-line pass may change starts with one of these (a
+# superset, the rules decide): "#" or "<" at any indentation, list item or quote
+# markers before "#", "<", "=" or "-", a setext underline, a fence. The other lines
+# such a rule changes hold an HTML heading tag, or are the first line with content
+# and start with "File:" (found apart). Tabs are read expanded too: not here.
+_CANDIDATE = (
+    rf"(?:[ \t]*[#<]|{_LOOSE_MARKERS}[ \t]*[#<=-]|[ \t]*(?:=+|-+)[ \t]*(?=\n|\Z)"
+    r"| {0,3}(?:```|~~~))"
+)
+_CANDIDATE_START = re.compile(_CANDIDATE)
+_CANDIDATE_LINES = re.compile(rf"\n{_CANDIDATE}")
 # Whole-text scans from line break to line break (a literal first character lets
 # the regex engine jump): what makes a text need no line-by-line pass
 # (plain_structure, strip_level1_headings); the first line is checked apart.
@@ -223,6 +237,55 @@ def _item_columns(line: str) -> tuple[str, list[int]]:
     return " " * marker_ends[-1] + line[marker_ends[-1] :], columns
 
 
+class _ItemTracker:
+    """Which list items are open, line after line (the state :func:`_item_views` keeps).
+
+    :meth:`step` takes the next line and returns its views; a fresh tracker is the
+    state before a text's first line, and before any line :meth:`resets`.
+    """
+
+    __slots__ = ("_after_blank", "_open")
+
+    def __init__(self) -> None:
+        # Sorted: a line reads only from the columns up to three short of its
+        # content (deeper in, it is indented code), found by bisection, and closing
+        # items cuts the tail, so a long run of markers costs its length once.
+        self._open: list[int] = []
+        self._after_blank = False
+
+    def step(self, line: str, in_fence: bool) -> list[str]:
+        """The views of ``line`` (the next line), and the state moved past it."""
+        if in_fence or not line.strip():
+            self._after_blank = self._after_blank or not line.strip()
+            return []
+        open_columns = self._open
+        virtual, opened = _item_columns(line)
+        if self._after_blank or opened:
+            del open_columns[bisect_right(open_columns, len(line) - len(line.lstrip(" "))) :]
+            open_columns.extend(opened)  # each past the line's indentation, ascending
+        content = len(virtual) - len(virtual.lstrip(" "))
+        low = bisect_left(open_columns, content - 3)
+        high = bisect_right(open_columns, content)
+        self._after_blank = False
+        return [virtual[c:] for c in open_columns[low:high]]
+
+    @staticmethod
+    def resets(lines: Sequence[str], index: int, in_fence: bool) -> bool:
+        """Whether every state before ``lines[index]`` leaves the same one after it.
+
+        True for the first line, and for a line outside a fence, unindented and not
+        blank, that opens a list item or follows a blank line: it closes every item
+        open before it (each content column is past column 0), so a fresh tracker
+        stepped from it on gives the same views as one stepped from the start.
+        """
+        if index == 0:
+            return True
+        line = lines[index]
+        if in_fence or line[:1] == " " or not line.strip():
+            return False
+        return not lines[index - 1].strip() or bool(_item_columns(line)[1])
+
+
 def _item_views(lines: Sequence[str], fenced: Sequence[bool]) -> list[list[str]]:
     """Per line, the line as read from each content column of a list item it may be in.
 
@@ -232,27 +295,8 @@ def _item_views(lines: Sequence[str], fenced: Sequence[bool]) -> list[list[str]]
     paragraph). Too many views only escape a line more; too few let a heading of
     a list item through.
     """
-    # Sorted: a line reads only from the columns up to three short of its content
-    # (deeper in, it is indented code), found by bisection, and closing items cuts
-    # the tail, so a long run of markers costs its length once, not once per line.
-    open_columns: list[int] = []
-    after_blank = False
-    views: list[list[str]] = []
-    for line, in_fence in zip(lines, fenced, strict=True):
-        if in_fence or not line.strip():
-            views.append([])
-            after_blank = after_blank or not line.strip()
-            continue
-        virtual, opened = _item_columns(line)
-        if after_blank or opened:
-            del open_columns[bisect_right(open_columns, len(line) - len(line.lstrip(" "))) :]
-            open_columns.extend(opened)  # each past the line's indentation, ascending
-        content = len(virtual) - len(virtual.lstrip(" "))
-        low = bisect_left(open_columns, content - 3)
-        high = bisect_right(open_columns, content)
-        views.append([virtual[c:] for c in open_columns[low:high]])
-        after_blank = False
-    return views
+    tracker = _ItemTracker()
+    return [tracker.step(line, in_fence) for line, in_fence in zip(lines, fenced, strict=True)]
 
 
 def _forged(
@@ -330,7 +374,9 @@ def neutralise_structure(text: str, *, under_text: bool = False) -> str:
     normalised = normalise_line_breaks(text)
     if plain_structure(normalised):
         return normalised  # no line to escape, no fence to close: the lines as they are
-    return _neutralise_lines(normalised, under_text=under_text)
+    if "\t" in normalised:
+        return _neutralise_lines(normalised, under_text=under_text)
+    return _neutralise_candidates(normalised, under_text=under_text)
 
 
 def plain_structure(text: str) -> bool:
@@ -416,6 +462,116 @@ def _neutralise_lines(text: str, *, under_text: bool) -> str:
         out.append("\\" + escaped if forged else escaped)
     if closer:
         out.append(closer)
+    return "\n".join(out)
+
+
+def _candidate_lines(text: str, lines: Sequence[str]) -> list[int]:
+    """Indexes of the lines of ``text`` (no tab) that a rule may change, ascending."""
+    starts = [m.start() + 1 for m in _CANDIDATE_LINES.finditer(text)]
+    if _CANDIDATE_START.match(text):
+        starts.insert(0, 0)
+    if "<" in text:
+        starts.extend(m.start() for m in HTML_HEADING_TAG.finditer(text))
+        starts.sort()
+    indexes: list[int] = []
+    line = 0
+    at = 0
+    for start in starts:
+        line += text.count("\n", at, start)
+        at = start
+        if not indexes or indexes[-1] != line:
+            indexes.append(line)
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is not None and lines[first].lstrip().startswith("File:"):
+        position = bisect_left(indexes, first)
+        if position == len(indexes) or indexes[position] != first:
+            indexes.insert(position, first)
+    return indexes
+
+
+class _Fences:
+    """Which lines lie in fenced blocks: :func:`scan_fences`, from the fence lines only.
+
+    Only a line starting with a fence can open or close a block, so the scan is
+    fed those lines (each followed by an empty line, whose answer is whether a
+    block is open after it) and any other line is looked up from the fence line
+    above it.
+    """
+
+    def __init__(self, lines: Sequence[str], candidates: Sequence[int]) -> None:
+        self._at = [i for i in candidates if _FENCE_LINE.match(lines[i])]
+        fed: list[str] = []
+        for index in self._at:
+            fed += [lines[index], ""]
+        mask, self.closer = scan_fences(fed)
+        self._fence = mask[0::2]
+        self._open_after = mask[1::2]
+
+    def __call__(self, index: int) -> bool:
+        """Whether line ``index`` belongs to a fenced block (its fences included)."""
+        position = bisect_right(self._at, index) - 1
+        if position < 0:
+            return False
+        if self._at[position] == index:
+            return self._fence[position]
+        return self._open_after[position]
+
+
+def _neutralise_candidates(text: str, *, under_text: bool) -> str:
+    """:func:`_neutralise_lines` for a text without tabs, looking only at the lines it may change.
+
+    Every other line is copied as it is; what a rule needs from the lines around
+    one (the fenced blocks, the list items open, an HTML block above, the title
+    an underline makes a heading of) is worked out from them as far as it reaches.
+    """
+    lines = text.split("\n")
+    candidates = _candidate_lines(text, lines)
+    fenced = _Fences(lines, candidates)
+    tracker = _ItemTracker()
+    tracked = -1  # the tracker's state is the one after this line
+    first = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+    html_line = -1  # the newest line above that may start an HTML block
+    blank_checked = 0  # lines before this one are checked for a blank after html_line
+    blank_since_html = False
+    out: list[str] = []
+    copied = 0
+    for index in candidates:
+        line = lines[index]
+        in_fence = fenced(index)
+        # The list items open at this line: from the newest line that resets the
+        # state, or on from the state already known, whichever is nearer.
+        start = index
+        while start > tracked + 1 and not _ItemTracker.resets(lines, start, fenced(start)):
+            start -= 1
+        if start > tracked + 1:
+            tracker = _ItemTracker()  # the state before a line that resets it
+        for between in range(start, index):
+            tracker.step(lines[between], fenced(between))
+        views = tracker.step(line, in_fence)
+        tracked = index
+        forged = _forged(lines, index, in_fence, under_text=under_text, views=views) or (
+            index == first and line.lstrip().startswith("File:")
+        )
+        out.extend(lines[copied:index])
+        copied = index + 1
+        if line.strip():
+            if html_line >= 0 and not blank_since_html:
+                for between in range(max(blank_checked, html_line + 1), index):
+                    if not lines[between].strip():
+                        blank_since_html = True
+                        break
+                blank_checked = index
+            if html_line >= 0 and not blank_since_html and _FENCE_LINE.match(line):
+                out.append("")  # inside an HTML block (see _neutralise_lines)
+            if not in_fence and "<" in line and _HTML_LINE.match(_in_container(line)):
+                html_line, blank_checked, blank_since_html = index, index + 1, False
+        escaped = escape_html_headings(line)
+        if not in_fence and "<" in escaped:
+            escaped = _RAW_HTML_START.sub(r"\1&lt;", escaped, count=1)
+        out.append("\\" + escaped if forged else escaped)
+    out.extend(lines[copied:])
+    if fenced.closer:
+        out.append(fenced.closer)
     return "\n".join(out)
 
 

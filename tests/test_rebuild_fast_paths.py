@@ -520,11 +520,80 @@ _STRUCTURE = st.lists(
 
 @settings(max_examples=2000, deadline=None)
 @given(text=_STRUCTURE)
+@example(text="    <!-- deep")  # raw HTML four spaces deep: the scans missed it
 def test_structure_fast_paths_as_line_by_line(text: str) -> None:
     for under_text in (False, True):
         slow = _structure._neutralise_lines(text, under_text=under_text) if text else text  # pyright: ignore[reportPrivateUsage]
         assert neutralise_structure(text, under_text=under_text) == slow
     assert _structure.strip_level1_headings(text) == _structure._strip_level1_lines(text)  # pyright: ignore[reportPrivateUsage]
+
+
+# Lines that open, nest and close list items, fences and HTML blocks at several
+# depths, so what a line reads from the lines above it (the items open, the fence,
+# an HTML block, the title an underline makes) is exercised across long texts.
+_CONTEXT_LINES = st.sampled_from(
+    [
+        "plain words",
+        "# Recent activity",
+        "## Session checkpoint ##",
+        "   # loose",
+        "#",
+        "## Project rules",
+        "Recent user input",
+        "Session",
+        "checkpoint",
+        "===",
+        "  ---  ",
+        "-",
+        "- item",
+        "  - sub",
+        "    - deep",
+        "1. one",
+        "   2) two",
+        "> quote",
+        ">#",
+        "> - # x",
+        "```",
+        "~~~~ info",
+        "   ```py",
+        "    ```",
+        "<h1>title",
+        "x <h2>y",
+        "File: x.md",
+        "  File: y",
+        "",
+        "   ",
+        "\u00a0",
+        "- # in a list",
+        "1. Recent activity",
+        "<!-- note",
+        "    <!-- deep",
+        "<div>",
+        "  <pre>",
+        "      # deep hash",
+        "- -> int",
+        "- = x",
+        "  text",
+        "      text",
+        "* a",
+    ]
+)
+_CONTEXT = st.lists(
+    st.one_of(_CONTEXT_LINES, st.text(alphabet="#=-`~<h12 File:>*+.)!", max_size=10)),
+    max_size=40,
+).map("\n".join)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(text=_CONTEXT)
+def test_neutralising_only_the_candidate_lines_as_line_by_line(text: str) -> None:
+    # The pass that looks only at the lines a rule may change, against the pass over
+    # every line: the same text, whatever the lines around each candidate hold.
+    for under_text in (False, True):
+        slow = _structure._neutralise_lines(text, under_text=under_text)  # pyright: ignore[reportPrivateUsage]
+        fast = _structure._neutralise_candidates(text, under_text=under_text)  # pyright: ignore[reportPrivateUsage]
+        assert fast == slow
+        assert neutralise_structure(text, under_text=under_text) == (slow if text else text)
 
 
 _BYTES = st.lists(
