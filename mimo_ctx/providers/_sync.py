@@ -63,7 +63,7 @@ import hashlib
 import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Generic, Literal, Protocol, Self, TypeVar, cast
 
 import anyio
@@ -271,15 +271,12 @@ class RecoveringCall(Generic[_P, _R]):
         self._send = send
         self.retried = False
         self.view: RequestView | None = None
-        self.payloads: list[_P] = []
 
     async def _payload(self) -> _P:
         # Errors here (store, validator) are ours, not the provider's: they propagate
         # as they are and are never taken for an overflow.
         self.view = await self.middleware.prepare(self.session_id, agent=self.agent)
-        payload = self._build(self.view)
-        self.payloads.append(payload)
-        return payload
+        return self._build(self.view)
 
     async def run(self) -> _R:
         """Send the request (retrying once after a rebuild on an overflow)."""
@@ -347,7 +344,6 @@ class Turn:
     head: list[Any]
     after: str | None
     history: HostHistory
-    call: RecoveringCall[Any, Any] | None = field(default=None)
     items: Sequence[Any] = ()
     offset: int | None = None
 
@@ -519,12 +515,15 @@ class SessionBinding:
     def call(
         self, turn: Turn, build: Callable[[RequestView], _P], send: Callable[[_P], Awaitable[_R]]
     ) -> RecoveringCall[_P, _R]:
-        """A :class:`RecoveringCall` for the turn's session."""
-        call = RecoveringCall(
+        """A :class:`RecoveringCall` for the turn's session.
+
+        The turn does not refer to it (its ``build`` refers to the turn): a call and
+        its payloads are freed the moment the call is done, never left as a
+        reference cycle holding an O(history) payload and view until a collection.
+        """
+        return RecoveringCall(
             self.middleware, turn.session_id, agent=self.agent, build=build, send=send
         )
-        turn.call = call
-        return call
 
     async def record(
         self, turn: Turn, message: Message | None, *, fingerprints: Sequence[str]
@@ -602,7 +601,8 @@ class RecordingStream(AsyncResource, Generic[_E]):
 
     Args:
         binding: The wrapper's session binding.
-        turn: The call that opened ``stream`` (its ``call`` retries once).
+        turn: The turn whose answer the stream is.
+        call: The call that opened ``stream`` (it retries once).
         stream: The SDK stream.
         adapter: The provider's event adapter.
     """
@@ -611,13 +611,13 @@ class RecordingStream(AsyncResource, Generic[_E]):
         self,
         binding: SessionBinding,
         turn: Turn,
+        call: RecoveringCall[Any, Any],
         stream: Any,
         adapter: StreamAdapter[_E],
     ) -> None:
-        assert turn.call is not None
         self._binding = binding
         self._turn = turn
-        self._call: RecoveringCall[Any, Any] = turn.call
+        self._call = call
         self._stream: Any = stream
         self._adapter = adapter
         self._iterator: AsyncIterator[_E] | None = None

@@ -250,7 +250,7 @@ async def managed_call(
     )
     result = await call.run()
     if streaming:
-        return RecordingStream(binding, turn, result, api.adapter(turn))
+        return RecordingStream(binding, turn, call, result, api.adapter(turn))
     message, fps = api.answer(as_dict(result), turn)
     await binding.record(turn, message, fingerprints=fps)
     return result

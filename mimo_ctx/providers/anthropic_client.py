@@ -408,7 +408,7 @@ class _MessageStreamManager(AsyncResource):
             binding, turn, self._kwargs, _API, send=opener, streaming=True, finish=finish
         )
         raw = await call.run()
-        self._recording = RecordingStream(binding, turn, raw, _AnthropicStream(turn))
+        self._recording = RecordingStream(binding, turn, call, raw, _AnthropicStream(turn))
         output_format = self._kwargs.get("output_format")
         if output_format is None:
             import anthropic
