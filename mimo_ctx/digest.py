@@ -48,6 +48,8 @@ from __future__ import annotations
 import functools
 import re
 import reprlib
+import weakref
+from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring
@@ -426,6 +428,90 @@ def _blank(text: str) -> bool:
     return not text or text.isspace()
 
 
+_LINES_KEPT: Final = 4096
+"""Messages whose activity lines :class:`_RememberedLines` holds at the most."""
+
+
+class _RememberedLines:
+    """The activity lines of assistant messages, kept per message object between digests.
+
+    A rebuild's tail overlaps the previous one's whenever the writer's watermark
+    has not passed it, and the window hands the same message objects to each:
+    their lines are formatted once. A message's lines depend on the message, the
+    two cut lengths and, from the rest of the tail, only on the longer cut of its
+    string arguments over ``arg_chars`` (:func:`_path_widths`) and on the results
+    answering a call that did not finish: an entry is kept only for a message
+    without such a call, and used only while none of its long strings has a
+    longer cut. Messages are never changed in place (a changed message is a new
+    object, as for the cached token estimate); an entry dies with its message.
+    """
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[int, _Remembered] = OrderedDict()
+
+    def get(
+        self, message: Message, text_chars: int, arg_chars: int, widths: Mapping[str, int]
+    ) -> list[DigestLine] | None:
+        """The lines kept for ``message`` with these cuts, if they hold for ``widths``."""
+        entry = self._entries.get(id(message))
+        if (
+            entry is None
+            or entry.message() is not message
+            or entry.cuts != (text_chars, arg_chars)
+            or (widths and any(value in widths for value in entry.long_strings))
+        ):
+            return None
+        return list(entry.lines)
+
+    def put(
+        self,
+        message: Message,
+        text_chars: int,
+        arg_chars: int,
+        widths: Mapping[str, int],
+        lines: Sequence[DigestLine],
+    ) -> None:
+        """Keep ``lines`` for ``message`` when they depend on nothing else (see the class)."""
+        long_strings: list[str] = []
+        for part in message.parts:
+            if isinstance(part, ToolPart):
+                if not isinstance(part.state, ToolStateCompleted | ToolStateError):
+                    return  # a result later in the tail may answer it
+                long_strings.extend(
+                    v
+                    for v in part.state.input.values()
+                    if isinstance(v, str) and len(v) > arg_chars
+                )
+        if widths and any(value in widths for value in long_strings):
+            return
+        key = id(message)
+        entries = self._entries
+
+        def forget(ref: weakref.ref[Message]) -> None:
+            # Only this entry: the id may have been given to a newer message since.
+            entry = entries.get(key)
+            if entry is not None and entry.message is ref:
+                del entries[key]
+
+        entries[key] = _Remembered(
+            weakref.ref(message, forget), (text_chars, arg_chars), tuple(long_strings), tuple(lines)
+        )
+        entries.move_to_end(key)
+        while len(entries) > _LINES_KEPT:
+            entries.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Remembered:
+    message: weakref.ref[Message]
+    cuts: tuple[int, int]
+    long_strings: tuple[str, ...]
+    lines: tuple[DigestLine, ...]
+
+
+_remembered = _RememberedLines()
+
+
 class _Lister:
     """The activity lines of one tail, message by message.
 
@@ -478,6 +564,15 @@ class _Lister:
             return [] if typed is None else [_user_line(message.id, typed, quoted, text_chars)]
         if message.role != "assistant" or message.is_boundary:
             return []
+        lines = _remembered.get(message, text_chars, self._arg_chars, self._widths)
+        if lines is None:
+            lines = self._format(message)
+            _remembered.put(message, text_chars, self._arg_chars, self._widths, lines)
+        return lines
+
+    def _format(self, message: Message) -> list[DigestLine]:
+        """The activity lines of an assistant message, formatted."""
+        text_chars = self._text_chars
         lines: list[DigestLine] = []
         for part in message.parts:
             if isinstance(part, TextPart):

@@ -326,3 +326,99 @@ def test_the_digest_formats_what_it_keeps_as_the_whole_list(
     assert got == expected
     every = digest_lines(tail, text_chars=text_chars, arg_chars=arg_chars, quoted=quoted)
     assert every == _plain_lines(tail, text_chars, arg_chars, quoted)
+
+
+def _assistant(index: int, *parts: Part, role: Role = "assistant") -> Message:
+    return Message(
+        id=f"msg_{index:04d}",
+        session_id="ses_1",
+        role=role,
+        time_created=1_700_000_000_000 + index,
+        parts=list(parts),
+    )
+
+
+def _read(call_id: str, path: str, state: type[ToolStateCompleted | ToolStatePending]) -> ToolPart:
+    if state is ToolStateCompleted:
+        return ToolPart(
+            call_id=call_id, tool="read", state=ToolStateCompleted(input={"path": path}, output="")
+        )
+    return ToolPart(call_id=call_id, tool="read", state=ToolStatePending(input={"path": path}))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    first=_tails(),
+    steps=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=10),  # messages the watermark passes
+            _tails(),  # messages that arrive
+            st.lists(st.integers(min_value=0, max_value=40), max_size=3),  # changed ones
+            st.integers(min_value=1, max_value=40),  # text_chars
+            st.integers(min_value=1, max_value=24),  # arg_chars
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    replacement=st.lists(_parts, max_size=3),
+    max_lines=st.integers(min_value=1, max_value=30),
+)
+# A call that did not finish, then its result arrives: its line changes.
+@example(
+    first=[_assistant(1, _read("c1", "a.py", ToolStatePending))],
+    steps=[
+        (0, [], [], 40, 24),
+        (
+            0,
+            [
+                _assistant(
+                    2,
+                    ToolResultPart(call_id="c1", tool="read", output="no", is_error=True),
+                    role="tool",
+                )
+            ],
+            [],
+            40,
+            24,
+        ),
+    ],
+    replacement=[],
+    max_lines=10,
+)
+# A long path, then another one that elides to the same text: both are shown
+# longer; once the other has left the tail, at the usual cut again.
+@example(
+    first=[_assistant(1, _read("c1", "src/very_long_directory_name/a/b.py", ToolStateCompleted))],
+    steps=[
+        (0, [], [], 40, 12),
+        (
+            0,
+            [_assistant(2, _read("c2", "src/other_long_directory_nam/a/b.py", ToolStateCompleted))],
+            [],
+            40,
+            12,
+        ),
+        (1, [], [], 40, 12),
+    ],
+    replacement=[],
+    max_lines=10,
+)
+def test_lines_remembered_between_digests_as_the_plain_digest(
+    first: list[Message],
+    steps: list[tuple[int, list[Message], list[int], int, int]],
+    replacement: list[Part],
+    max_lines: int,
+) -> None:
+    # Rebuild after rebuild over one window's message objects: the watermark moves
+    # on, new messages arrive, some are changed (a new object, as stores return
+    # them), and the cut lengths may change. Each digest is the plain one.
+    tail = first
+    for passed, arrived, changed, text_chars, arg_chars in steps:
+        tail = tail[passed:] + arrived
+        for index in changed:
+            if index < len(tail):
+                tail[index] = tail[index].model_copy(update={"parts": replacement})
+        got = build_tail_digest(
+            tail, max_lines=max_lines, text_chars=text_chars, arg_chars=arg_chars
+        )
+        assert got == _plain_digest(tail, max_lines, text_chars, arg_chars, None)
