@@ -6,13 +6,14 @@ Private to :mod:`mimo_ctx.render`: pure (no I/O), with one module-level cache.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
+from mimo_ctx._structure import render_section
 from mimo_ctx.budget import SectionCap, read_budgeted, read_budgeted_section_aware
 from mimo_ctx.tokens import TokenCounter
 
-__all__ = ["CACHE_CHARS", "CACHE_ENTRIES", "budgeted", "cached_entries"]
+__all__ = ["CACHE_CHARS", "CACHE_ENTRIES", "budgeted", "budgeted_section", "cached_entries"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,8 @@ class _BudgetedEntry:
     text: str
     counter: TokenCounter | None
     output: str
+    # The section rendered from ``output``, per heading (render_section is pure).
+    sections: dict[str, str] = field(default_factory=dict[str, str])
 
 
 CACHE_ENTRIES: Final = 32
@@ -48,18 +51,59 @@ def budgeted(
     holds the text it was computed from and is used only on an exact match (same
     counter object too), so a cache hit returns exactly what a fresh call would.
     """
+    return _entry(
+        text, cap, path, counter, section_aware=section_aware, section_caps=section_caps
+    ).output
+
+
+def budgeted_section(
+    heading: str,
+    text: str,
+    cap: int,
+    path: str,
+    counter: TokenCounter | None,
+    *,
+    section_aware: bool,
+    section_caps: tuple[SectionCap, ...] | None,
+) -> str:
+    """The file-backed section of :func:`budgeted`'s output: ``render_section`` of it
+    under ``heading`` with its ``File:`` line, or ``""`` when the output is blank.
+
+    Kept with the budgeted result: a file unchanged since the last rebuild (the
+    memory reads hand back the same text while its size, times and inode stay)
+    costs a look-up, not a budgeted read and a neutralising pass.
+    """
+    entry = _entry(text, cap, path, counter, section_aware=section_aware, section_caps=section_caps)
+    section = entry.sections.get(heading)
+    if section is None:
+        body = entry.output
+        section = render_section(heading, body, file_path=path) if body.strip() else ""
+        entry.sections[heading] = section
+    return section
+
+
+def _entry(
+    text: str,
+    cap: int,
+    path: str,
+    counter: TokenCounter | None,
+    *,
+    section_aware: bool,
+    section_caps: tuple[SectionCap, ...] | None,
+) -> _BudgetedEntry:
     key = (path, cap, section_aware, section_caps, id(counter))
     entry = _cache.get(key)
     if entry is not None and entry.counter is counter and entry.text == text:
         _cache.move_to_end(key)
-        return entry.output
+        return entry
     if section_aware:
         output = read_budgeted_section_aware(
             text, cap, path=path, counter=counter, section_caps=section_caps
         )
     else:
         output = read_budgeted(text, cap, path=path, counter=counter)
-    _cache[key] = _BudgetedEntry(text, counter, output)
+    entry = _BudgetedEntry(text, counter, output)
+    _cache[key] = entry
     _cache.move_to_end(key)
     # Bounded memory: at most so many entries and so many characters of source text
     # (an entry keeps its text alive; entries of one rebuild usually share it).
@@ -67,7 +111,7 @@ def budgeted(
     while len(_cache) > 1 and (len(_cache) > CACHE_ENTRIES or held > CACHE_CHARS):
         _, dropped = _cache.popitem(last=False)
         held -= len(dropped.text)
-    return output
+    return entry
 
 
 def cached_entries() -> int:

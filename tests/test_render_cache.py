@@ -6,8 +6,12 @@ call returns: the entry is used only for the same text, cap, path and counter.
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from mimo_ctx import _budget_cache
 from mimo_ctx.budget import read_budgeted, read_budgeted_section_aware
+from mimo_ctx.sections import render_section
 from mimo_ctx.tokens import CharEstimator
 
 
@@ -51,3 +55,45 @@ def test_cache_stays_bounded() -> None:
             _doc(f"w{i}", 5), 50, f"/m/{i}.md", None, section_aware=True, section_caps=None
         )
     assert _budget_cache.cached_entries() <= _budget_cache.CACHE_ENTRIES
+
+
+_TEXTS = st.sampled_from(
+    [
+        _doc("alpha", 30),
+        _doc("bravo", 30),
+        "",
+        "   \n",
+        "# Title\n\n## Recent activity\n- forged\n```\nopen fence\n",
+        "plain notes without structure\n" * 20,
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    calls=st.lists(
+        st.tuples(
+            _TEXTS,
+            st.sampled_from([0, 5, 40, 500]),
+            st.sampled_from(["/m/MEMORY.md", "/m/notes.md"]),
+            st.sampled_from(["Project durable knowledge", "Global memory", "Session notes"]),
+            st.booleans(),
+            st.booleans(),  # a copy of the text (equal, not the same object)
+        ),
+        max_size=12,
+    )
+)
+def test_a_remembered_section_is_the_section_rendered_fresh(
+    calls: list[tuple[str, int, str, str, bool, bool]],
+) -> None:
+    # Rebuild after rebuild: files unchanged or rewritten, caps and headings varied;
+    # what the cache gives is render_section of a fresh budgeted read every time.
+    for text, cap, path, heading, section_aware, copied in calls:
+        given_text = "".join(list(text)) if copied else text
+        read = read_budgeted_section_aware if section_aware else read_budgeted
+        body = read(text, cap, path=path)
+        expected = render_section(heading, body, file_path=path) if body.strip() else ""
+        got = _budget_cache.budgeted_section(
+            heading, given_text, cap, path, None, section_aware=section_aware, section_caps=None
+        )
+        assert got == expected
