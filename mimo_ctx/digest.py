@@ -49,7 +49,6 @@ import functools
 import re
 import reprlib
 import weakref
-from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring
@@ -428,7 +427,7 @@ def _blank(text: str) -> bool:
     return not text or text.isspace()
 
 
-_LINES_KEPT: Final = 4096
+_LINES_KEPT: Final = 1024
 """Messages whose activity lines :class:`_RememberedLines` holds at the most."""
 
 
@@ -443,73 +442,46 @@ class _RememberedLines:
     answering a call that did not finish: an entry is kept only for a message
     without such a call, and used only while none of its long strings has a
     longer cut. Messages are never changed in place (a changed message is a new
-    object, as for the cached token estimate); an entry dies with its message.
+    object, as for the cached token estimate). An entry holds its message weakly
+    (a dead one's id may be given to a new message: the reference tells them
+    apart); the oldest entries go past :data:`_LINES_KEPT`.
     """
 
     def __init__(self) -> None:
-        self._entries: OrderedDict[int, _Remembered] = OrderedDict()
+        # id(message) -> (the message, weakly; the cuts; its long strings; its lines)
+        self._entries: dict[
+            int,
+            tuple[weakref.ref[Message], tuple[int, int], list[str], tuple[DigestLine, ...]],
+        ] = {}
 
     def get(
-        self, message: Message, text_chars: int, arg_chars: int, widths: Mapping[str, int]
-    ) -> list[DigestLine] | None:
+        self, message: Message, cuts: tuple[int, int], widths: Mapping[str, int]
+    ) -> tuple[DigestLine, ...] | None:
         """The lines kept for ``message`` with these cuts, if they hold for ``widths``."""
         entry = self._entries.get(id(message))
-        if (
-            entry is None
-            or entry.message() is not message
-            or entry.cuts != (text_chars, arg_chars)
-            or (widths and any(value in widths for value in entry.long_strings))
-        ):
+        if entry is None or entry[0]() is not message or entry[1] != cuts:
             return None
-        return list(entry.lines)
+        if widths and any(value in widths for value in entry[2]):
+            return None
+        return entry[3]
 
     def put(
         self,
         message: Message,
-        text_chars: int,
-        arg_chars: int,
-        widths: Mapping[str, int],
-        lines: Sequence[DigestLine],
+        cuts: tuple[int, int],
+        long_strings: list[str],
+        lines: tuple[DigestLine, ...],
     ) -> None:
-        """Keep ``lines`` for ``message`` when they depend on nothing else (see the class)."""
-        long_strings: list[str] = []
-        for part in message.parts:
-            if isinstance(part, ToolPart):
-                if not isinstance(part.state, ToolStateCompleted | ToolStateError):
-                    return  # a result later in the tail may answer it
-                long_strings.extend(
-                    v
-                    for v in part.state.input.values()
-                    if isinstance(v, str) and len(v) > arg_chars
-                )
-        if widths and any(value in widths for value in long_strings):
-            return
-        key = id(message)
+        """Keep ``lines`` for ``message``: they hold while no string of ``long_strings``
+        (its string arguments over the cut) is given a longer cut."""
         entries = self._entries
-
-        def forget(ref: weakref.ref[Message]) -> None:
-            # Only this entry: the id may have been given to a newer message since.
-            entry = entries.get(key)
-            if entry is not None and entry.message is ref:
-                del entries[key]
-
-        entries[key] = _Remembered(
-            weakref.ref(message, forget), (text_chars, arg_chars), tuple(long_strings), tuple(lines)
-        )
-        entries.move_to_end(key)
-        while len(entries) > _LINES_KEPT:
-            entries.popitem(last=False)
-
-
-@dataclass(frozen=True, slots=True)
-class _Remembered:
-    message: weakref.ref[Message]
-    cuts: tuple[int, int]
-    long_strings: tuple[str, ...]
-    lines: tuple[DigestLine, ...]
+        entries[id(message)] = (weakref.ref(message), cuts, long_strings, lines)
+        if len(entries) > _LINES_KEPT:
+            del entries[next(iter(entries))]
 
 
 _remembered = _RememberedLines()
+_FINISHED: Final = (ToolStateCompleted, ToolStateError)
 
 
 class _Lister:
@@ -555,7 +527,7 @@ class _Lister:
                 count += 1
         return count
 
-    def lines_of(self, message: Message) -> list[DigestLine]:
+    def lines_of(self, message: Message) -> Sequence[DigestLine]:
         """The activity lines of ``message``, in part order."""
         quoted = self._quoted
         text_chars = self._text_chars
@@ -564,16 +536,27 @@ class _Lister:
             return [] if typed is None else [_user_line(message.id, typed, quoted, text_chars)]
         if message.role != "assistant" or message.is_boundary:
             return []
-        lines = _remembered.get(message, text_chars, self._arg_chars, self._widths)
+        cuts = (text_chars, self._arg_chars)
+        lines = _remembered.get(message, cuts, self._widths)
         if lines is None:
-            lines = self._format(message)
-            _remembered.put(message, text_chars, self._arg_chars, self._widths, lines)
+            formatted, long_strings = self._format(message)
+            lines = tuple(formatted)
+            if long_strings is not None:
+                _remembered.put(message, cuts, long_strings, lines)
         return lines
 
-    def _format(self, message: Message) -> list[DigestLine]:
-        """The activity lines of an assistant message, formatted."""
+    def _format(self, message: Message) -> tuple[list[DigestLine], list[str] | None]:
+        """The activity lines of an assistant message, and whether they can be kept.
+
+        The second item lists the string arguments longer than the cut (the lines
+        hold while none has a longer cut), or is ``None`` when the lines depend on
+        the rest of the tail (a call that did not finish, a long string cut longer).
+        """
         text_chars = self._text_chars
+        arg_chars = self._arg_chars
+        widths = self._widths
         lines: list[DigestLine] = []
+        long_strings: list[str] | None = []
         for part in message.parts:
             if isinstance(part, TextPart):
                 if part.ignored or _blank(part.text):
@@ -584,17 +567,26 @@ class _Lister:
                 lines.append(DigestLine(f"subtask: {truncate(label, text_chars)}"))
             elif isinstance(part, ToolPart):
                 result = None
-                if not isinstance(part.state, ToolStateCompleted | ToolStateError):
+                state = part.state
+                if not isinstance(state, _FINISHED):
                     result = self._result(part.call_id)
-                lines.append(_tool_line(part, result, self._arg_chars, self._widths))
-        return lines
+                    long_strings = None  # a result later in the tail may answer it
+                elif long_strings is not None:
+                    for value in state.input.values():
+                        if isinstance(value, str) and len(value) > arg_chars:
+                            if value in widths:
+                                long_strings = None  # cut longer for this tail
+                                break
+                            long_strings.append(value)
+                lines.append(_tool_line(part, result, arg_chars, widths))
+        return lines, long_strings
 
     def newest(self, room: int) -> tuple[list[DigestLine], int]:
         """The newest ``room`` lines, oldest first, and how many lines there are in all."""
         messages = self._messages
         counts = [self.count_of(m) for m in messages]
         total = sum(counts)
-        chunks: list[list[DigestLine]] = []
+        chunks: list[Sequence[DigestLine]] = []
         need = min(room, total)
         for index in range(len(messages) - 1, -1, -1):
             if need <= 0:

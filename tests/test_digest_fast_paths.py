@@ -363,6 +363,13 @@ def _read(call_id: str, path: str, state: type[ToolStateCompleted | ToolStatePen
     replacement=st.lists(_parts, max_size=3),
     max_lines=st.integers(min_value=1, max_value=30),
 )
+# The same message under other cut lengths.
+@example(
+    first=[_assistant(1, TextPart(text="words enough to be cut at ten characters"))],
+    steps=[(0, [], [], 40, 24), (0, [], [], 10, 24)],
+    replacement=[],
+    max_lines=10,
+)
 # A call that did not finish, then its result arrives: its line changes.
 @example(
     first=[_assistant(1, _read("c1", "a.py", ToolStatePending))],
