@@ -444,24 +444,28 @@ class _RememberedLines:
     longer cut. Messages are never changed in place (a changed message is a new
     object, as for the cached token estimate). An entry holds its message weakly
     (a dead one's id may be given to a new message: the reference tells them
-    apart); the oldest entries go past :data:`_LINES_KEPT`.
+    apart) and its long strings by their hashes only (a tool call's file content
+    is not kept alive; a collision only misses); the oldest entries go past
+    :data:`_LINES_KEPT`.
     """
 
     def __init__(self) -> None:
-        # id(message) -> (the message, weakly; the cuts; its long strings; its lines)
+        # id(message) -> (the message, weakly; the cuts; its long strings' hashes;
+        # its lines)
         self._entries: dict[
             int,
-            tuple[weakref.ref[Message], tuple[int, int], list[str], tuple[DigestLine, ...]],
+            tuple[weakref.ref[Message], tuple[int, int], list[int], tuple[DigestLine, ...]],
         ] = {}
 
     def get(
-        self, message: Message, cuts: tuple[int, int], widths: Mapping[str, int]
+        self, message: Message, cuts: tuple[int, int], widened: frozenset[int]
     ) -> tuple[DigestLine, ...] | None:
-        """The lines kept for ``message`` with these cuts, if they hold for ``widths``."""
+        """The lines kept for ``message`` with these cuts, if they hold for this tail
+        (``widened``: the hashes of the strings it cuts longer)."""
         entry = self._entries.get(id(message))
         if entry is None or entry[0]() is not message or entry[1] != cuts:
             return None
-        if widths and any(value in widths for value in entry[2]):
+        if widened and any(value in widened for value in entry[2]):
             return None
         return entry[3]
 
@@ -469,13 +473,13 @@ class _RememberedLines:
         self,
         message: Message,
         cuts: tuple[int, int],
-        long_strings: list[str],
+        long_hashes: list[int],
         lines: tuple[DigestLine, ...],
     ) -> None:
-        """Keep ``lines`` for ``message``: they hold while no string of ``long_strings``
-        (its string arguments over the cut) is given a longer cut."""
+        """Keep ``lines`` for ``message``: they hold while no string whose hash is in
+        ``long_hashes`` (its string arguments over the cut) is given a longer cut."""
         entries = self._entries
-        entries[id(message)] = (weakref.ref(message), cuts, long_strings, lines)
+        entries[id(message)] = (weakref.ref(message), cuts, long_hashes, lines)
         if len(entries) > _LINES_KEPT:
             del entries[next(iter(entries))]
 
@@ -507,6 +511,7 @@ class _Lister:
         self._quoted = quoted
         self._results: dict[str, ToolResultPart] | None = None
         self._widths = _path_widths(messages, arg_chars)
+        self._widened = frozenset(map(hash, self._widths))
 
     def _result(self, call_id: str) -> ToolResultPart | None:
         if self._results is None:
@@ -537,26 +542,26 @@ class _Lister:
         if message.role != "assistant" or message.is_boundary:
             return []
         cuts = (text_chars, self._arg_chars)
-        lines = _remembered.get(message, cuts, self._widths)
+        lines = _remembered.get(message, cuts, self._widened)
         if lines is None:
-            formatted, long_strings = self._format(message)
+            formatted, long_hashes = self._format(message)
             lines = tuple(formatted)
-            if long_strings is not None:
-                _remembered.put(message, cuts, long_strings, lines)
+            if long_hashes is not None:
+                _remembered.put(message, cuts, long_hashes, lines)
         return lines
 
-    def _format(self, message: Message) -> tuple[list[DigestLine], list[str] | None]:
+    def _format(self, message: Message) -> tuple[list[DigestLine], list[int] | None]:
         """The activity lines of an assistant message, and whether they can be kept.
 
-        The second item lists the string arguments longer than the cut (the lines
-        hold while none has a longer cut), or is ``None`` when the lines depend on
+        The second item lists the hashes of the string arguments longer than the cut
+        (the lines hold while none has a longer cut), or is ``None`` when they depend on
         the rest of the tail (a call that did not finish, a long string cut longer).
         """
         text_chars = self._text_chars
         arg_chars = self._arg_chars
         widths = self._widths
         lines: list[DigestLine] = []
-        long_strings: list[str] | None = []
+        long_hashes: list[int] | None = []
         for part in message.parts:
             if isinstance(part, TextPart):
                 if part.ignored or _blank(part.text):
@@ -570,16 +575,16 @@ class _Lister:
                 state = part.state
                 if not isinstance(state, _FINISHED):
                     result = self._result(part.call_id)
-                    long_strings = None  # a result later in the tail may answer it
-                elif long_strings is not None:
+                    long_hashes = None  # a result later in the tail may answer it
+                elif long_hashes is not None:
                     for value in state.input.values():
                         if isinstance(value, str) and len(value) > arg_chars:
                             if value in widths:
-                                long_strings = None  # cut longer for this tail
+                                long_hashes = None  # cut longer for this tail
                                 break
-                            long_strings.append(value)
+                            long_hashes.append(hash(value))
                 lines.append(_tool_line(part, result, arg_chars, widths))
-        return lines, long_strings
+        return lines, long_hashes
 
     def newest(self, room: int) -> tuple[list[DigestLine], int]:
         """The newest ``room`` lines, oldest first, and how many lines there are in all."""
