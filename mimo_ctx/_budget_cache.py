@@ -13,23 +13,55 @@ from mimo_ctx._structure import render_section
 from mimo_ctx.budget import SectionCap, read_budgeted, read_budgeted_section_aware
 from mimo_ctx.tokens import TokenCounter
 
-__all__ = ["CACHE_CHARS", "CACHE_ENTRIES", "budgeted", "budgeted_section", "cached_entries"]
+__all__ = [
+    "CACHE_CHARS",
+    "CACHE_ENTRIES",
+    "BudgetedRead",
+    "budgeted",
+    "cached_entries",
+]
 
 
 @dataclass(frozen=True, slots=True)
-class _BudgetedEntry:
+class BudgetedRead:
+    """One budgeted read the cache holds.
+
+    Attributes:
+        text: The text it was computed from.
+        path: The file it was read from.
+        counter: The counter it was computed with.
+        output: The budgeted text.
+        sections: The section rendered from ``output``, per heading (filled by
+            :meth:`section`; ``render_section`` is pure).
+    """
+
     text: str
+    path: str
     counter: TokenCounter | None
     output: str
-    # The section rendered from ``output``, per heading (render_section is pure).
     sections: dict[str, str] = field(default_factory=dict[str, str])
+
+    def section(self, heading: str) -> str:
+        """The file-backed section of :attr:`output`: ``render_section`` of it under
+        ``heading`` with its ``File:`` line (the read's path), ``""`` when it is blank.
+
+        Kept with the read: a file unchanged since the last rebuild (the memory
+        reads hand back the same text while its size, times and inode stay) costs
+        a look-up, not a budgeted read and a neutralising pass.
+        """
+        section = self.sections.get(heading)
+        if section is None:
+            body = self.output
+            section = render_section(heading, body, file_path=self.path) if body.strip() else ""
+            self.sections[heading] = section
+        return section
 
 
 CACHE_ENTRIES: Final = 32
 """Results the cache keeps at the most."""
 CACHE_CHARS: Final = 24_000_000
 """Characters of source text the cache keeps alive at the most."""
-_cache: OrderedDict[tuple[str, int, bool, tuple[SectionCap, ...] | None, int], _BudgetedEntry] = (
+_cache: OrderedDict[tuple[str, int, bool, tuple[SectionCap, ...] | None, int], BudgetedRead] = (
     OrderedDict()
 )
 
@@ -42,55 +74,16 @@ def budgeted(
     *,
     section_aware: bool,
     section_caps: tuple[SectionCap, ...] | None,
-) -> str:
+) -> BudgetedRead:
     """``read_budgeted[_section_aware]`` through a small LRU of earlier results.
 
     Budgeting a 1 MB memory file parses it line by line; project and global
     ``MEMORY.md`` rarely change between rebuilds (and are shared by every session
     of a project), so the result is reused while the text is the same. The entry
     holds the text it was computed from and is used only on an exact match (same
-    counter object too), so a cache hit returns exactly what a fresh call would.
+    counter object too), so a cache hit returns exactly what a fresh call would
+    (its ``output``).
     """
-    return _entry(
-        text, cap, path, counter, section_aware=section_aware, section_caps=section_caps
-    ).output
-
-
-def budgeted_section(
-    heading: str,
-    text: str,
-    cap: int,
-    path: str,
-    counter: TokenCounter | None,
-    *,
-    section_aware: bool,
-    section_caps: tuple[SectionCap, ...] | None,
-) -> str:
-    """The file-backed section of :func:`budgeted`'s output: ``render_section`` of it
-    under ``heading`` with its ``File:`` line, or ``""`` when the output is blank.
-
-    Kept with the budgeted result: a file unchanged since the last rebuild (the
-    memory reads hand back the same text while its size, times and inode stay)
-    costs a look-up, not a budgeted read and a neutralising pass.
-    """
-    entry = _entry(text, cap, path, counter, section_aware=section_aware, section_caps=section_caps)
-    section = entry.sections.get(heading)
-    if section is None:
-        body = entry.output
-        section = render_section(heading, body, file_path=path) if body.strip() else ""
-        entry.sections[heading] = section
-    return section
-
-
-def _entry(
-    text: str,
-    cap: int,
-    path: str,
-    counter: TokenCounter | None,
-    *,
-    section_aware: bool,
-    section_caps: tuple[SectionCap, ...] | None,
-) -> _BudgetedEntry:
     key = (path, cap, section_aware, section_caps, id(counter))
     entry = _cache.get(key)
     if entry is not None and entry.counter is counter and entry.text == text:
@@ -102,7 +95,7 @@ def _entry(
         )
     else:
         output = read_budgeted(text, cap, path=path, counter=counter)
-    entry = _BudgetedEntry(text, counter, output)
+    entry = BudgetedRead(text, path, counter, output)
     _cache[key] = entry
     _cache.move_to_end(key)
     # Bounded memory: at most so many entries and so many characters of source text

@@ -56,7 +56,7 @@ from typing import Final, Literal
 import anyio
 import anyio.to_thread
 
-from mimo_ctx._budget_cache import budgeted_section
+from mimo_ctx._budget_cache import budgeted
 from mimo_ctx._render_files import MemoryFile, read_body_files
 from mimo_ctx.budget import (
     checkpoint_section_caps,
@@ -528,15 +528,9 @@ def assemble_body(
                 # user's words are quoted under "Recent user input": say each once.
                 text = refer_to_quoted(_without_topic(text), quoted, USER_QUOTED_WHERE)
             caps_for = checkpoint_section_caps(caps) if refer else None
-            return budgeted_section(
-                heading,
-                text,
-                cap,
-                source.path,
-                counter,
-                section_aware=section_aware,
-                section_caps=caps_for,
-            )
+            return budgeted(
+                text, cap, source.path, counter, section_aware=section_aware, section_caps=caps_for
+            ).section(heading)
 
         return render
 

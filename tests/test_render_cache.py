@@ -25,11 +25,11 @@ def test_r6_2_cache_hit_equals_fresh_call_and_changed_text_is_recomputed() -> No
     for _ in range(2):  # the second pass is served from the cache
         assert _budget_cache.budgeted(
             first, 500, "/m/MEMORY.md", None, section_aware=True, section_caps=None
-        ) == read_budgeted_section_aware(first, 500, path="/m/MEMORY.md")
+        ).output == read_budgeted_section_aware(first, 500, path="/m/MEMORY.md")
     # Same path and cap, new content (a rewritten file): never the stale result.
     got = _budget_cache.budgeted(
         second, 500, "/m/MEMORY.md", None, section_aware=True, section_caps=None
-    )
+    ).output
     assert got == read_budgeted_section_aware(second, 500, path="/m/MEMORY.md")
     assert "bravo" in got
     assert "alpha" not in got
@@ -40,11 +40,11 @@ def test_r6_1_cache_keys_on_counter_and_kind() -> None:
     counter = CharEstimator()
     proportional = _budget_cache.budgeted(
         text, 300, "/m/notes.md", counter, section_aware=False, section_caps=None
-    )
+    ).output
     assert proportional == read_budgeted(text, 300, path="/m/notes.md", counter=counter)
     aware = _budget_cache.budgeted(
         text, 300, "/m/notes.md", counter, section_aware=True, section_caps=None
-    )
+    ).output
     assert aware == read_budgeted_section_aware(text, 300, path="/m/notes.md", counter=counter)
     assert aware != proportional
 
@@ -93,7 +93,7 @@ def test_a_remembered_section_is_the_section_rendered_fresh(
         read = read_budgeted_section_aware if section_aware else read_budgeted
         body = read(text, cap, path=path)
         expected = render_section(heading, body, file_path=path) if body.strip() else ""
-        got = _budget_cache.budgeted_section(
-            heading, given_text, cap, path, None, section_aware=section_aware, section_caps=None
-        )
+        got = _budget_cache.budgeted(
+            given_text, cap, path, None, section_aware=section_aware, section_caps=None
+        ).section(heading)
         assert got == expected
