@@ -135,14 +135,33 @@ class CharEstimator:
         return estimate_text_tokens(text)
 
 
+# The C encoder behind json.dumps (None on an interpreter without the _json module),
+# and what json.dumps hands it: the string escaper and the default hook's TypeError.
+_C_MAKE_ENCODER: Final[Callable[..., Callable[[Any, int], list[str]]] | None] = getattr(
+    json.encoder, "c_make_encoder", None
+)
+_ENCODE_STRING: Final = json.encoder.encode_basestring
+_NOT_JSON: Final = json.JSONEncoder().default
+
+
 def js_json(value: Any) -> str:
     """Serialise like JavaScript's ``JSON.stringify``: compact, non-ASCII kept as is.
+
+    The text of ``json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+    allow_nan=False)``, made by the C encoder ``json.dumps`` uses, called directly:
+    every estimate serialises each new part, and the encoder object ``json.dumps``
+    builds around it on each call costs about as much as encoding a small part.
 
     Raises:
         ValueError: ``value`` cannot be serialised (NaN, cycles...).
         TypeError: ``value`` holds something that is not JSON.
     """
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if _C_MAKE_ENCODER is None:  # pragma: no cover - CPython always has the C encoder
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    # A fresh markers dict per call, as json.dumps makes: cycles are detected
+    # (ValueError), and a failed call leaves nothing behind for the next one.
+    encode = _C_MAKE_ENCODER({}, _NOT_JSON, _ENCODE_STRING, None, ":", ",", False, False, False)
+    return "".join(encode(value, 0))
 
 
 def json_units(model: BaseModel) -> int | None:

@@ -340,6 +340,61 @@ def test_r2_2_js_json_is_compact_with_non_ascii_unescaped() -> None:
     )
 
 
+_json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(alphabet=_any_char),
+)
+_json_keys = st.one_of(
+    st.text(alphabet=_any_char), st.integers(), st.floats(), st.booleans(), st.none()
+)
+_json_values = st.recursive(
+    _json_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5),
+        st.tuples(inner, inner),
+        st.dictionaries(_json_keys, inner, max_size=5),
+    ),
+    max_leaves=30,
+)
+
+
+def _dumps_outcome(fn: Callable[[Any], str], value: Any) -> tuple[str, str]:
+    try:
+        return ("ok", fn(value))
+    except (ValueError, TypeError) as exc:
+        return (type(exc).__name__, str(exc))
+
+
+@given(
+    _json_values | st.builds(object) | st.builds(lambda v: {"x": v, "o": object()}, _json_values)
+)
+@example({"a": [1, "é", None, True, 2.5], "中": {"emoji": "🎉"}, "ctl": '\x01\n\t"\\'})
+@example([float("nan")])
+@example({1.5: "float key", True: "bool key", None: "none key"})
+def test_r2_2_js_json_is_json_dumps_compact_for_any_value(value: Any) -> None:
+    # js_json calls the C encoder json.dumps uses without its per-call wrapper:
+    # the text, and the error for what is not JSON, are json.dumps' own.
+    def plain(v: Any) -> str:
+        return json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+    assert _dumps_outcome(js_json, value) == _dumps_outcome(plain, value)
+
+
+def test_r2_2_js_json_detects_cycles_and_forgets_a_failed_call() -> None:
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = [cyclic]
+    with pytest.raises(ValueError, match="Circular reference"):
+        js_json(cyclic)
+    shared = ["x"]
+    # The same list twice is no cycle, and nothing is left over from the failure.
+    assert js_json({"a": shared, "b": shared, "c": cyclic["self"][1:]}) == (
+        '{"a":["x"],"b":["x"],"c":[]}'
+    )
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), {"x": object()}])
 def test_r2_2_js_json_rejects_what_json_stringify_cannot_round_trip(bad: object) -> None:
     with pytest.raises((ValueError, TypeError)):

@@ -48,6 +48,7 @@ _T = TypeVar("_T")
 _M = TypeVar("_M", bound=BaseModel)
 
 SQL_CURRENT_SEQ: Final = "SELECT value FROM counters WHERE name = 'seq'"
+_SQL_TAKE_SEQS: Final = "UPDATE counters SET value = value + ? WHERE name = 'seq' RETURNING value"
 
 SQL_INSERT_MESSAGE: Final = (
     "INSERT INTO messages (id, session_id, agent, role, time_created, is_boundary,"
@@ -390,30 +391,41 @@ class SQLiteBase(SQLiteWorker):
 
     def _take_seqs(self, conn: sqlite3.Connection, count: int) -> int:
         """Reserve ``count`` sequence numbers; return the first. Inside a write tx."""
-        current = int(conn.execute(SQL_CURRENT_SEQ).fetchone()[0])
-        conn.execute("UPDATE counters SET value = ? WHERE name = 'seq'", (current + count,))
+        # One statement moves the counter and reads it: every message write takes
+        # numbers, so a separate read first would cost each write a statement.
+        current = int(conn.execute(_SQL_TAKE_SEQS, (count,)).fetchone()[0]) - count
         self._taken.append((current, count))
         return current + 1
 
     def _insert_messages(
         self, conn: sqlite3.Connection, rows: Sequence[MessageRow], what: str
     ) -> int:
-        """Validate and insert new message rows; return the first one's seq. Inside a write tx."""
-        for session_id in {r[1] for r in rows}:
-            if not self._session_exists(conn, session_id):
-                raise StoreError(f"{what}: unknown session {session_id!r}; nothing written")
-        ids = [r[0] for r in rows]
-        for chunk in chunks(ids, IN_CHUNK):
-            marks = ",".join("?" * len(chunk))
-            found = conn.execute(
-                f"SELECT id FROM messages WHERE id IN ({marks})", tuple(chunk)
-            ).fetchone()
-            if found is not None:
-                raise StoreError(f"{what}: message id {found[0]!r} already exists; nothing written")
+        """Validate and insert new message rows; return the first one's seq. Inside a write tx.
+
+        Nothing is looked up first: the table's constraints refuse a known id and
+        an unknown session, and only a refused insert looks, to say why, with the
+        errors a check of every session and then every id up front would give.
+        """
         first = self._take_seqs(conn, len(rows))
-        conn.executemany(
-            SQL_INSERT_MESSAGE, [(*r, first + i, first + i) for i, r in enumerate(rows)]
-        )
+        try:
+            conn.executemany(
+                SQL_INSERT_MESSAGE, [(*r, first + i, first + i) for i, r in enumerate(rows)]
+            )
+        except sqlite3.IntegrityError:
+            self._check_sessions(conn, rows, what)
+            ids = [r[0] for r in rows]
+            for chunk in chunks(ids, IN_CHUNK):
+                marks = ",".join("?" * len(chunk))
+                # Rows stored before this batch: the ones it inserted before the
+                # refused row took numbers from ``first`` on.
+                found = conn.execute(
+                    f"SELECT id FROM messages WHERE id IN ({marks}) AND seq < ?", (*chunk, first)
+                ).fetchone()
+                if found is not None:
+                    raise StoreError(
+                        f"{what}: message id {found[0]!r} already exists; nothing written"
+                    ) from None
+            raise
         return first
 
     def _update_messages(
@@ -489,17 +501,23 @@ class SQLiteBase(SQLiteWorker):
     def _upsert_messages(
         self, conn: sqlite3.Connection, rows: Sequence[MessageRow]
     ) -> tuple[int, list[int]]:
-        """Insert new rows and replace known ones; the first seq and each insert_seq."""
-        for session_id in {r[1] for r in rows}:
-            if not self._session_exists(conn, session_id):
-                raise StoreError(
-                    f"upsert_messages: unknown session {session_id!r}; nothing written"
-                )
+        """Insert new rows and replace known ones; the first seq and each insert_seq.
+
+        The sessions are not looked up first: the row's foreign key already makes
+        SQLite refuse a new message of an unknown session (a replaced one keeps
+        its session), so only a refused write looks, to say why, and the errors
+        are the ones a check of every session up front would give.
+        """
         first = self._take_seqs(conn, len(rows))
         kept: list[int] = []
         for i, r in enumerate(rows):
-            found = conn.execute(SQL_UPSERT_MESSAGE, (*r, first + i, first + i)).fetchone()
+            try:
+                found = conn.execute(SQL_UPSERT_MESSAGE, (*r, first + i, first + i)).fetchone()
+            except sqlite3.IntegrityError:
+                self._check_sessions(conn, rows, "upsert_messages")
+                raise
             if found is None:
+                self._check_sessions(conn, rows, "upsert_messages")
                 stored = conn.execute(
                     "SELECT session_id FROM messages WHERE id = ?", (r[0],)
                 ).fetchone()
@@ -509,3 +527,11 @@ class SQLiteBase(SQLiteWorker):
                 )
             kept.append(int(found[0]))
         return first, kept
+
+    def _check_sessions(
+        self, conn: sqlite3.Connection, rows: Sequence[MessageRow], what: str
+    ) -> None:
+        """Raise for the first unknown session of ``rows``. Inside a write tx."""
+        for session_id in {r[1] for r in rows}:
+            if not self._session_exists(conn, session_id):
+                raise StoreError(f"{what}: unknown session {session_id!r}; nothing written")
