@@ -286,7 +286,9 @@ class IntegrationSync:
             convert: Turns a new message into drafts (made with :func:`new_draft`);
                 the flag is True for the first message of ``history``.
         """
-        host = list(history)
+        # Not copied (O(new) per call): the reconciler keeps its own copy of the list,
+        # extended in place while the framework's only grows.
+        host = history if isinstance(history, list) else list(history)
         first = host[0] if host else None
 
         def drafts(run: Sequence[T]) -> list[MessageDraft]:

@@ -572,7 +572,8 @@ class MimoCtxMiddleware(AgentMiddleware):
     async def _prepared(
         self, sync: IntegrationSync, request: ModelRequest[Any]
     ) -> ModelRequest[Any]:
-        history = list(request.messages)
+        # Read, never changed (the request is overridden with a new list): not copied.
+        history = request.messages
         leading = _leading_system(history)
         async with sync.lock:
             texts = [request.system_message.text] if request.system_message else []

@@ -456,7 +456,9 @@ class MimoCtxCapability(AbstractCapability[Any]):
         request_context: ModelRequestContext,
     ) -> ModelRequestContext:
         """Store what is new, rebuild if due, and send the request view instead."""
-        history = list(request_context.messages)
+        # The request's own list (pydantic-ai gives each request one), read and then
+        # replaced, never changed: no copy of the history per request.
+        history = request_context.messages
         sync = self._sync(ctx)
         async with sync.lock:
             system, tools = _prefix_of(history, request_context)
