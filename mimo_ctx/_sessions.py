@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from mimo_ctx._util import now_ms
 from mimo_ctx._window import LiveSession
@@ -96,9 +96,21 @@ class SessionRegistry:
         return self._states[session_id]
 
     def last_request(self, session_id: str) -> SentRequest | None:
-        """The main agent's last request, while the session is in use."""
+        """The main agent's last request, while the session is in use.
+
+        Its payload's lists are the caller's own copies: a wrapped client updates the
+        list it sent in place for its next call (one list per session, O(new) per
+        call), and a forked writer must resend what was sent.
+        """
         state = self._states.get(session_id)
-        return state.last_request if state is not None else None
+        last = state.last_request if state is not None else None
+        if last is None or last.payload is None:
+            return last
+        payload = {
+            key: list(cast("list[Any]", value)) if isinstance(value, list) else value
+            for key, value in last.payload.items()
+        }
+        return dataclasses.replace(last, payload=payload)
 
     def sent(
         self,

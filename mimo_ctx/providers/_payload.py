@@ -32,7 +32,7 @@ from mimo_ctx.messages import CheckpointPart, CompactionPart, Message, Part, Tex
 from mimo_ctx.providers.validate import RequestFormat, RequestValidator, ValidatorMark
 from mimo_ctx.view import CHECKPOINT_SUMMARY_HEADER, COMPACTION_SUMMARY_HEADER
 
-__all__ = ["Convert", "PayloadBuilder", "Reuse", "mark_boundary", "marked_view"]
+__all__ = ["Convert", "PayloadBuilder", "Reuse", "SentList", "mark_boundary", "marked_view"]
 
 Convert = Callable[[Sequence[Message], Message | None], list[Any]]
 """Converts a run of view messages; the second argument is the view message before the
@@ -120,6 +120,11 @@ class PayloadBuilder:
         self._start = self._validator.mark() if self._validator is not None else _NO_MARK
         self.converted = 0
         """View messages converted by the last :meth:`build` (for tests and benchmarks)."""
+        self.kept = 0
+        """Leading entries the last :meth:`build` left as the build before it made them."""
+        self.builds = 0
+        """Successful :meth:`build` calls so far (with :attr:`kept`, what a caller that
+        mirrors the entries needs to know to follow them in O(new))."""
 
     def build(
         self,
@@ -190,6 +195,8 @@ class PayloadBuilder:
         self._boundary = boundary_id
         self._key = key
         self.converted = len(run)
+        self.kept = kept_entries
+        self.builds += 1
         return self._entries
 
     def _merges(self, kept: int, fresh: list[Any]) -> bool:
@@ -214,3 +221,50 @@ class PayloadBuilder:
         self._boundary = None
         if self._validator is not None:
             self._validator.reset(self._start)
+
+
+class SentList:
+    """The list a wrapped client hands its SDK: one list per session and format, kept
+    and brought up to date in O(new messages) from the session's :class:`PayloadBuilder`.
+
+    A new list per call would copy the whole history every call and, while the call
+    runs, be one more whole-history list for every collection of the cycle collector
+    to walk (on the SDK's time). An SDK reads the list, converting and serialising
+    it, before its call first waits, and keeps none of it; so each call may change
+    the list the last one sent. Whoever keeps a payload beyond its call copies it
+    (the forked checkpoint writer's capture of the session's last request).
+    """
+
+    def __init__(self) -> None:
+        self._items: list[Any] = []
+        self._head: list[Any] = []
+        self._builds = -1  # the builder's build the list follows
+        self._changed: int | None = None  # from here on a caller changed the list
+
+    def update(self, head: Sequence[Any], entries: list[Any], builder: PayloadBuilder) -> list[Any]:
+        """The list: ``head`` (the host's system items), then ``entries``, which
+        ``builder`` has just built.
+
+        Only the entries after those the builder kept (and after anything changed in
+        place since) are replaced; a changed head, or a build of the builder this list
+        did not follow, replaces everything.
+        """
+        items = self._items
+        start = len(head)
+        keep = start + builder.kept
+        if self._changed is not None:
+            keep = min(keep, self._changed)
+        if builder.builds != self._builds + 1 or keep < start or head != self._head:
+            del items[:]
+            items.extend(head)
+            keep = start
+        del items[keep:]
+        items.extend(entries[keep - start :])
+        self._head = list(head)
+        self._builds = builder.builds
+        self._changed = None
+        return items
+
+    def last_replaced(self) -> None:
+        """Say that the caller replaces the list's last entry in place (a marked copy)."""
+        self._changed = len(self._items) - 1

@@ -23,7 +23,7 @@ from mimo_ctx._util import now_ms
 from mimo_ctx.errors import ConfigError, ProviderReportedOverflow
 from mimo_ctx.messages import Message, TokenUsage
 from mimo_ctx.middleware import ContextMiddleware, RequestView
-from mimo_ctx.providers._payload import Convert
+from mimo_ctx.providers._payload import Convert, SentList
 from mimo_ctx.providers._sync import (
     Conversations,
     RecordingStream,
@@ -202,20 +202,22 @@ def recovering_call(
         api: The format of the call.
         send: Sends a payload.
         streaming: The answer is a stream (its overflow is the stream's to report).
-        finish: A last change to the sent list (the Anthropic cache breakpoint); the
-            list is the call's own, so it may be changed in place.
+        finish: A last change to the sent list (the Anthropic cache breakpoint): it
+            may replace the list's last entry in place (see
+            :class:`~mimo_ctx.providers._payload.SentList`).
     """
     builder = turn.builder(api.format, api.convert, merges=api.merges)
+    sent_list = turn.history.cached(f"sent:{api.format}", SentList, SentList)
     overflow = None if streaming else api.overflow
 
     def build(view: RequestView) -> dict[str, Any]:
-        # The call's own list (the builder's is extended by the next call): one copy,
-        # which ``finish`` may change in place.
-        sent = [
-            *turn.head,
-            *builder.build(view.messages, view.boundary_id, reuse=turn.host_item),
-        ]
-        payload = {**kwargs, api.key: sent if finish is None else finish(sent)}
+        entries = builder.build(view.messages, view.boundary_id, reuse=turn.host_item)
+        # The session's one list, brought up to date in O(new) (no copy per call).
+        sent = sent_list.update(turn.head, entries, builder)
+        if finish is not None:
+            sent_list.last_replaced()
+            sent = finish(sent)
+        payload = {**kwargs, api.key: sent}
         binding.sent(view, api.format, payload)
         return payload
 

@@ -24,7 +24,7 @@ from mimo_ctx.messages import (
     ToolResultPart,
     ToolStatePending,
 )
-from mimo_ctx.providers._payload import Convert, PayloadBuilder, mark_boundary
+from mimo_ctx.providers._payload import Convert, PayloadBuilder, SentList, mark_boundary
 from mimo_ctx.providers.anthropic import anthropic_turns
 from mimo_ctx.providers.openai import to_openai_chat, to_openai_responses
 from mimo_ctx.providers.validate import RequestFormat, RequestValidator, validate_request
@@ -90,7 +90,7 @@ def test_incremental_payload_equals_the_whole_conversion(
     builder = PayloadBuilder(fmt, convert, merges=merges)
     stored: list[Message] = []
     for number, (op, kind) in enumerate(steps):
-        if op == "replace" and stored:
+        if op in ("replace", "unseen") and stored:
             stored = stored[: len(stored) // 2]
         stored = [*stored, *_turn(number, kind)]
         view = apply_send_rules(stored)
@@ -100,6 +100,70 @@ def test_incremental_payload_equals_the_whole_conversion(
         assert built == convert(view, None)
         validate_request(built, format=fmt)
         assert builder.converted <= len(view)
+
+
+sent_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["grow", "replace", "copy_last", "fail", "unseen"]),
+        st.sampled_from(["text", "tool", "user"]),
+        st.sampled_from([0, 1, 2]),  # which head (host system items) the call has
+        st.booleans(),  # the caller marks the last entry (the Anthropic breakpoint)
+    ),
+    min_size=1,
+    max_size=12,
+)
+HEADS: list[list[dict[str, str]]] = [
+    [],
+    [{"role": "system", "content": "s1"}],
+    [{"role": "system", "content": "s1"}, {"role": "system", "content": "s2"}],
+]
+
+
+@settings(max_examples=80)
+@given(steps=sent_steps, fmt=st.sampled_from(sorted(FORMATS)))
+def test_the_sent_list_is_one_list_equal_to_head_and_entries(
+    steps: list[tuple[str, str, int, bool]], fmt: RequestFormat
+) -> None:
+    """Whatever the views, heads and in-place marks of successive calls (and builds that
+    fail, or that the list does not follow, in between), the one list equals the head
+    then the builder's entries."""
+    convert, merges = FORMATS[fmt]
+    builder = PayloadBuilder(fmt, convert, merges=merges)
+    sent = SentList()
+    stored: list[Message] = []
+    first: list[Any] | None = None
+    for number, (op, kind, head_of, mark) in enumerate(steps):
+        if op == "fail":
+            # A tool result without its call: the builder refuses it and starts over.
+            orphan = ToolResultPart(call_id="nowhere", tool="read", output="x")
+            broken = [
+                *apply_send_rules(stored),
+                Message(session_id=SID, role="tool", time_created=number, parts=[orphan]),
+            ]
+            with contextlib.suppress(InvalidRequestError):
+                builder.build(broken, None)
+            continue
+        if op in ("replace", "unseen") and stored:
+            stored = stored[: len(stored) // 2]
+        stored = [*stored, *_turn(number, kind)]
+        view = apply_send_rules(stored)
+        if op == "copy_last" and view:
+            view = [*view[:-1], view[-1].model_copy(update={"parts": list(view[-1].parts)})]
+        if op == "unseen":
+            # Another build of the session's builder, on a history that parts from
+            # the one the list holds; this call's view extends that one.
+            builder.build(view, None)
+            stored = [*stored, *_turn(number + 100, "text")]
+            view = apply_send_rules(stored)
+        head = HEADS[head_of]
+        entries = builder.build(view, None)
+        items = sent.update(head, entries, builder)
+        assert items == [*head, *entries]
+        first = items if first is None else first
+        assert items is first
+        if mark and items:
+            sent.last_replaced()
+            items[-1] = {"marked": number}
 
 
 def test_a_grown_view_converts_only_what_is_new() -> None:
