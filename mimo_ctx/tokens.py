@@ -43,6 +43,7 @@ __all__ = [
     "estimate_part_tokens",
     "estimate_text_tokens",
     "js_json",
+    "json_string_units",
     "json_units",
     "units_tokens",
     "utf16_head",
@@ -176,6 +177,40 @@ def json_units(model: BaseModel) -> int | None:
     except (ValueError, TypeError, RecursionError):
         return None
     return utf16_length(text)
+
+
+def json_string_units(text: str) -> int:
+    """The UTF-16 length of ``text`` inside a JSON string (:func:`js_json`), quotes excluded.
+
+    What a part's JSON grows by when one of its strings grows from ``""`` to
+    ``text``, without serialising it: each character counts as
+    :func:`utf16_length` does, plus one for each two-character escape (``\\"``,
+    ``\\\\``, ``\\n``, ``\\r``, ``\\t``, ``\\b``, ``\\f``) and five for each
+    other control character (``\\u001f``). Counted on the UTF-8 bytes, where
+    each of those characters is one byte below 0x80 and each astral character
+    starts with a byte from 0xF0.
+    """
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: one unit, as utf16_length counts it
+        data = text.encode("utf-8", "surrogatepass")
+    escaped = data.translate(None, _UNESCAPED_BYTES)
+    units = len(text) + 5 * len(escaped)
+    if escaped:
+        units -= 4 * (len(escaped) - len(escaped.translate(None, _SHORT_ESCAPES)))
+    if len(data) != len(text):
+        units += len(data) - len(data.translate(None, _ASTRAL_LEADS))
+    return units
+
+
+_UNESCAPED_BYTES: Final = bytes(b for b in range(256) if b >= 0x20 and b not in b'"\\')
+"""UTF-8 bytes JSON writes as they are: deleting them leaves those it escapes."""
+
+_SHORT_ESCAPES: Final = b'"\\\b\f\n\r\t'
+"""Characters JSON escapes with two characters (the other control characters take six)."""
+
+_ASTRAL_LEADS: Final = bytes(range(0xF0, 0x100))
+"""First bytes of the UTF-8 encoding of a character outside the BMP (two UTF-16 units)."""
 
 
 def estimate_part_tokens(part: Part | BaseModel) -> int:
