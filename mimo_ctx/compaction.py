@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from fnmatch import fnmatchcase
-from typing import TypeGuard
+from typing import Final, TypeGuard
 
 from mimo_ctx.messages import (
     CheckpointPart,
@@ -28,7 +28,7 @@ from mimo_ctx.messages import (
     set_part_units,
 )
 from mimo_ctx.reminders import TOOL_CALL_FINISH_REASONS
-from mimo_ctx.tokens import json_units, units_tokens
+from mimo_ctx.tokens import json_string_units, json_units, units_tokens
 from mimo_ctx.view import COMPACTED_PLACEHOLDER
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "build_compaction_message",
     "clearable_tool",
     "count_compacted",
+    "estimate_boundary_tokens",
     "micro_compact",
     "open_tool_round",
 ]
@@ -212,6 +213,30 @@ def build_boundary_message(
             TextPart(text=actors_text, synthetic=True),
         ],
     )
+
+
+def estimate_boundary_tokens(boundary: Message) -> int:
+    """Estimate a :func:`build_boundary_message` boundary's tokens, cached on it.
+
+    The same figure as :func:`~mimo_ctx.tokens.estimate_message_tokens`, but the
+    body (tens to hundreds of KB) is not serialised again to be counted: its
+    part's JSON is the part's with an empty text plus the text's own JSON length
+    (:func:`~mimo_ctx.tokens.json_string_units`), one pass over its bytes.
+    """
+    units: list[int | None] = []
+    for index, part in enumerate(boundary.parts):
+        if index == _BODY_PART and isinstance(part, TextPart):
+            empty = json_units(part.model_copy(update={"text": ""}))
+            units.append(None if empty is None else empty + json_string_units(part.text))
+        else:
+            units.append(json_units(part))
+    estimate = sum(map(units_tokens, units))
+    set_part_units(boundary, tuple(units), estimate=estimate)
+    return estimate
+
+
+_BODY_PART: Final = 2
+"""Where :func:`build_boundary_message` puts the body (R4.4)."""
 
 
 def _after_watermark(watermark: Message, newer_than: str | None, parts: list[Part]) -> Message:

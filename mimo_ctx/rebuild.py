@@ -58,6 +58,7 @@ from mimo_ctx.compaction import (
     build_boundary_message,
     build_compaction_message,
     count_compacted,
+    estimate_boundary_tokens,
     micro_compact,
     open_tool_round,
 )
@@ -86,7 +87,6 @@ from mimo_ctx.messages import (
     TextPart,
     message_key,
     new_message_id,
-    set_part_units,
     written_after,
 )
 from mimo_ctx.reminders import per_turn_reminder
@@ -99,9 +99,6 @@ from mimo_ctx.tokens import (
     TokenCounter,
     estimate_message_tokens,
     estimate_part_tokens,
-    json_string_units,
-    json_units,
-    units_tokens,
 )
 from mimo_ctx.tracing import NO_TRACER, SPAN_REBUILD, Tracer
 from mimo_ctx.triggers import usage_tokens
@@ -666,7 +663,7 @@ class Rebuilder:
                     )
                 )
             boundary = boundary_with(rendered)
-            after = base + _estimate_boundary(boundary)
+            after = base + estimate_boundary_tokens(boundary)
             if after <= self._usable or max_body == 0 or attempt == _FIT_ATTEMPTS - 1:
                 break
             room -= after - self._usable
@@ -771,30 +768,6 @@ class Rebuilder:
                 )
             )
         return _Result(report, committed)
-
-
-def _estimate_boundary(boundary: Message) -> int:
-    """:func:`~mimo_ctx.tokens.estimate_message_tokens` of a rebuild boundary, cached on it.
-
-    The body (tens to hundreds of KB) is not serialised again to be counted: its
-    part's JSON is the part's with an empty text plus the text's own JSON length
-    (:func:`~mimo_ctx.tokens.json_string_units`), the same figure in one pass
-    over the text's bytes.
-    """
-    units: list[int | None] = []
-    for index, part in enumerate(boundary.parts):
-        if index == _BODY_PART and isinstance(part, TextPart):
-            empty = json_units(part.model_copy(update={"text": ""}))
-            units.append(None if empty is None else empty + json_string_units(part.text))
-        else:
-            units.append(json_units(part))
-    estimate = sum(map(units_tokens, units))
-    set_part_units(boundary, tuple(units), estimate=estimate)
-    return estimate
-
-
-_BODY_PART: Final = 2
-"""Where :func:`~mimo_ctx.compaction.build_boundary_message` puts the body (R4.4)."""
 
 
 def _live_users(state: LiveSession) -> LiveUsers | None:

@@ -11,9 +11,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mimo_ctx.compaction import build_boundary_message
+from mimo_ctx.compaction import build_boundary_message, estimate_boundary_tokens
 from mimo_ctx.messages import FilePart, Message, Part, TextPart, part_units
-from mimo_ctx.rebuild import _estimate_boundary  # pyright: ignore[reportPrivateUsage]
 from mimo_ctx.tokens import estimate_message_tokens, js_json, json_string_units, json_units
 
 # Every character class the escaping treats apart: quotes, backslashes, the short
@@ -63,7 +62,7 @@ def test_the_boundary_is_estimated_as_its_serialised_parts(
     # No cache on the copy: every part serialised (a lone surrogate cannot go
     # through pydantic's JSON, so not a round trip).
     fresh = boundary.model_copy(update={"parts": list(boundary.parts)})
-    estimate = _estimate_boundary(boundary)
+    estimate = estimate_boundary_tokens(boundary)
     assert estimate == estimate_message_tokens(fresh)
     assert part_units(boundary) == tuple(json_units(p) for p in fresh.parts)
     # Cached on the boundary: the commit's row and the report read it back.
@@ -76,4 +75,4 @@ def test_a_boundary_of_another_shape_is_counted_part_by_part() -> None:
     parts: list[Part] = [TextPart(text="a"), TextPart(text="b"), body, TextPart(text='d"\n')]
     message = Message(session_id="s", role="user", time_created=1, parts=parts)
     fresh = message.model_copy(update={"parts": list(parts)})
-    assert _estimate_boundary(message) == estimate_message_tokens(fresh)
+    assert estimate_boundary_tokens(message) == estimate_message_tokens(fresh)
