@@ -263,6 +263,11 @@ class RebuildConfig(_Frozen):
             than this share of the request, automatic rebuilds stop for the session.
         hook_timeout: Seconds a ``before_rebuild`` / ``after_rebuild`` hook may take;
             past it the hook is ignored (:mod:`mimo_ctx.hooks`).
+        release_memory_after_rebuild: **beyond**: after a rebuild or compaction (when
+            the old window's messages are dropped), hand the heap pages the C
+            allocator keeps free back to the system, in a worker thread (glibc's
+            ``malloc_trim``; nothing happens with other C libraries). Keeps a long
+            session's resident size flat; ``False`` leaves the allocator alone.
     """
 
     checkpoint_enabled: bool = True
@@ -282,6 +287,7 @@ class RebuildConfig(_Frozen):
     total_cap: int | None = Field(default=None, ge=0)
     min_freed_fraction: float = Field(default=0.10, ge=0, le=1)
     hook_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    release_memory_after_rebuild: bool = True
 
     @field_validator("micro_compact_tools", "micro_compact_exclude")
     @classmethod

@@ -39,6 +39,7 @@ from typing import Any, Final, Literal, Self
 import anyio
 from anyio.abc import TaskGroup
 
+from mimo_ctx._heap import HeapRelease
 from mimo_ctx._sessions import SessionRegistry, known_session
 from mimo_ctx._sessions import open_session as _open_session
 from mimo_ctx._util import now_ms
@@ -191,6 +192,8 @@ class ContextMiddleware:
         )
         self._events = events = EventBus()
         events.handlers.append(self._index_after_writer)
+        if config.release_memory_after_rebuild:  # mimo_ctx._heap: the soak's resident size
+            events.handlers.append(HeapRelease(lambda: self._task_group))
         if on_event is not None:
             events.handlers.append(on_event)
         self._counter = counter

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import pytest
 from pydantic import BaseModel
 
+import mimo_ctx._heap as heap
 from mimo_ctx import (
     Actor,
     CheckpointDraft,
@@ -448,6 +450,27 @@ async def cleared_as(config: RebuildConfig, root: Path) -> object:
     )
 
 
+async def heap_released(config: RebuildConfig, root: Path) -> object:
+    """Whether a rebuild hands the allocator's free heap pages back (mimo_ctx._heap)."""
+    released = anyio.Event()
+
+    def release() -> bool:  # the worker thread's call, counted instead of run
+        anyio.from_thread.run_sync(released.set)
+        return True
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(heap, "release_free_heap", release)
+        async with ContextMiddleware(
+            InMemoryStore(), root / "mem", model=LIMITS, config=config
+        ) as mw:
+            session = await mw.open_session(project_id="p")
+            await _history(mw, session.id, rounds=24)
+            assert (await mw.prepare(session.id)).rebuild is not None
+            with anyio.move_on_after(5 if config.release_memory_after_rebuild else 0.3):
+                await released.wait()
+    return released.is_set()
+
+
 async def focus_and_host_body(config: RebuildConfig, root: Path) -> object:
     """A manual rebuild with a long focus and a (slow) hook adding a long section."""
 
@@ -512,6 +535,7 @@ PROBES: dict[str, tuple[object, Observe]] = {
     "total_cap": (1_500, rebuild_fingerprint),
     "min_freed_fraction": (1.0, rebuild_fingerprint),
     "hook_timeout": (0.05, focus_and_host_body),
+    "release_memory_after_rebuild": (False, heap_released),
 }
 
 
