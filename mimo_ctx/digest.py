@@ -49,6 +49,7 @@ import functools
 import re
 import reprlib
 import weakref
+from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring
@@ -452,10 +453,10 @@ class _RememberedLines:
     def __init__(self) -> None:
         # id(message) -> (the message, weakly; the cuts; its long strings' hashes;
         # its lines)
-        self._entries: dict[
+        self._entries: OrderedDict[
             int,
             tuple[weakref.ref[Message], tuple[int, int], list[int], tuple[DigestLine, ...]],
-        ] = {}
+        ] = OrderedDict()
 
     def get(
         self, message: Message, cuts: tuple[int, int], widened: frozenset[int]
@@ -481,7 +482,9 @@ class _RememberedLines:
         entries = self._entries
         entries[id(message)] = (weakref.ref(message), cuts, long_hashes, lines)
         if len(entries) > _LINES_KEPT:
-            del entries[next(iter(entries))]
+            # One call that cannot see the dict change under it: a host may digest
+            # from several threads (the public functions share this cache).
+            entries.popitem(last=False)
 
 
 _remembered = _RememberedLines()
