@@ -35,9 +35,10 @@ import gc
 import itertools
 import json
 import shutil
+import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,10 @@ class _ShapeTimings:
     prepare: list[tuple[float, float]]
     base_i: list[tuple[float, float]]
     base_ii: list[tuple[float, float]]
+    # Per full turn: the CPU time of the event loop's thread, and of every other
+    # thread (the store's worker thread), which together make the process's.
+    loop_cpu: list[float] = field(default_factory=list[float])
+    other_cpu: list[float] = field(default_factory=list[float])
     view_messages: int = 0
 
 
@@ -228,6 +233,7 @@ async def _measure_block(
         turn = _turn(shape, text, sid, next(counter))
         gc.disable()
         try:
+            loop_start = time.thread_time()
             start = _clock()
             for kind, message in turn.writes:
                 if kind == "record":
@@ -238,8 +244,11 @@ async def _measure_block(
             between = _clock()
             await middleware.prepare(sid)
             prepared = _since(between)
+            loop_cpu = time.thread_time() - loop_start
         finally:
             gc.enable()
+        timings.loop_cpu.append(loop_cpu)
+        timings.other_cpu.append(max(0.0, wrote[1] + prepared[1] - loop_cpu))
         stored.main.extend((m.id, m.time_created) for m in turn.final)
         timings.record.append(wrote)
         timings.prepare.append(prepared)
@@ -327,6 +336,8 @@ def _report(plan: _Plan, shapes: dict[str, _ShapeTimings], langchain: bool) -> d
                 fmt_ms(turn.median),
                 fmt_ms(turn.minimum),
                 fmt_ms(turn.cpu_median),
+                f"{fmt_ms(statistics.median(t.loop_cpu))} / "
+                f"{fmt_ms(statistics.median(t.other_cpu))}",
                 fmt_ms(record.median),
                 fmt_ms(prepare.median),
                 fmt_ms(base_i.median),
@@ -352,6 +363,8 @@ def _report(plan: _Plan, shapes: dict[str, _ShapeTimings], langchain: bool) -> d
             "ratio_ii_min": min_ii,
             "ratio_ii_cpu": cpu_ii,
             "view_messages": t.view_messages,
+            "loop_cpu_median_ms": statistics.median(t.loop_cpu) * 1000,
+            "other_cpu_median_ms": statistics.median(t.other_cpu) * 1000,
         }
     main = table(
         f"Full turn medians ({fmt_num(plan.stored)} stored, window {plan.window} messages, "
@@ -361,6 +374,7 @@ def _report(plan: _Plan, shapes: dict[str, _ShapeTimings], langchain: bool) -> d
             "full turn",
             "min",
             "its CPU time",
+            "of it: loop thread / other threads",
             "record part",
             "prepare part",
             "(i) json.dumps",
@@ -408,6 +422,9 @@ def _report(plan: _Plan, shapes: dict[str, _ShapeTimings], langchain: bool) -> d
     notes = [
         "Full turn = the shape's writes through the middleware (record(), append()) plus "
         "the next prepare(); record part and prepare part are the same turns split.",
+        "Its CPU time is the process's (every thread); split into the event loop's thread "
+        "(time.thread_time) and the rest, the store's worker thread (medians of each, so "
+        "they need not add up exactly).",
         "(i) holds the window as Chat Completions dicts (converted once, untimed, new "
         "messages appended as they come) and times one json.dumps of the list per turn; "
         "(ii) holds LangChain messages likewise and times the two middlewares' per-turn "

@@ -77,6 +77,9 @@ def test_turns_quick_every_shape(quick: Callable[[str], dict[str, Any]]) -> None
         assert shape["base_ii"]["n"] == shape["turn"]["n"]
         # The window the turns ran on: the boundary plus the quick plan's 60 messages.
         assert shape["view_messages"] == 61
+        # The turn's CPU split by thread: the loop's part is one thread's share.
+        assert 0 < shape["loop_cpu_median_ms"] <= shape["turn"]["cpu_median_ms"] * 1.05
+        assert shape["other_cpu_median_ms"] >= 0
     assert len(result["targets"]) == 2
 
 
