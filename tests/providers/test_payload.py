@@ -72,6 +72,20 @@ def _turn(n: int, kind: str) -> list[Message]:
     ]
 
 
+def _step(
+    stored: list[Message], number: int, op: str, kind: str
+) -> tuple[list[Message], list[Message]]:
+    """The stored history after one step (``replace`` and ``unseen`` drop its second half
+    first; ``copy_last`` sends an equal copy of the view's last message) and its view."""
+    if op in ("replace", "unseen") and stored:
+        stored = stored[: len(stored) // 2]
+    stored = [*stored, *_turn(number, kind)]
+    view = apply_send_rules(stored)
+    if op == "copy_last" and view:
+        view = [*view[:-1], view[-1].model_copy(update={"parts": list(view[-1].parts)})]
+    return stored, view
+
+
 steps = st.lists(
     st.tuples(
         st.sampled_from(["grow", "replace", "copy_last"]), st.sampled_from(["text", "tool", "user"])
@@ -90,12 +104,7 @@ def test_incremental_payload_equals_the_whole_conversion(
     builder = PayloadBuilder(fmt, convert, merges=merges)
     stored: list[Message] = []
     for number, (op, kind) in enumerate(steps):
-        if op in ("replace", "unseen") and stored:
-            stored = stored[: len(stored) // 2]
-        stored = [*stored, *_turn(number, kind)]
-        view = apply_send_rules(stored)
-        if op == "copy_last" and view:
-            view = [*view[:-1], view[-1].model_copy(update={"parts": list(view[-1].parts)})]
+        stored, view = _step(stored, number, op, kind)
         built = builder.build(view, None)
         assert built == convert(view, None)
         validate_request(built, format=fmt)
@@ -143,12 +152,7 @@ def test_the_sent_list_is_one_list_equal_to_head_and_entries(
             with contextlib.suppress(InvalidRequestError):
                 builder.build(broken, None)
             continue
-        if op in ("replace", "unseen") and stored:
-            stored = stored[: len(stored) // 2]
-        stored = [*stored, *_turn(number, kind)]
-        view = apply_send_rules(stored)
-        if op == "copy_last" and view:
-            view = [*view[:-1], view[-1].model_copy(update={"parts": list(view[-1].parts)})]
+        stored, view = _step(stored, number, op, kind)
         if op == "unseen":
             # Another build of the session's builder, on a history that parts from
             # the one the list holds; this call's view extends that one.

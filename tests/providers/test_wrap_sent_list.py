@@ -21,17 +21,16 @@ from mimo_ctx.store import InMemoryStore
 SID = "ses_sent_list"
 
 
-class _RecordingWriter:
-    """The offline writer, keeping every request it gets."""
-
-    name = "recording"
+class _KeepingWriter(OfflineCheckpointWriter):
+    """The offline writer; ``requests`` keeps what each run was given."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.requests: list[WriterRequest] = []
 
     async def write(self, request: WriterRequest) -> CheckpointDraft:
         self.requests.append(request)
-        return OfflineCheckpointWriter().build(request)
+        return await super().write(request)
 
 
 def _markers(body: dict[str, Any]) -> list[int]:
@@ -83,7 +82,7 @@ async def test_one_list_every_call_and_every_body_is_the_view(tmp_path: Path) ->
 
 async def test_a_forked_writer_keeps_the_request_as_it_was_sent(tmp_path: Path) -> None:
     fake = FakeProvider()
-    writer = _RecordingWriter()
+    writer = _KeepingWriter()
     async with ContextMiddleware(
         InMemoryStore(), tmp_path / "mem", model=LIMITS, writer=writer
     ) as mw:
