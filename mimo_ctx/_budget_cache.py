@@ -1,10 +1,13 @@
 """Budgeted reads of memory files through a small LRU of earlier results (rebuild bodies).
 
-Private to :mod:`mimo_ctx.render`: pure (no I/O), with one module-level cache.
+Private to :mod:`mimo_ctx.render`: pure (no I/O), with one module-level cache,
+used from the event loop and from the worker thread that reads a rebuild's files
+(it budgets them there, next to the read): its bookkeeping is under a lock.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Final
@@ -64,6 +67,9 @@ CACHE_CHARS: Final = 24_000_000
 _cache: OrderedDict[tuple[str, int, bool, tuple[SectionCap, ...] | None, int], BudgetedRead] = (
     OrderedDict()
 )
+# Look-ups and updates only; a read is computed outside it (two threads missing
+# the same entry both compute it, and the later one's equal result stays).
+_lock = threading.Lock()
 
 
 def budgeted(
@@ -85,10 +91,11 @@ def budgeted(
     (its ``output``).
     """
     key = (path, cap, section_aware, section_caps, id(counter))
-    entry = _cache.get(key)
-    if entry is not None and entry.counter is counter and entry.text == text:
-        _cache.move_to_end(key)
-        return entry
+    with _lock:
+        entry = _cache.get(key)
+        if entry is not None and entry.counter is counter and entry.text == text:
+            _cache.move_to_end(key)
+            return entry
     if section_aware:
         output = read_budgeted_section_aware(
             text, cap, path=path, counter=counter, section_caps=section_caps
@@ -96,17 +103,19 @@ def budgeted(
     else:
         output = read_budgeted(text, cap, path=path, counter=counter)
     entry = BudgetedRead(text, path, counter, output)
-    _cache[key] = entry
-    _cache.move_to_end(key)
-    # Bounded memory: at most so many entries and so many characters of source text
-    # (an entry keeps its text alive; entries of one rebuild usually share it).
-    held = sum(len(e.text) for e in _cache.values())
-    while len(_cache) > 1 and (len(_cache) > CACHE_ENTRIES or held > CACHE_CHARS):
-        _, dropped = _cache.popitem(last=False)
-        held -= len(dropped.text)
+    with _lock:
+        _cache[key] = entry
+        _cache.move_to_end(key)
+        # Bounded memory: at most so many entries and so many characters of source
+        # text (an entry keeps its text alive; entries of one rebuild usually share it).
+        held = sum(len(e.text) for e in _cache.values())
+        while len(_cache) > 1 and (len(_cache) > CACHE_ENTRIES or held > CACHE_CHARS):
+            _, dropped = _cache.popitem(last=False)
+            held -= len(dropped.text)
     return entry
 
 
 def cached_entries() -> int:
     """How many results the cache holds now."""
-    return len(_cache)
+    with _lock:
+        return len(_cache)

@@ -10,23 +10,41 @@ to a thread is a round trip through the event loop, and a parse of the state
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
+from mimo_ctx._budget_cache import budgeted
+from mimo_ctx.budget import checkpoint_section_caps
 from mimo_ctx.checkpoint.document import section_budgets
 from mimo_ctx.checkpoint.evidence import PlanItem, newest_plan
 from mimo_ctx.checkpoint.offline import render_state
+from mimo_ctx.checkpoint.sections import names_user_messages
 from mimo_ctx.checkpoint.state import CheckpointState, checkpoint_digest, fold_messages
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.errors import PathEscapeError
 from mimo_ctx.memory import MemoryLayout, read_text_blocking
 from mimo_ctx.messages import Message
 from mimo_ctx.reminders import OpenWork
+from mimo_ctx.sections import (
+    HEADING_CHECKPOINT,
+    HEADING_GLOBAL_MEMORY,
+    HEADING_NOTES,
+    HEADING_PROJECT_MEMORY,
+)
 from mimo_ctx.session import TERMINAL_TASK_STATUSES, Task
+from mimo_ctx.tokens import TokenCounter
 
-__all__ = ["MAX_FILE_CHARS", "BodyFiles", "MemoryFile", "read_body_files"]
+__all__ = [
+    "MAX_FILE_CHARS",
+    "BodyFiles",
+    "MemoryFile",
+    "budget_files",
+    "read_body_files",
+    "without_topic",
+]
 
 _log = logging.getLogger("mimo_ctx")
 
@@ -63,13 +81,18 @@ class MemoryFile:
 
 @dataclass(frozen=True, slots=True)
 class BodyFiles:
-    """What the body reads from the memory directory, in one worker-thread call."""
+    """What the body reads from the memory directory, in one worker-thread call.
+
+    ``checkpoint_shown`` is the checkpoint's text without its ``Topic:`` line
+    (``None`` when it is blank or unreadable).
+    """
 
     checkpoint: MemoryFile
     project: MemoryFile
     global_memory: MemoryFile
     notes: MemoryFile
     work: OpenWork
+    checkpoint_shown: str | None = None
 
 
 def read_body_files(
@@ -80,11 +103,13 @@ def read_body_files(
     tasks: Sequence[Task],
     tail: Sequence[Message],
     config: RebuildConfig,
+    counter: TokenCounter | None = None,
 ) -> BodyFiles:
     """The memory files, the checkpoint brought up to now and the open work (blocking).
 
     The offline writer's state file is read and parsed once, here, for both the
-    checkpoint and the open work, and only when one of them needs it.
+    checkpoint and the open work, and only when one of them needs it. The files
+    are then budgeted with ``counter`` (:func:`budget_files`).
     """
     checkpoint = _read_memory_file(layout.checkpoint_path(session_id), layout)
     project = _read_memory_file(layout.project_memory_path(project_id), layout)
@@ -98,13 +123,72 @@ def read_body_files(
         )
     if plan is None:
         plan = state.plan_items if state is not None else []
-    return BodyFiles(
+    files = BodyFiles(
         checkpoint=_current_checkpoint(checkpoint, state, tasks=tasks, tail=tail, config=config),
         project=project,
         global_memory=global_memory,
         notes=notes,
         work=_open_work(layout, session_id, tasks, plan),
     )
+    return budget_files(files, config, counter)
+
+
+_TOPIC_LINE = re.compile(r"^Topic:[^\n]*\n?", re.MULTILINE)
+
+
+def without_topic(text: str) -> str:
+    """``text`` without its first ``Topic:`` line (``_TOPIC_LINE.sub`` once).
+
+    Spliced from two slices: the line is usually the file's first, and the one
+    slice after it is the one copy of a megabyte checkpoint (a substitution copies
+    it piece by piece into a new string).
+    """
+    topic = _TOPIC_LINE.search(text)
+    return text if topic is None else text[: topic.start()] + text[topic.end() :]
+
+
+def budget_files(
+    files: BodyFiles, config: RebuildConfig, counter: TokenCounter | None
+) -> BodyFiles:
+    """``files`` with the checkpoint's text without its topic, each file budgeted for its
+    section at its cap as :func:`mimo_ctx.render.assemble_body` does first (blocking).
+
+    The results go to the budgeted reads' cache, where the body's render finds
+    them (the same text, cap, path and counter): a megabyte file is parsed and
+    measured in the thread that has just decoded it, while it is still in that
+    core's cache, and the event loop does not stall on it. The checkpoint is
+    budgeted here only when it quotes no user message: otherwise its text depends
+    on what "Recent user input" holds, which is known on the loop.
+    """
+    caps = config.push_caps
+    checkpoint = files.checkpoint
+    shown = None
+    if checkpoint.problem is None and not checkpoint.blank:
+        shown = without_topic(checkpoint.text)
+        if not names_user_messages(shown):
+            budgeted(
+                shown,
+                caps.checkpoint,
+                checkpoint.path,
+                counter,
+                section_aware=True,
+                section_caps=checkpoint_section_caps(caps),
+            ).section(HEADING_CHECKPOINT)
+    for source, heading, cap, section_aware in (
+        (files.project, HEADING_PROJECT_MEMORY, caps.memory, True),
+        (files.global_memory, HEADING_GLOBAL_MEMORY, caps.global_, True),
+        (files.notes, HEADING_NOTES, caps.notes, False),
+    ):
+        if source.problem is None and not source.blank:
+            budgeted(
+                source.text,
+                cap,
+                source.path,
+                counter,
+                section_aware=section_aware,
+                section_caps=None,
+            ).section(heading)
+    return replace(files, checkpoint_shown=shown)
 
 
 def _may_fold(checkpoint: MemoryFile, tail: Sequence[Message]) -> bool:

@@ -47,7 +47,6 @@ given.
 from __future__ import annotations
 
 import logging
-import re
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +56,7 @@ import anyio
 import anyio.to_thread
 
 from mimo_ctx._budget_cache import budgeted
-from mimo_ctx._render_files import MemoryFile, read_body_files
+from mimo_ctx._render_files import MemoryFile, read_body_files, without_topic
 from mimo_ctx.budget import (
     checkpoint_section_caps,
 )
@@ -120,20 +119,6 @@ USER_PAGE: Final = 50
 
 PIN_LOOKAHEAD: Final = 20
 """The task-defining request is looked for among this many oldest user messages."""
-
-_TOPIC_LINE = re.compile(r"^Topic:[^\n]*\n?", re.MULTILINE)
-
-
-def _without_topic(text: str) -> str:
-    """``text`` without its first ``Topic:`` line (``_TOPIC_LINE.sub`` once).
-
-    Spliced from two slices: the line is usually the file's first, and the one
-    slice after it is the one copy of a megabyte checkpoint (a substitution copies
-    it piece by piece into a new string).
-    """
-    topic = _TOPIC_LINE.search(text)
-    return text if topic is None else text[: topic.start()] + text[topic.end() :]
-
 
 SHRINK_ORDER: Final[tuple[str, ...]] = (
     "memory_titles",
@@ -217,6 +202,8 @@ class RebuildSources:
         work: What is open if the last turn finished.
         focus: The focus text of a manual rebuild (``# Rebuild focus``, first).
         host: The section a ``before_rebuild`` hook added (before ``# Recent activity``).
+        checkpoint_shown: ``checkpoint``'s text without its ``Topic:`` line, when
+            :func:`gather_sources` made it (``None``: made when rendered).
     """
 
     session_id: str
@@ -234,6 +221,7 @@ class RebuildSources:
     work: OpenWork = field(default_factory=OpenWork)
     focus: str | None = None
     host: HostSection | None = None
+    checkpoint_shown: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,10 +349,16 @@ async def gather_sources(
     whole_tail = tail if reminder_tail is None else reminder_tail
     # Every file in one worker-thread call: each hand-off to a thread and back is a
     # round trip through the event loop, which on a loaded machine costs more than
-    # reading a small file.
+    # reading a small file. They are budgeted there too, right after the read.
     files = await anyio.to_thread.run_sync(
         lambda: read_body_files(
-            layout, session_id, session.project_id, tasks=tasks, tail=whole_tail, config=config
+            layout,
+            session_id,
+            session.project_id,
+            tasks=tasks,
+            tail=whole_tail,
+            config=config,
+            counter=counter,
         )
     )
     if memory_index is not None:
@@ -392,6 +386,7 @@ async def gather_sources(
         work=files.work,
         focus=focus,
         host=host,
+        checkpoint_shown=files.checkpoint_shown,
     )
 
 
@@ -526,7 +521,10 @@ def assemble_body(
             if refer:
                 # The boundary's "## Checkpoint" part already names the topic, and the
                 # user's words are quoted under "Recent user input": say each once.
-                text = refer_to_quoted(_without_topic(text), quoted, USER_QUOTED_WHERE)
+                shown = sources.checkpoint_shown
+                text = refer_to_quoted(
+                    without_topic(text) if shown is None else shown, quoted, USER_QUOTED_WHERE
+                )
             caps_for = checkpoint_section_caps(caps) if refer else None
             return budgeted(
                 text, cap, source.path, counter, section_aware=section_aware, section_caps=caps_for

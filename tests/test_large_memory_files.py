@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mimo_ctx import memory, render
+from mimo_ctx import _render_files, memory
 from mimo_ctx._render_files import MemoryFile
 from mimo_ctx.render import RebuildSources, assemble_body
 from mimo_ctx.tokens import estimate_text_tokens
@@ -79,8 +79,8 @@ _TOPIC_TEXTS = st.lists(
 @settings(max_examples=400, deadline=None)
 @given(text=_TOPIC_TEXTS)
 def test_the_checkpoint_loses_its_first_topic_line_as_by_the_substitution(text: str) -> None:
-    want = render._TOPIC_LINE.sub("", text, count=1)  # pyright: ignore[reportPrivateUsage]
-    assert render._without_topic(text) == want  # pyright: ignore[reportPrivateUsage]
+    want = _render_files._TOPIC_LINE.sub("", text, count=1)  # pyright: ignore[reportPrivateUsage]
+    assert _render_files.without_topic(text) == want
 
 
 class _Recording:

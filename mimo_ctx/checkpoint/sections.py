@@ -66,6 +66,7 @@ __all__ = [
     "ITEM_LIMITS",
     "QUOTE_HEADER",
     "RenderedSections",
+    "names_user_messages",
     "refer_to_quoted",
     "render_sections",
     "state_from_checkpoint",
@@ -408,6 +409,12 @@ def _read_line(paths: Sequence[str], budget: int) -> str:
     return f"- Read only: {', '.join(kept)}{tail}"
 
 
+def names_user_messages(text: str) -> bool:
+    """Whether ``text`` may quote a user message: without, :func:`refer_to_quoted`
+    hands it back as it is, whatever the quoted messages are."""
+    return _QUOTE_MARK in text
+
+
 def refer_to_quoted(text: str, quoted: Collection[str], where: str) -> str:
     """``text`` with the quotes of ``quoted`` messages replaced by a pointer to ``where``.
 
@@ -421,7 +428,7 @@ def refer_to_quoted(text: str, quoted: Collection[str], where: str) -> str:
     substring search each), the rest is copied in slices; a checkpoint without
     quotes is returned as it is.
     """
-    if not quoted or _QUOTE_MARK not in text:
+    if not quoted or not names_user_messages(text):
         return text
     wanted = set(quoted)
     pieces: list[str] = []
