@@ -17,7 +17,14 @@ Every fifth answer is a tool call with its result. Reported per call: the bare
 call's CPU time and the managed call's (median and minimum), and the overhead:
 the median of the per-pair differences, with a 95% confidence interval of that
 median. Pairs come in blocks (see :class:`_Plan`), as many as a CPU budget per
-cell allows. Targets (issue 16), judged on those medians: the overhead at 5,000
+cell allows. Each pair starts after the same idle pause at every size (a host
+waits for the model between its calls): the store's worker does its idle WAL
+checkpoint there, and every pair starts from the same state whatever the size,
+not hot after a 25 ms call at 100 messages and cold after a second of the SDK's
+work at 5,000. The CPU of mimo_ctx's own threads (the store's worker, named
+``mimo-ctx ...``) goes to the managed call of its pair wherever it ran (the bare
+call never uses them): in the pause, in either call or in the SDK's call.
+Targets (issue 16), judged on those medians: the overhead at 5,000
 messages within 1.5x the overhead at 100, and under 0.5x the bare call's own
 cost at 5,000. For the two plain SDK calls, a stub client also shows what
 mimo_ctx alone costs, with warm caches and after a 5,000-message walk. For the
@@ -29,10 +36,12 @@ the SDK's own work took inside the managed call than in the bare one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -84,14 +93,17 @@ class _Plan:
     min_blocks: int
     max_blocks: int
     budget: float
+    gap: float = 0.0
+    """Seconds of idle before each pair (and each stub call): longer than the store
+    worker's idle checkpoint delay, so that checkpoint runs in it."""
 
     def more(self, blocks: int, spent: float) -> bool:
         """True when another block should run after ``blocks`` that took ``spent`` s."""
         return blocks < self.min_blocks or (blocks < self.max_blocks and spent < self.budget)
 
 
-PLAN = _Plan(pairs=20, min_blocks=2, max_blocks=12, budget=6.0)
-QUICK_PLAN = _Plan(pairs=3, min_blocks=1, max_blocks=1, budget=0.0)
+PLAN = _Plan(pairs=20, min_blocks=2, max_blocks=12, budget=6.0, gap=0.1)
+QUICK_PLAN = _Plan(pairs=3, min_blocks=1, max_blocks=1, budget=0.0, gap=0.01)
 ALONE_SAMPLES = 61
 QUICK_ALONE_SAMPLES = 3
 
@@ -151,10 +163,35 @@ class _Pair:
             self.inside = [*(self.inside or []), *other.inside]
 
 
+class _OurThreads:
+    """The CPU time of mimo_ctx's own threads (named ``mimo-ctx ...``: the SQLite
+    store's worker), summed over every one seen so far: a thread that ended keeps
+    what it had spent when last seen (one that started and ended between two
+    readings is missed; the store's worker lives on for seconds after its last job)."""
+
+    def __init__(self) -> None:
+        self._spent: dict[threading.Thread, float] = {}
+
+    def cpu(self) -> float:
+        """Seconds of CPU these threads have spent so far."""
+        for thread in threading.enumerate():
+            ident = thread.ident
+            if ident is None or not thread.name.startswith("mimo-ctx"):
+                continue
+            # A thread that ended just now keeps what it had spent.
+            with contextlib.suppress(OSError):
+                self._spent[thread] = time.clock_gettime(time.pthread_getcpuclockid(ident))
+        return sum(self._spent.values())
+
+
+_OURS = _OurThreads()
+
+
 async def _timed(fn: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
-    cpu = time.process_time()
+    """The process CPU time of ``fn()`` without mimo_ctx's threads (counted per pair)."""
+    cpu, ours = time.process_time(), _OURS.cpu()
     value = await fn()
-    return time.process_time() - cpu, value
+    return time.process_time() - cpu - (_OURS.cpu() - ours), value
 
 
 # --------------------------------------------------------------------------- SDKs
@@ -450,19 +487,20 @@ def _answer_text(text: Any) -> Any:
 
 
 class _Clock:
-    """An SDK resource whose ``create`` is timed into ``spent`` (process CPU); every
-    other attribute is the resource's own."""
+    """An SDK resource whose ``create`` is timed into ``spent`` (process CPU without
+    mimo_ctx's threads); every other attribute is the resource's own."""
 
     def __init__(self, inner: Any, spent: list[float]) -> None:
         self._inner = inner
         self._spent = spent
 
     async def create(self, **kwargs: Any) -> Any:
-        cpu = time.process_time()
+        cpu, ours = time.process_time(), _OURS.cpu()
         try:
             return await self._inner.create(**kwargs)
         finally:
-            self._spent.append(time.process_time() - cpu)
+            # mimo_ctx's threads are counted outside the SDK call (see _pairs).
+            self._spent.append(time.process_time() - cpu - (_OURS.cpu() - ours))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -534,6 +572,7 @@ async def _sdk_way(way: str, size: int, plan: _Plan, root: Path) -> _Pair:
                     partial(call, managed, host),
                     _answer_text,
                     plan.pairs,
+                    gap=plan.gap,
                     spent=spent,
                 )
 
@@ -549,9 +588,11 @@ async def _pairs(
     answer_of: Callable[[Any], Any],
     samples: int,
     *,
+    gap: float,
     spent: list[float] | None = None,
 ) -> _Pair:
-    """Warm up (the first managed call syncs the whole history), then time pairs.
+    """Warm up (the first managed call syncs the whole history), then time pairs,
+    each after ``gap`` seconds of idle (see :func:`_pair`).
 
     ``spent``: where the managed side's SDK calls put their times (see
     :class:`_ClockedClient`); each pair then records the one of its managed call."""
@@ -566,17 +607,37 @@ async def _pairs(
     for sample in range(samples):
         host += [answer_of(reply), {"role": "user", "content": f"Turn {sample}."}]
         before = len(spent) if spent is not None else 0
-        if sample % 2:
-            bare, _ = await _timed(bare_call)
-            managed, reply = await _timed(managed_call)
-        else:
-            managed, reply = await _timed(managed_call)
-            bare, _ = await _timed(bare_call)
-        pair.bare.append(bare)
-        pair.managed.append(managed)
+        reply = await _pair(pair, bare_call, managed_call, gap=gap, bare_first=sample % 2 == 1)
         if spent is not None and pair.inside is not None:
             pair.inside.append(sum(spent[before:]))
     return pair
+
+
+async def _pair(
+    pair: _Pair,
+    bare_call: Callable[[], Awaitable[Any]],
+    managed_call: Callable[[], Awaitable[Any]],
+    *,
+    gap: float,
+    bare_first: bool,
+) -> Any:
+    """Time one pair after ``gap`` seconds of idle; return the managed call's answer.
+
+    The CPU mimo_ctx's threads spent from the start of the pause to the end of the
+    pair (the store worker's idle checkpoint after the last pair's writes, its part
+    of either call) is the managed call's: only the managed side uses them.
+    """
+    ours = _OURS.cpu()
+    await anyio.sleep(gap)
+    if bare_first:
+        bare, _ = await _timed(bare_call)
+        managed, reply = await _timed(managed_call)
+    else:
+        managed, reply = await _timed(managed_call)
+        bare, _ = await _timed(bare_call)
+    pair.bare.append(bare)
+    pair.managed.append(managed + _OURS.cpu() - ours)
+    return reply
 
 
 class _StubCompletions:
@@ -614,9 +675,17 @@ class _StubClient:
 
 
 async def _alone(
-    way: str, size: int, samples: int, root: Path, *, walk: list[Any] | None = None
+    way: str,
+    size: int,
+    samples: int,
+    root: Path,
+    *,
+    gap: float,
+    walk: list[Any] | None = None,
 ) -> list[float]:
-    """The managed call's CPU time on a stub client (see :class:`_StubClient`)."""
+    """The managed call's CPU time on a stub client (see :class:`_StubClient`), each
+    call after ``gap`` seconds of idle, with mimo_ctx's threads' CPU from the start
+    of the pause on (as :func:`_pair` counts a managed call)."""
     import anthropic.types
     import openai.types.chat
 
@@ -660,7 +729,10 @@ async def _alone(
             for sample in range(samples):
                 host += [answer_of(reply), {"role": "user", "content": f"Turn {sample}."}]
                 walked = len(stub.completions.walked)
+                ours = _OURS.cpu()
+                await anyio.sleep(gap)
                 spent, reply = await _timed(call)
+                spent += _OURS.cpu() - ours
                 out.append(spent - sum(stub.completions.walked[walked:]))
             return out
     finally:
@@ -725,7 +797,9 @@ async def _pydantic_ai_way(size: int, plan: _Plan, root: Path) -> _Pair:
                 def step(result_: Any, label: str) -> None:
                     current[0], prompt[0] = result_.all_messages(), label
 
-                return await _framework_pairs(step, bare_call, managed_call, plan.pairs)
+                return await _framework_pairs(
+                    step, bare_call, managed_call, plan.pairs, gap=plan.gap
+                )
 
             return await _blocks(plan, lambda number: block(f"pai-{size}-{number}"))
     finally:
@@ -797,7 +871,9 @@ async def _langchain_way(size: int, plan: _Plan, root: Path) -> _Pair:
                 def step(state: Any, label: str) -> None:
                     current[0] = [*state["messages"], HumanMessage(label)]
 
-                return await _framework_pairs(step, bare_call, managed_call, plan.pairs)
+                return await _framework_pairs(
+                    step, bare_call, managed_call, plan.pairs, gap=plan.gap
+                )
 
             return await _blocks(plan, lambda number: block(f"lc-{size}-{number}"))
     finally:
@@ -809,6 +885,8 @@ async def _framework_pairs(
     bare_call: Callable[[], Awaitable[Any]],
     managed_call: Callable[[], Awaitable[Any]],
     samples: int,
+    *,
+    gap: float,
 ) -> _Pair:
     """Like :func:`_pairs` for an agent run: ``step`` puts the last run's messages and
     the next prompt in place."""
@@ -820,14 +898,7 @@ async def _framework_pairs(
     pair = _Pair([], [])
     for sample in range(samples):
         step(result_, f"Turn {sample}.")
-        if sample % 2:
-            bare, _ = await _timed(bare_call)
-            managed, result_ = await _timed(managed_call)
-        else:
-            managed, result_ = await _timed(managed_call)
-            bare, _ = await _timed(bare_call)
-        pair.bare.append(bare)
-        pair.managed.append(managed)
+        result_ = await _pair(pair, bare_call, managed_call, gap=gap, bare_first=sample % 2 == 1)
     return pair
 
 
@@ -858,9 +929,14 @@ async def _measure(quick: bool) -> dict[str, dict[int, _Pair]]:
                 if way in _SDK_WAYS:
                     pair = out[way][size] = await _sdk_way(way, size, plan, root)
                     if way in ("openai", "anthropic"):
-                        pair.alone = await _alone(way, size, alone_samples, root)
+                        pair.alone = await _alone(way, size, alone_samples, root, gap=plan.gap)
                         pair.pressured = await _alone(
-                            way, size, alone_samples, root, walk=_SDK_CALLS[way][0](walk_size)
+                            way,
+                            size,
+                            alone_samples,
+                            root,
+                            gap=plan.gap,
+                            walk=_SDK_CALLS[way][0](walk_size),
                         )
                 elif way == "pydantic-ai":
                     out[way][size] = await _pydantic_ai_way(size, plan, root)
@@ -1030,8 +1106,16 @@ def run(*, quick: bool = False) -> dict[str, Any]:
             "other data as after a large SDK request. At 5,000 messages the OpenAI SDK's own "
             "request building takes most of a second of CPU: the per-pair differences there "
             "spread over tens of milliseconds, which the confidence interval shows.",
-            "CPU time of the process (the SQLite worker thread included); the bare call is "
-            "the same SDK client, agent or graph without mimo_ctx, on the same list.",
+            "CPU time of the process; the CPU of mimo_ctx's own threads (the SQLite store's "
+            "worker) is the managed call's, wherever it ran: from the start of the pause "
+            "before its pair to the pair's end (the worker's idle WAL checkpoint included, "
+            "in the pause or in either call). The bare call is the same SDK client, agent or "
+            "graph without mimo_ctx, on the same list.",
+            f"Each pair (and each stub call) starts after {plan.gap * 1000:.0f} ms of idle at "
+            "every size, as a host's calls wait for the model: without it the calls at 100 "
+            "messages ran back to back (warm caches, the worker's checkpoint often landing "
+            "in a bare call) and those at 5,000 after a second of the SDK's own work, so the "
+            "ratio compared a warm and a cold machine as much as two history sizes.",
             "The last two columns split the overhead of the three ways that make one SDK "
             "method call (the streams' SDK work goes on while the host reads them): the "
             "managed call outside its SDK call (mimo_ctx's part, the SDK method timed on "

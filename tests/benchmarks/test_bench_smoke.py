@@ -325,6 +325,56 @@ def test_wrappers_median_interval_covers_the_median() -> None:
         assert 0.92 <= covered / 400 <= 0.995, (n, covered)
 
 
+def test_wrappers_pair_gives_our_threads_cpu_to_the_managed_call() -> None:
+    """CPU a ``mimo-ctx ...`` thread spends during a pair's pause or its bare call is
+    the managed call's (only the managed side uses mimo_ctx's threads); CPU spent by
+    the calls' own thread stays with each call."""
+    import threading
+    import time
+
+    import anyio
+
+    def burn(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    burned, release = threading.Event(), threading.Event()
+
+    def worker() -> None:
+        burn(0.05)
+        burned.set()
+        release.wait()  # alive past the pair, as the store's worker is
+
+    async def run() -> Any:
+        pair = wrappers._Pair([], [])  # pyright: ignore[reportPrivateUsage]
+        burner = threading.Thread(target=worker, name="mimo-ctx test worker")
+
+        async def bare() -> None:
+            burner.start()
+            await anyio.to_thread.run_sync(burned.wait)
+            burn(0.01)
+
+        async def managed() -> str:
+            burn(0.02)
+            return "answer"
+
+        wrappers._OURS.cpu()  # pyright: ignore[reportPrivateUsage]
+        try:
+            reply = await wrappers._pair(  # pyright: ignore[reportPrivateUsage]
+                pair, bare, managed, gap=0.0, bare_first=True
+            )
+        finally:
+            release.set()
+        return reply, pair
+
+    reply, pair = anyio.run(run)
+    assert reply == "answer"
+    (bare,), (managed,) = pair.bare, pair.managed
+    assert 0.009 <= bare < 0.04  # its own CPU, not the worker's 50 ms
+    assert managed >= 0.02 + 0.049  # its own and all of the worker's
+
+
 def test_wrappers_plan_runs_blocks_within_its_budget() -> None:
     plan = wrappers._Plan(pairs=20, min_blocks=2, max_blocks=5, budget=6.0)  # pyright: ignore[reportPrivateUsage]
     assert plan.more(0, 100.0)
