@@ -8,24 +8,33 @@
   newest boundary's (the boundary itself included), up to the new one; and the
   offline writer, handed its previous state, writes from them exactly what it
   writes from the whole history.
-* The offline writer's build runs off the event loop.
+* The offline writer's build runs off the event loop, and lets the loop in
+  between the messages it folds: the loop never waits for the GIL while the
+  thread folds message after message.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import sessions
 
+from mimo_ctx import _aio
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint import CheckpointDraft, OfflineCheckpointWriter, WriterRequest
 from mimo_ctx.checkpoint import _coordinator as coordinator_module
+from mimo_ctx.checkpoint import state as state_module
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.config import RebuildConfig, TailConfig
 from mimo_ctx.events import EventBus
@@ -187,34 +196,97 @@ async def test_a3_after_a_rebuild_the_writer_starts_at_the_newest_boundary(
     assert got[0].id == boundary.id
 
 
+def _bare_request(messages: Sequence[Message]) -> WriterRequest:
+    return WriterRequest(
+        session_id="ses_x",
+        project_id="default",
+        watermark=messages[-1].id,
+        messages=messages,
+        previous_checkpoint=None,
+        notes=None,
+        tasks=[],
+        checkpoint_path=Path("checkpoint.md"),
+        project_memory_path=Path("MEMORY.md"),
+        notes_path=Path("notes.md"),
+        tasks_dir=Path("tasks"),
+        budgets={},
+    )
+
+
 async def test_a3_the_offline_build_runs_off_the_event_loop() -> None:
     seen: list[bool] = []
     writer = OfflineCheckpointWriter()
     original = writer.build
 
-    def build(request: WriterRequest) -> CheckpointDraft:
+    def build(request: WriterRequest, **kwargs: Any) -> CheckpointDraft:
         seen.append(threading.current_thread() is threading.main_thread())
-        return original(request)
+        return original(request, **kwargs)
 
     writer.build = build
     messages = _turns("ses_x", 0, 4)
-    await writer.write(
-        WriterRequest(
-            session_id="ses_x",
-            project_id="default",
-            watermark=messages[-1].id,
-            messages=messages,
-            previous_checkpoint=None,
-            notes=None,
-            tasks=[],
-            checkpoint_path=Path("checkpoint.md"),
-            project_memory_path=Path("MEMORY.md"),
-            notes_path=Path("notes.md"),
-            tasks_dir=Path("tasks"),
-            budgets={},
-        )
-    )
+    await writer.write(_bare_request(messages))
     assert seen == [False]
+
+
+async def test_a3_the_offline_build_lets_the_event_loop_in_between_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each message folds in 3 ms of pure Python; a loop task ticks every 0.2 ms.
+    # With a switch interval of 10 s the interpreter never forces the thread to
+    # hand the GIL over: the ticks the folding sees grow only because the build
+    # lets the loop in between messages itself.
+    ticks = [0]
+    seen: list[int] = []
+    fold_user = state_module._fold_user  # pyright: ignore[reportPrivateUsage]
+
+    def slow_fold_user(state: state_module.CheckpointState, message: Message) -> None:
+        seen.append(ticks[0])
+        until = time.perf_counter() + 0.003
+        while time.perf_counter() < until:
+            pass
+        fold_user(state, message)
+
+    monkeypatch.setattr(state_module, "_fold_user", slow_fold_user)
+    monkeypatch.setattr(_aio, "THREAD_SLICE", 0.001)
+    messages = [m for m in _turns("ses_x", 0, 24) if m.role == "user"]
+    done = False
+    draft: CheckpointDraft | None = None
+
+    async def tick() -> None:
+        while not done:
+            ticks[0] += 1
+            await anyio.sleep(0.0002)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(10.0)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(tick)
+            await anyio.sleep(0.001)
+            draft = await OfflineCheckpointWriter().write(_bare_request(messages))
+            done = True
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(seen) == len(messages)
+    assert all(later > earlier for earlier, later in itertools.pairwise(seen)), seen
+    # Sliced or not, the same checkpoint.
+    monkeypatch.setattr(state_module, "_fold_user", fold_user)
+    assert draft == OfflineCheckpointWriter().build(_bare_request(messages))
+
+
+async def test_a3_a_slice_not_used_up_costs_no_loop_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    turns: list[bool] = []
+    monkeypatch.setattr(_aio, "_loop_turn", lambda: turns.append(True))
+
+    def work(pause: Callable[[], None]) -> int:
+        for _ in range(100):
+            pause()
+        return 7
+
+    assert await _aio.run_sliced(work, slice_seconds=60.0) == 7
+    assert turns == []
+    assert await _aio.run_sliced(work, slice_seconds=0.0) == 7
+    assert len(turns) == 100
 
 
 async def test_r2_6_a_late_result_of_an_early_call_pulls_the_page_back(

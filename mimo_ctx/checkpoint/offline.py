@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-import anyio.to_thread
-
+from mimo_ctx._aio import run_sliced
 from mimo_ctx.checkpoint.document import render_checkpoint
 from mimo_ctx.checkpoint.protocol import CheckpointDraft, WriterRequest
 from mimo_ctx.checkpoint.sections import render_sections, state_from_checkpoint
@@ -62,21 +61,28 @@ class OfflineCheckpointWriter:
         return "offline"
 
     async def write(self, request: WriterRequest) -> CheckpointDraft:
-        """Build the checkpoint from ``request`` in a worker thread.
+        """Build the checkpoint from ``request`` in a worker thread, in slices.
 
         :meth:`build` is pure CPU work (no I/O) over the messages of the request;
-        running it on a thread keeps the event loop free however many there are.
+        running it on a thread keeps the event loop free however many there are,
+        and pausing between messages (:func:`~mimo_ctx._aio.run_sliced`) keeps the
+        thread from holding the GIL, and so the loop, for a switch interval at a
+        time.
         """
-        return await anyio.to_thread.run_sync(self.build, request)
+        return await run_sliced(lambda pause: self.build(request, pause=pause))
 
-    def build(self, request: WriterRequest) -> CheckpointDraft:
-        """Synchronous core of :meth:`write`."""
+    def build(
+        self, request: WriterRequest, *, pause: Callable[[], object] = lambda: None
+    ) -> CheckpointDraft:
+        """Synchronous core of :meth:`write`; ``pause`` is called between its steps."""
         previous_text = request.previous_checkpoint or ""
         state = self._previous_state(request.session_id, request.previous_state)
         if state is None or state.checkpoint_sha256 != checkpoint_digest(previous_text):
             state = state_from_checkpoint(previous_text)
-        state = fold_notes(fold_messages(state, request.messages), request.notes)
+        state = fold_notes(fold_messages(state, request.messages, pause=pause), request.notes)
+        pause()
         text, extra_files = render_state(state, tasks=request.tasks, budgets=request.budgets)
+        pause()
         saved = state.model_copy(update={"checkpoint_sha256": checkpoint_digest(text)})
         saved_text = saved.to_json()
         with self._lock:

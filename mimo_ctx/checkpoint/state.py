@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -310,16 +310,24 @@ def checkpoint_digest(text: str) -> str:
 # -- folding ---------------------------------------------------------------------------------
 
 
-def fold_messages(state: CheckpointState, messages: Iterable[Message]) -> CheckpointState:
+def fold_messages(
+    state: CheckpointState,
+    messages: Iterable[Message],
+    *,
+    pause: Callable[[], object] | None = None,
+) -> CheckpointState:
     """Return ``state`` with ``messages`` folded in (those listed after ``state.upto``).
 
     ``messages`` come in listing order (time, then id). ``state`` is not changed.
     Boundary messages (earlier rebuilds and compactions) carry no new evidence and
     are skipped; so is every message that lists at or before the newest one
-    folded in.
+    folded in. ``pause``, if given, is called before each message: a worker
+    thread folding many lets the event loop in there (:func:`mimo_ctx._aio.run_sliced`).
     """
     new = _copy(state)
     for message in messages:
+        if pause is not None:
+            pause()
         if _folded(new, message):
             continue
         if message.is_boundary:
