@@ -155,6 +155,9 @@ class HostHistory:
         """Per-session caches of the hosts (payload builders), released with the session;
         use :meth:`cached`."""
         self._nodes: dict[str, HostNode] = {}
+        # Set once the store's index was read: from then on an attempt may first try
+        # on what this process knows (see _trusting).
+        self._read = False
         self._seq = 0
         self._head: str | None = None
         self._branch: list[str] = []
@@ -186,6 +189,20 @@ class HostHistory:
             self._nodes[node.chain] = node
         self._seq = max(self._seq, index.seq)
         self._set_head(index.head)
+        self._read = True
+
+    def _trusting(self) -> list[bool]:
+        """Per attempt of a call: whether it decides on what this process knows, without
+        reading the store's index first (one store round trip fewer per call).
+
+        Only the first attempt, once the index was read, and it may only commit a head
+        move: the store then writes nothing unless its head is still the one this
+        process knows and none of the new nodes is stored already, so a decision on
+        stale knowledge (another worker wrote meanwhile) is never written; the next
+        attempt reads the index and decides anew. Every other outcome is decided on a
+        fresh read, as before. The attempts after it are the :data:`_RETRIES`.
+        """
+        return [True, *[False] * _RETRIES] if self._read else [False] * _RETRIES
 
     def _set_head(self, head: str | None) -> None:
         if head == self._head:
@@ -241,9 +258,10 @@ class HostHistory:
             fingerprints = _prefix(self._seen.fingerprints if self._seen is not None else [], same)
             fingerprints.extend(fingerprint(item) for item in items[same:])
             typed_convert: Callable[[Sequence[object]], Sequence[MessageDraft]] = convert  # type: ignore[assignment]
-            for _attempt in range(_RETRIES):
-                await self._refresh()
-                outcome = await self._try(host, same, fingerprints, typed_convert)
+            for trusted in self._trusting():
+                if not trusted:
+                    await self._refresh()
+                outcome = await self._try(host, same, fingerprints, typed_convert, trusted=trusted)
                 if outcome is not None:
                     return outcome
         raise StoreError(
@@ -328,8 +346,11 @@ class HostHistory:
         same: int,
         fingerprints: list[str | None],
         convert: Callable[[Sequence[object]], Sequence[MessageDraft]],
+        *,
+        trusted: bool = False,
     ) -> Reconciled | None:
-        """One attempt: decide from what is known, commit; None when another caller won."""
+        """One attempt: decide from what is known, commit; None when another caller won
+        (or, ``trusted``, when the outcome moves no head: see :meth:`_trusting`)."""
         chains, seed = self._chains(same, fingerprints)
         kept = self._seen.skipped if self._seen is not None else []
         skipped = [i for i in kept if i < same]
@@ -342,6 +363,8 @@ class HostHistory:
             return Reconciled(head=None, chains=chains, skipped=skipped, unchanged=same)
         head = chains[end - 1]
         assert head is not None
+        if trusted and head == self._head:
+            return None  # no head move to check what is known against: read first
         # Everything the last call saw was stored then (nodes are never removed), and
         # chains are prefix-closed: what follows the first unknown chain is new.
         first_new = next(
@@ -548,9 +571,10 @@ class HostHistory:
         self, message: Message, fingerprints: Sequence[str], after: str | None
     ) -> Message:
         async with self.lock:
-            for _attempt in range(_RETRIES):
-                await self._refresh()
-                stored = await self._try_record(message, fingerprints, after)
+            for trusted in self._trusting():
+                if not trusted:
+                    await self._refresh()
+                stored = await self._try_record(message, fingerprints, after, trusted=trusted)
                 if stored is not None:
                     self._learn_tools(stored)
                     return stored
@@ -560,7 +584,12 @@ class HostHistory:
         )
 
     async def _try_record(
-        self, message: Message, fingerprints: Sequence[str], after: str | None
+        self,
+        message: Message,
+        fingerprints: Sequence[str],
+        after: str | None,
+        *,
+        trusted: bool = False,
     ) -> Message | None:
         parent = chain = after if after is not None else ROOT
         links: list[tuple[str, str, list[str]]] = []
@@ -573,6 +602,8 @@ class HostHistory:
             # keep this one too, off the conversation, so nothing is lost.
             nodes = []
         on_branch = bool(nodes) and after == self._head
+        if trusted and not on_branch:
+            return None  # stored without a head move: decide on a fresh read
         stored = message if on_branch else message.model_copy(update={"off_branch": True})
         move = HeadMove(expected=after, head=nodes[-1].chain) if on_branch else None
         committed = await self._store.commit_host_history(

@@ -27,6 +27,7 @@ from mimo_ctx.messages import (
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.reconcile import HostHistory, Reconciled
 from mimo_ctx.store import InMemoryStore, SQLiteStore, Store
+from mimo_ctx.store.base import HostIndex
 
 SID = "ses_reconcile"
 Item = tuple[str, str]  # (role, text)
@@ -231,6 +232,63 @@ async def test_two_middlewares_on_one_store_serve_alternate_turns(tmp_path: Path
             listed = _texts(await store.list_messages(SID))
             assert listed == [t for _, t in host]
             assert await store.count_messages(SID) == len(host)
+    finally:
+        await store.aclose()
+
+
+async def test_a_worker_reads_the_host_index_only_when_it_must(tmp_path: Path) -> None:
+    """The common turn of one worker decides on what it knows: its commit moves the
+    head only from the head the store still has, so no read of the index first (one
+    store round trip fewer per reconcile and per answer)."""
+    store = await SQLiteStore.open(tmp_path / "index.db")
+    reads: list[int] = []
+    host_index = store.host_index
+
+    async def counted(session_id: str, *, agent: str, since: int = 0) -> HostIndex:
+        reads.append(since)
+        return await host_index(session_id, agent=agent, since=since)
+
+    store.host_index = counted  # type: ignore[method-assign]
+    try:
+        async with _middleware(tmp_path, store) as mw:
+            history = mw.host_history(SID)
+            host: list[Item] = []
+            for turn in range(5):
+                host = [*host, ("user", f"turn {turn}")]
+                done = await _send(history, host)
+                await _answer(history, f"answer {turn}", done.head)
+                host = [*host, ("assistant", f"answer {turn}")]
+            assert len(reads) == 1  # the first call loads the index
+            # A list that moves no head (resent as it is) is decided on a fresh read.
+            await _send(history, host)
+            assert len(reads) == 2
+            assert _texts(await store.list_messages(SID)) == [t for _, t in host]
+    finally:
+        await store.aclose()
+
+
+async def test_a_list_resent_after_another_worker_answered_it_follows_the_host(
+    tmp_path: Path,
+) -> None:
+    """Worker A knows the conversation up to the host's last message; worker B answered
+    that list meanwhile. The host sends A the same list again: A must see B's answer in
+    the store (nothing for its head to be checked against) and leave it off the
+    conversation, as the host did."""
+    store = await SQLiteStore.open(tmp_path / "shared.db")
+    try:
+        async with (
+            _middleware(tmp_path / "a", store) as first,
+            _middleware(tmp_path / "b", store) as second,
+        ):
+            a, b = first.host_history(SID), second.host_history(SID)
+            host: list[Item] = [("user", "q")]
+            await _send(a, host)
+            done = await _send(b, host)
+            await _answer(b, "from b", done.head)
+            again = await _send(a, host)
+            assert again.dropped  # B's answer left the conversation
+            assert _texts(await store.list_messages(SID)) == ["q"]
+            assert await store.count_messages(SID) == 2  # storage keeps it
     finally:
         await store.aclose()
 
