@@ -268,6 +268,14 @@ class RebuildConfig(_Frozen):
             allocator keeps free back to the system, in a worker thread (glibc's
             ``malloc_trim``; nothing happens with other C libraries). Keeps a long
             session's resident size flat; ``False`` leaves the allocator alone.
+        release_memory_interval: **beyond**: seconds that must pass since the
+            process's last release before another starts (every middleware of the
+            process shares the limit): on a large heap the call makes the threads
+            allocating meanwhile wait (11-21 ms on a 2 GB heap with nothing to give back),
+            so many sessions rebuilding do not call it again and again. A rebuild
+            within the interval is not skipped: its release runs once the interval
+            is over, one for all the rebuilds that asked meanwhile. ``0``: after
+            every rebuild, one at a time.
     """
 
     checkpoint_enabled: bool = True
@@ -288,6 +296,7 @@ class RebuildConfig(_Frozen):
     min_freed_fraction: float = Field(default=0.10, ge=0, le=1)
     hook_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
     release_memory_after_rebuild: bool = True
+    release_memory_interval: float = Field(default=1.0, ge=0, allow_inf_nan=False)
 
     @field_validator("micro_compact_tools", "micro_compact_exclude")
     @classmethod

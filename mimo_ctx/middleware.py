@@ -193,7 +193,7 @@ class ContextMiddleware:
         self._events = events = EventBus()
         events.handlers.append(self._index_after_writer)
         if config.release_memory_after_rebuild:  # mimo_ctx._heap: the soak's resident size
-            events.handlers.append(HeapRelease(lambda: self._task_group))
+            events.handlers.append(HeapRelease(lambda: self._task_group, config))
         if on_event is not None:
             events.handlers.append(on_event)
         self._counter = counter

@@ -471,6 +471,29 @@ async def heap_released(config: RebuildConfig, root: Path) -> object:
     return released.is_set()
 
 
+async def heap_releases_of_two_rebuilds(config: RebuildConfig, root: Path) -> object:
+    """How many heap releases two rebuilds in a row start within 0.3 s (mimo_ctx._heap)."""
+    calls: list[int] = []
+
+    def release() -> bool:  # the worker thread's call, counted instead of run
+        calls.append(1)
+        return True
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(heap, "release_free_heap", release)
+        patch.setattr(heap, "_LIMITER", heap.ReleaseLimiter())  # none before these two
+        async with ContextMiddleware(
+            InMemoryStore(), root / "mem", model=LIMITS, config=config
+        ) as mw:
+            session = await mw.open_session(project_id="p")
+            await _history(mw, session.id, rounds=24)
+            assert (await mw.prepare(session.id)).rebuild is not None
+            await _history(mw, session.id, rounds=24, start=1_000)
+            assert (await mw.prepare(session.id)).rebuild is not None
+            await anyio.sleep(0.3)
+    return len(calls)
+
+
 async def focus_and_host_body(config: RebuildConfig, root: Path) -> object:
     """A manual rebuild with a long focus and a (slow) hook adding a long section."""
 
@@ -536,6 +559,7 @@ PROBES: dict[str, tuple[object, Observe]] = {
     "min_freed_fraction": (1.0, rebuild_fingerprint),
     "hook_timeout": (0.05, focus_and_host_body),
     "release_memory_after_rebuild": (False, heap_released),
+    "release_memory_interval": (0.0, heap_releases_of_two_rebuilds),
 }
 
 

@@ -1,14 +1,25 @@
-"""The heap release after rebuilds (mimo_ctx._heap, RebuildConfig.release_memory_after_rebuild)."""
+"""The heap release after rebuilds (mimo_ctx._heap, RebuildConfig.release_memory_after_rebuild).
+
+Its rate limit (``release_memory_interval``): at most one release starts per
+interval in the process, and a release asked for meanwhile is coalesced into one
+at the interval's end, never lost -- the limiter on a fake clock (examples and a
+simulation of random requests), the handler on the event loop, and two
+middlewares sharing the limit.
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
 import anyio.from_thread
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import mimo_ctx._heap as heap
 from mimo_ctx.config import RebuildConfig
@@ -27,8 +38,10 @@ def _glibc() -> bool:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_lookup() -> Iterator[None]:
+def _fresh_lookup(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     heap._load_trim.cache_clear()  # pyright: ignore[reportPrivateUsage]
+    # Each test starts with no release behind it (the limiter is process-wide).
+    monkeypatch.setattr(heap, "_LIMITER", heap.ReleaseLimiter())
     yield
     heap._load_trim.cache_clear()  # pyright: ignore[reportPrivateUsage]
 
@@ -148,3 +161,205 @@ async def test_a_rebuild_releases_the_heap_once(tmp_path: Path) -> None:
 async def test_the_release_can_be_turned_off(tmp_path: Path) -> None:
     _, released = await _rebuild_once(tmp_path, RebuildConfig(release_memory_after_rebuild=False))
     assert released == 0
+
+
+# -- the rate limit ---------------------------------------------------------------------------
+
+
+def test_one_release_per_interval_and_requests_meanwhile_coalesce() -> None:
+    limiter = heap.ReleaseLimiter()
+    assert limiter.request(0.0, 1.0) == 0.0  # nothing before: at once
+    assert limiter.request(0.1, 1.0) is None  # one is on its way
+    limiter.start(0.1)
+    assert limiter.request(0.2, 1.0) is None  # running: one more follows it
+    assert limiter.request(0.3, 1.0) is None  # ... one, for both
+    assert limiter.finish(0.4) == pytest.approx(0.7)  # at 1.1, an interval after 0.1
+    limiter.start(1.1)
+    assert limiter.finish(1.2) is None  # nobody asked meanwhile: done
+    assert limiter.request(1.5, 1.0) == pytest.approx(0.6)  # too soon: waits for 2.1
+    assert limiter.request(1.6, 1.0) is None
+    limiter.start(2.1)
+    assert limiter.finish(2.2) is None
+    assert limiter.request(9.0, 1.0) == 0.0  # long after: at once
+
+
+def test_each_request_names_its_interval_and_the_shortest_wins() -> None:
+    limiter = heap.ReleaseLimiter()
+    assert limiter.request(0.0, 5.0) == 0.0
+    limiter.start(0.0)
+    assert limiter.request(0.1, 5.0) is None
+    assert limiter.request(0.2, 0.5) is None
+    assert limiter.finish(0.3) == pytest.approx(0.2)  # 0.5 after the start at 0
+    limiter.start(0.5)
+    assert limiter.finish(0.6) is None
+    assert limiter.request(0.7, 0.0) == 0.0  # 0: no wait at all
+
+
+def test_an_abandoned_release_leaves_nothing_scheduled() -> None:
+    limiter = heap.ReleaseLimiter()
+    assert limiter.request(0.0, 1.0) == 0.0
+    limiter.start(0.0)
+    assert limiter.finish(0.1) is None
+    assert limiter.request(0.2, 1.0) == pytest.approx(0.8)
+    limiter.abandon()  # its task was cancelled while it waited
+    assert limiter.request(0.3, 1.0) == pytest.approx(0.7)  # scheduled afresh
+
+
+@given(
+    gaps=st.lists(st.floats(min_value=0.0, max_value=3.0), min_size=1, max_size=40),
+    duration=st.floats(min_value=0.0, max_value=2.0),
+    interval=st.floats(min_value=0.0, max_value=2.0),
+)
+def test_releases_keep_the_interval_and_every_request_is_served(
+    gaps: list[float], duration: float, interval: float
+) -> None:
+    # Requests at the given gaps on a fake clock, each release lasting `duration`,
+    # driven as HeapRelease._release drives them (a finish, then a start, then a
+    # request when they fall on the same instant).
+    requests = list(itertools.accumulate(gaps))
+    limiter = heap.ReleaseLimiter()
+    starts: list[float] = []
+    ends: list[float] = []
+    served: list[int] = []  # requests handled before each start
+    handled = 0
+    due: float | None = None
+    running_until: float | None = None
+    while handled < len(requests) or due is not None or running_until is not None:
+        events: list[tuple[float, int]] = []
+        if running_until is not None:
+            events.append((running_until, 0))
+        if due is not None:
+            events.append((due, 1))
+        if handled < len(requests):
+            events.append((requests[handled], 2))
+        now, kind = min(events)
+        if kind == 0:
+            ends.append(now)
+            running_until = None
+            wait = limiter.finish(now)
+            due = None if wait is None else now + wait
+        elif kind == 1:
+            due = None
+            limiter.start(now)
+            starts.append(now)
+            served.append(handled)
+            running_until = now + duration
+        else:
+            handled += 1
+            wait = limiter.request(now, interval)
+            if wait is not None:
+                assert due is None
+                assert running_until is None
+                due = now + wait
+    assert not limiter.scheduled
+    assert not limiter.running
+    assert 1 <= len(starts) <= len(requests)
+    # Never two starts closer than the interval.
+    assert all(b - a >= interval - 1e-9 for a, b in itertools.pairwise(starts))
+    # Every request is served by a release starting at or after it.
+    assert all(any(start >= r for start in starts) for r in requests)
+    # And no later than the limit asks: the first request after the previous start,
+    # the previous release's end, an interval after its start, whichever is latest.
+    assert starts[0] == requests[0]
+    for k in range(1, len(starts)):
+        first_after = requests[served[k - 1]]
+        expected = max(first_after, ends[k - 1], starts[k - 1] + interval)
+        assert starts[k] == pytest.approx(expected, abs=1e-9)
+
+
+_EVERY_300_MS = RebuildConfig(release_memory_interval=0.3)
+
+
+def _rebuilt() -> ContextRebuilt:
+    return ContextRebuilt(session_id="ses_x", time=1, outcome="rebuilt", manual=False)
+
+
+class _Releases:
+    """The releases the handlers ran, counted instead of run (``release`` is the fake)."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+        self._changed = anyio.Event()
+
+    def release(self) -> bool:  # runs in a worker thread
+        anyio.from_thread.run_sync(self._note, time.monotonic())
+        return True
+
+    def _note(self, at: float) -> None:
+        self.calls.append(at)
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def until(self, count: int) -> None:
+        with anyio.fail_after(5):
+            while len(self.calls) < count:
+                await self._changed.wait()
+
+
+async def test_a_burst_of_rebuilds_releases_at_once_and_once_more_after_the_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    releases = _Releases()
+    calls = releases.calls
+    monkeypatch.setattr(heap, "release_free_heap", releases.release)
+    async with anyio.create_task_group() as group:
+        handler = heap.HeapRelease(lambda: group, _EVERY_300_MS)
+        first = time.monotonic()
+        for _ in range(5):
+            handler(_rebuilt())
+            await anyio.sleep(0.01)
+        await releases.until(1)
+        assert len(calls) == 1  # the first at once, the other four wait...
+        assert calls[0] - first < 0.3
+        await releases.until(2)  # ... for one more, an interval after the first started
+        assert calls[1] - first >= 0.3
+        handler(ContextRebuilt(session_id="ses_x", time=1, outcome="skipped", manual=False))
+        await anyio.sleep(0.4)
+    assert len(calls) == 2  # nothing dropped the window: nothing asked
+
+
+async def test_every_middleware_of_the_process_shares_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    releases = _Releases()
+    calls = releases.calls
+    monkeypatch.setattr(heap, "release_free_heap", releases.release)
+    async with anyio.create_task_group() as one, anyio.create_task_group() as two:
+        handlers = [
+            heap.HeapRelease(lambda: one, _EVERY_300_MS),
+            heap.HeapRelease(lambda: two, _EVERY_300_MS),
+        ]
+        for i in range(6):
+            handlers[i % 2](_rebuilt())
+            await anyio.sleep(0.01)
+        await releases.until(2)
+        await anyio.sleep(0.4)
+    assert len(calls) == 2
+
+
+async def test_a_middleware_closing_while_its_release_waits_leaves_it_to_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    releases = _Releases()
+    calls = releases.calls
+    monkeypatch.setattr(heap, "release_free_heap", releases.release)
+    async with anyio.create_task_group() as closing:
+        handler = heap.HeapRelease(lambda: closing, _EVERY_300_MS)
+        handler(_rebuilt())
+        await releases.until(1)
+        handler(_rebuilt())  # waits for the interval in `closing`...
+        closing.cancel_scope.cancel()  # ... which ends before it
+    assert len(calls) == 1
+    async with anyio.create_task_group() as other:
+        heap.HeapRelease(lambda: other, _EVERY_300_MS)(_rebuilt())
+        await releases.until(2)
+    assert len(calls) == 2  # scheduled afresh, not folded into the abandoned one
+
+
+async def test_with_no_running_task_group_nothing_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    releases = _Releases()
+    monkeypatch.setattr(heap, "release_free_heap", releases.release)
+    heap.HeapRelease(lambda: None, _EVERY_300_MS)(_rebuilt())
+    async with anyio.create_task_group() as group:
+        heap.HeapRelease(lambda: group, _EVERY_300_MS)(_rebuilt())
+        await releases.until(1)  # at once: the first never reached the limiter
