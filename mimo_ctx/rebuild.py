@@ -90,10 +90,17 @@ from mimo_ctx.messages import (
     written_after,
 )
 from mimo_ctx.reminders import per_turn_reminder
-from mimo_ctx.render import LiveUsers, RenderedBody, assemble_body, gather_sources
+from mimo_ctx.render import (
+    LiveUsers,
+    RenderedBody,
+    assemble_body,
+    first_user_reads,
+    gather_sources,
+)
 from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
 from mimo_ctx.session import Session
 from mimo_ctx.session import SessionState as StoredState
+from mimo_ctx.store._reads import RebuildReadRequest, RebuildReads, read_for_rebuild
 from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import (
     TokenCounter,
@@ -547,7 +554,7 @@ class Rebuilder:
     ) -> _Result:
         session_id = session.id
         store, layout, config = self._store, self._layout, self._config
-        since_watermark = await self._since_watermark(session_id, state, watermark)
+        since_watermark, reads = await self._read(session_id, state, watermark)
         tail = [
             m
             for m in since_watermark
@@ -555,7 +562,7 @@ class Rebuilder:
         ]
         now = now_ms()
         # Listed once: the boundary's actors part and the body's ledger show the same.
-        actors = await store.list_actors(session_id, active_only=True)
+        actors = reads.actors
         actors_text = render_active_actors_part(actors, session_id=session_id, now_ms=now)
 
         # Beyond the original: a rebuild in the middle of a tool loop keeps the last
@@ -602,6 +609,7 @@ class Rebuilder:
             host=host,
             actors=actors,
             live_users=_live_users(state),
+            reads=reads,
         )
         # The index part needs only the Topic line, from the head of the checkpoint
         # the body read (inside the memory root); an unreadable file shows as "no
@@ -687,31 +695,36 @@ class Rebuilder:
             report=report,
         )
 
-    async def _since_watermark(
+    async def _read(
         self, session_id: str, state: LiveSession, watermark: Message
-    ) -> list[Message]:
-        """Every agent's messages from the watermark on: the tail and what micro-compaction sees.
+    ) -> tuple[list[Message], RebuildReads]:
+        """Every agent's messages from the watermark on (the tail, what micro-compaction
+        sees), and the body's store reads, in one store call (:mod:`mimo_ctx.store._reads`).
 
-        The main agent's come from the live window when it reaches back to the
-        watermark, so only the sub-agents' are read from the store; otherwise one
-        listing of every agent's messages serves.
+        The main agent's messages come from the live window when it reaches back to
+        the watermark, so only the sub-agents' are listed; else every agent's are.
         """
         since = message_key(watermark)
         window = state.windows.get(MAIN_AGENT)
         if window is not None and window.loaded:
             # Bring the window up to date: the rebuild must see what the store holds.
             window = await self._windows.refresh(session_id, state, MAIN_AGENT)
-        if (
-            window is None
-            or not window.loaded
-            or (window.start is not None and window.start > since)
-        ):
-            return await self._store.list_messages(session_id, agent=None, since=since)
-        main = window.messages[bisect_left(window.keys, since) :]
-        others = await self._store.list_messages(
-            session_id, agent=None, since=since, exclude_agent=MAIN_AGENT
+        covers = (
+            window is not None and window.loaded and (window.start is None or window.start <= since)
         )
-        return list(heapq.merge(main, others, key=message_key)) if others else list(main)
+        request = RebuildReadRequest(
+            session_id,
+            since,
+            exclude_agent=MAIN_AGENT if covers else None,
+            users=first_user_reads(_live_users(state), self._config),
+        )
+        reads = await read_for_rebuild(self._store, request)
+        if window is None or not covers:
+            return reads.since, reads
+        main = window.messages[bisect_left(window.keys, since) :]
+        others = reads.since
+        merged = list(heapq.merge(main, others, key=message_key)) if others else list(main)
+        return merged, reads
 
     async def _commit(
         self, session: Session, *, usage_key: str, committed: _Committed, report: RebuildReport

@@ -47,8 +47,7 @@ given.
 from __future__ import annotations
 
 import logging
-from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -57,6 +56,7 @@ import anyio.to_thread
 
 from mimo_ctx._budget_cache import budgeted
 from mimo_ctx._render_files import MemoryFile, read_body_files, without_topic
+from mimo_ctx._user_pages import USER_PAGE, LiveUsers, UserPages, first_user_reads
 from mimo_ctx.budget import (
     checkpoint_section_caps,
 )
@@ -72,7 +72,6 @@ from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
     MAIN_AGENT,
     Message,
-    message_key,
     user_input_text,
 )
 from mimo_ctx.reminders import (
@@ -97,6 +96,7 @@ from mimo_ctx.sections import (
     render_tasks_ledger,
 )
 from mimo_ctx.session import Actor, Session, Task
+from mimo_ctx.store._reads import RebuildReads, UserRead
 from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import TokenCounter, estimate_text_tokens
 
@@ -108,14 +108,12 @@ __all__ = [
     "RenderedBody",
     "SectionFigure",
     "assemble_body",
+    "first_user_reads",
     "gather_sources",
     "render_rebuild_context",
 ]
 
 _log = logging.getLogger("mimo_ctx")
-
-USER_PAGE: Final = 50
-"""User messages read per store call while filling "Recent user input"."""
 
 PIN_LOOKAHEAD: Final = 20
 """The task-defining request is looked for among this many oldest user messages."""
@@ -224,21 +222,6 @@ class RebuildSources:
     checkpoint_shown: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class LiveUsers:
-    """The main agent's user messages a caller holds live, for "Recent user input".
-
-    Attributes:
-        after: Every user message the store lists after this ``(time_created, id)``
-            key is in ``messages`` (``None``: every one of the session).
-        messages: Those messages, boundaries left out, oldest first, as the store
-            lists them (:meth:`~mimo_ctx.store.base.Store.list_user_messages`).
-    """
-
-    after: tuple[int, str] | None
-    messages: Sequence[Message]
-
-
 @dataclass(slots=True)
 class _Slot:
     key: str
@@ -322,6 +305,7 @@ async def gather_sources(
     host: HostSection | None = None,
     actors: Sequence[Actor] | None = None,
     live_users: LiveUsers | None = None,
+    reads: RebuildReads | None = None,
 ) -> RebuildSources:
     """Read everything the body is made of (the I/O half of the render).
 
@@ -339,13 +323,22 @@ async def gather_sources(
         actors: The session's active actors, when the caller listed them already.
         live_users: The user messages the caller holds live: the store is read only
             for the older ones "Recent user input" reaches.
+        reads: What the caller read from the store already, in one call
+            (:mod:`mimo_ctx.store._reads`): the tasks, the active actors and the
+            user-message reads of :func:`first_user_reads`.
     """
     config = config or RebuildConfig()
     session_id = session.id
-    tasks = await store.list_tasks(session_id)
-    if actors is None:
-        actors = await store.list_actors(session_id, active_only=True)
-    users, pinned = await _user_messages(store, session_id, config, counter, live_users)
+    if reads is not None:
+        tasks, actors = reads.tasks, reads.actors
+    else:
+        tasks = await store.list_tasks(session_id)
+        if actors is None:
+            actors = await store.list_actors(session_id, active_only=True)
+    known = reads.users if reads is not None else None
+    users, pinned = await _user_messages(
+        store, session_id, config, counter, live_users, known=known
+    )
     whole_tail = tail if reminder_tail is None else reminder_tail
     # Every file in one worker-thread call: each hand-off to a thread and back is a
     # round trip through the event loop, which on a loaded machine costs more than
@@ -396,15 +389,18 @@ async def _user_messages(
     config: RebuildConfig,
     counter: TokenCounter | None,
     live: LiveUsers | None = None,
+    *,
+    known: Mapping[UserRead, list[Message]] | None = None,
 ) -> tuple[list[Message], frozenset[str]]:
     """The candidates of "Recent user input" and the pinned request among them.
 
     Newest pages first until the cap is covered, so a rebuild reads what the section
     can hold (at most ``recent_user_window`` messages), never the whole history.
     The pages are what the store lists; the messages of ``live`` are taken from it
-    instead of read again (:class:`_UserPages`).
+    instead of read again, and the reads ``known`` answers are not made
+    (:class:`~mimo_ctx._user_pages.UserPages`).
     """
-    pages = _UserPages(store, session_id, live)
+    pages = UserPages(store, session_id, live, known or {})
     caps = config.push_caps
     if not config.recent_user_window or not caps.recent_user:
         return [], frozenset()
@@ -447,44 +443,6 @@ async def _user_messages(
     if first is None or (pinned.time_created, pinned.id) < (first.time_created, first.id):
         newest.insert(0, pinned)
     return newest, frozenset({pinned.id})
-
-
-class _UserPages:
-    """:meth:`~mimo_ctx.store.base.Store.list_user_messages` answered from held messages.
-
-    Whatever of a page lies after ``live.after`` is taken from ``live.messages``
-    (every one the store lists there, so the page is the same); the store is read
-    only for the older part, in one call.
-    """
-
-    def __init__(self, store: Store, session_id: str, live: LiveUsers | None) -> None:
-        self._store = store
-        self._session_id = session_id
-        self._live = live
-        self._keys = [message_key(m) for m in live.messages] if live is not None else []
-
-    async def newest(self, last: int, before: tuple[int, str] | None) -> list[Message]:
-        """The newest ``last`` user messages listed before ``before`` (all when ``None``)."""
-        live = self._live
-        if live is None:
-            return await self._store.list_user_messages(self._session_id, last=last, before=before)
-        end = len(self._keys) if before is None else bisect_left(self._keys, before)
-        held = list(live.messages[max(0, end - last) : end])
-        if len(held) == last or live.after is None:
-            return held
-        older = await self._store.list_user_messages(
-            self._session_id,
-            last=last - len(held),
-            before=message_key(held[0]) if held else before,
-        )
-        return [*older, *held]
-
-    async def oldest(self, first: int) -> list[Message]:
-        """The oldest ``first`` user messages of the session."""
-        live = self._live
-        if live is not None and live.after is None:
-            return list(live.messages[:first])
-        return await self._store.list_user_messages(self._session_id, first=first)
 
 
 def assemble_body(

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mimo_ctx import render
+from mimo_ctx import _user_pages, render
 from mimo_ctx._util import escape_path
 from mimo_ctx.config import PushCaps, RebuildConfig
 from mimo_ctx.errors import PathEscapeError
@@ -27,6 +27,7 @@ from mimo_ctx.sections import (
     render_section,
 )
 from mimo_ctx.store import InMemoryStore, Session
+from mimo_ctx.store._reads import RebuildReadRequest, read_one_by_one
 from mimo_ctx.tokens import TokenCounter, count_with
 
 
@@ -158,14 +159,27 @@ async def _pages_run(
     store.list_user_messages = counting
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(render, "USER_PAGE", page)
+        patch.setattr(_user_pages, "USER_PAGE", page)
         plain = await render._user_messages(store, "ses_pages", config, None)  # pyright: ignore[reportPrivateUsage]
         from_store = sum(read)
         read.clear()
         live = render.LiveUsers(after=after, messages=users)
         held = await render._user_messages(store, "ses_pages", config, None, live)  # pyright: ignore[reportPrivateUsage]
+        calls = len(read)
+        # The first reads made beforehand, with the rebuild's other reads.
+        first = render.first_user_reads(live, config)
+        request = RebuildReadRequest("ses_pages", (0, ""), users=first)
+        known = (await read_one_by_one(store, request)).users
+        read.clear()
+        prefetched = await render._user_messages(  # pyright: ignore[reportPrivateUsage]
+            store, "ses_pages", config, None, live, known=known
+        )
     assert [m.id for m in held[0]] == [m.id for m in plain[0]]
     assert held[1] == plain[1]
     assert sum(read) <= from_store  # what the window holds is not read again
+    assert [m.id for m in prefetched[0]] == [m.id for m in plain[0]]
+    assert prefetched[1] == plain[1]
+    assert len(read) == calls - len(first)  # none of them is made again
 
 
 @settings(max_examples=300, deadline=None)

@@ -78,7 +78,7 @@ async def _scenario(seed: int, store: Store, root: Path) -> None:
         rebuilder = mw._rebuilder  # pyright: ignore[reportPrivateUsage]
         main = sorted((m for m in stored if m.agent == MAIN_AGENT), key=message_key)
         for watermark in rng.sample(main, min(len(main), 12)):
-            listed = await rebuilder._since_watermark(sid, state, watermark)  # pyright: ignore[reportPrivateUsage]
+            listed, _ = await rebuilder._read(sid, state, watermark)  # pyright: ignore[reportPrivateUsage]
             want = await store.list_messages(sid, agent=None, since=message_key(watermark))
             # The watermark itself may be left out (nothing downstream reads it).
             got = [m for m in listed if m.id != watermark.id]
@@ -100,3 +100,37 @@ async def test_r5_rebuild_inputs_from_the_window_equal_the_store_sqlite(
 ) -> None:
     async with SQLiteStore(tmp_path / "s.db") as store:
         await _scenario(500 + seed, store, tmp_path / "mem")
+
+
+async def test_a_rebuild_reads_the_store_once_before_it_renders(tmp_path: Path) -> None:
+    # Tasks, actors, the sub-agents' messages and the user messages the window does
+    # not hold were read in one worker-thread call each (four to six hand-offs).
+    async with (
+        SQLiteStore(tmp_path / "s.db") as store,
+        ContextMiddleware(store, tmp_path / "mem", model=ModelLimits(10_000_000)) as mw,
+    ):
+        session = await mw.open_session(system="sys")
+        sid = session.id
+        rng = random.Random(7)
+        messages = [_message(rng, sid, 1_700_000_000_000 + i, i) for i in range(60)]
+        await mw.append(messages)
+        main = [m for m in messages if m.agent == MAIN_AGENT]
+        await store.set_watermark(sid, main[len(main) // 2].id)
+        checkpoint = mw.layout.checkpoint_path(sid)
+        checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        checkpoint.write_text("Topic: t\n\n## Current intent\n_intent_\n- go on\n")
+        await mw.prepare(sid)
+        one_by_one: list[str] = []
+        for name in ("list_tasks", "list_actors", "list_user_messages", "list_messages"):
+            real = getattr(store, name)
+
+            async def recording(
+                *args: object, _name: str = name, _real: object = real, **kw: object
+            ) -> object:
+                one_by_one.append(_name)
+                return await _real(*args, **kw)  # pyright: ignore[reportCallIssue, reportUnknownVariableType]
+
+            setattr(store, name, recording)
+        report = await mw.rebuild(sid, manual=True)
+        assert report.outcome == "rebuilt"
+        assert one_by_one == []

@@ -35,6 +35,7 @@ __all__ = [
     "SQLITE",
     "HostCommit",
     "MessageQuery",
+    "MessageSelect",
     "RebuildCommit",
     "SQLDialect",
     "SQLStoreBase",
@@ -357,8 +358,16 @@ class SQLStoreBase(StoreBase):
 
     async def _list_messages(self, query: MessageQuery) -> list[Message]:
         self._check_open()
+        return await self._selected(self._messages_select(query))
+
+    async def _list_user_messages(self, query: UserMessageQuery) -> list[Message]:
+        self._check_open()
+        return await self._selected(self._user_messages_select(query))
+
+    def _messages_select(self, query: MessageQuery) -> MessageSelect | None:
+        """The SQL of a :meth:`list_messages` (``None``: nothing to read)."""
         if query.last == 0:
-            return []
+            return None
         where = Where(self._dialect).add("session_id = {}", query.session_id).false("off_branch")
         if query.agent is not None:
             where.add("agent = {}", query.agent)
@@ -368,13 +377,13 @@ class SQLStoreBase(StoreBase):
             # A row comparison: both databases scan the (…, time_created, id)
             # index from that key.
             where.add("(time_created, id) >= ({}, {})", *query.since)
-        return await self._select_messages(where, last=query.last, newest=True)
+        return _select(where, last=query.last, newest=True)
 
-    async def _list_user_messages(self, query: UserMessageQuery) -> list[Message]:
+    def _user_messages_select(self, query: UserMessageQuery) -> MessageSelect | None:
+        """The SQL of a :meth:`list_user_messages` (``None``: nothing to read)."""
         # Read through the `messages_user` partial index.
-        self._check_open()
         if query.limit == 0:
-            return []
+            return None
         where = (
             Where(self._dialect)
             .add("session_id = {} AND agent = {}", query.session_id, query.agent)
@@ -384,21 +393,37 @@ class SQLStoreBase(StoreBase):
         )
         if query.before is not None:
             where.add("(time_created, id) < ({}, {})", *query.before)
-        return await self._select_messages(where, last=query.limit, newest=query.newest)
+        return _select(where, last=query.limit, newest=query.newest)
 
-    async def _select_messages(
-        self, where: Where, *, last: int | None, newest: bool
-    ) -> list[Message]:
-        """Messages matching ``where`` by ``(time_created, id)``, at most ``last`` of them.
-
-        ``newest``: the newest ``last`` (read backwards, returned oldest first);
-        otherwise the oldest.
-        """
-        order = "DESC" if newest and last is not None else "ASC"
-        tail = f"WHERE {where} ORDER BY time_created {order}, id {order}"
-        if last is not None:
-            tail += f" LIMIT {where.param(min(last, _MAX_LIMIT))}"
-        messages = await self._fetch_messages(tail, where.params)
-        if order == "DESC":
+    async def _selected(self, select: MessageSelect | None) -> list[Message]:
+        if select is None:
+            return []
+        messages = await self._fetch_messages(select.tail, select.params)
+        if select.reverse:
             messages.reverse()
         return messages
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSelect:
+    """``SELECT <message columns> FROM messages <tail>`` with its parameters.
+
+    ``reverse``: the rows come newest first, the listing is oldest first.
+    """
+
+    tail: str
+    params: Sequence[object]
+    reverse: bool
+
+
+def _select(where: Where, *, last: int | None, newest: bool) -> MessageSelect:
+    """Messages matching ``where`` by ``(time_created, id)``, at most ``last`` of them.
+
+    ``newest``: the newest ``last`` (read backwards, returned oldest first);
+    otherwise the oldest.
+    """
+    order = "DESC" if newest and last is not None else "ASC"
+    tail = f"WHERE {where} ORDER BY time_created {order}, id {order}"
+    if last is not None:
+        tail += f" LIMIT {where.param(min(last, _MAX_LIMIT))}"
+    return MessageSelect(tail, where.params, reverse=order == "DESC")

@@ -69,11 +69,15 @@ from mimo_ctx.session import (
 from mimo_ctx.store._common import (
     SQLITE,
     HostCommit,
+    MessageQuery,
+    MessageSelect,
     RebuildCommit,
     SQLStoreBase,
+    UserMessageQuery,
     host_node,
     in_task_order,
 )
+from mimo_ctx.store._reads import RebuildReadRequest, RebuildReads
 from mimo_ctx.store._sqlite_base import (
     SQL_CURRENT_SEQ,
     AlreadyCommitted,
@@ -87,6 +91,7 @@ from mimo_ctx.store._sqlite_schema import SCHEMA_VERSION, write_transaction
 from mimo_ctx.store.base import (
     HostIndex,
     apply_state_change,
+    check_user_message_window,
 )
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -135,6 +140,12 @@ _SQL_INSERT_HOST_NODE: Final = (
 
 
 _ACTIVE_STATUSES_SQL: Final = ", ".join(f"'{s}'" for s in sorted(ACTIVE_ACTOR_STATUSES))
+_SQL_TASKS: Final = "SELECT payload FROM tasks WHERE session_id = ?"
+_SQL_ACTORS: Final = "SELECT payload FROM actors WHERE session_id = ? ORDER BY time_created, id"
+_SQL_ACTIVE_ACTORS: Final = (
+    "SELECT payload FROM actors WHERE session_id = ?"
+    f" AND background = 1 AND status IN ({_ACTIVE_STATUSES_SQL}) ORDER BY time_created, id"
+)
 
 
 class SQLiteStore(SQLiteBase, SQLStoreBase):
@@ -313,12 +324,59 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
         return await self._run(run)
 
     async def _fetch_messages(self, tail: str, params: Sequence[object]) -> list[Message]:
+        return await self._run(lambda conn: self._fetched(conn, tail, params))
+
+    def _fetched(
+        self, conn: sqlite3.Connection, tail: str, params: Sequence[object]
+    ) -> list[Message]:
+        """The messages of ``SELECT <message columns> FROM messages <tail>`` (worker thread)."""
         sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages {tail}"
+        return [self._load_message(r) for r in conn.execute(sql, params)]
 
-        def run(conn: sqlite3.Connection) -> list[Message]:
-            return [self._load_message(r) for r in conn.execute(sql, params)]
+    async def read_for_rebuild(self, request: RebuildReadRequest) -> RebuildReads:
+        """A rebuild's reads (:mod:`mimo_ctx.store._reads`) in one worker-thread call.
 
-        return await self._run(run)
+        The same answers as :meth:`list_messages`, :meth:`list_actors`,
+        :meth:`list_tasks` and :meth:`list_user_messages`, read on one snapshot.
+        """
+        self._check_open()
+        session_id = request.session_id
+        selects: list[MessageSelect | None] = [
+            self._messages_select(
+                MessageQuery(session_id, None, request.since, None, request.exclude_agent)
+            )
+        ]
+        for read in request.users:
+            limit = check_user_message_window(read.first, read.last)
+            selects.append(
+                self._user_messages_select(
+                    UserMessageQuery(
+                        session_id, MAIN_AGENT, read.before, limit, newest=read.last is not None
+                    )
+                )
+            )
+
+        def run(conn: sqlite3.Connection) -> tuple[list[str], list[str], list[list[Message]]]:
+            def body() -> tuple[list[str], list[str], list[list[Message]]]:
+                tasks = [str(r[0]) for r in conn.execute(_SQL_TASKS, (session_id,))]
+                actors = [str(r[0]) for r in conn.execute(_SQL_ACTIVE_ACTORS, (session_id,))]
+                listed: list[list[Message]] = []
+                for select in selects:
+                    rows = [] if select is None else self._fetched(conn, select.tail, select.params)
+                    if select is not None and select.reverse:
+                        rows.reverse()
+                    listed.append(rows)
+                return tasks, actors, listed
+
+            return read_transaction(conn, body)
+
+        tasks, actors, listed = await self._run(run)
+        return RebuildReads(
+            tasks=in_task_order(self._parse(Task, p) for p in tasks),
+            actors=[self._parse(Actor, p) for p in actors],
+            since=listed[0],
+            users=dict(zip(request.users, listed[1:], strict=True)),
+        )
 
     async def count_messages(self, session_id: str, *, agent: str | None = None) -> int:
         """Count a session's messages (of one agent, or of all when ``agent`` is None)."""
@@ -547,8 +605,7 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
         """Return the session's tasks, terminal ones included, in natural id order."""
 
         def run(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute("SELECT payload FROM tasks WHERE session_id = ?", (session_id,))
-            return [str(r[0]) for r in rows]
+            return [str(r[0]) for r in conn.execute(_SQL_TASKS, (session_id,))]
 
         return in_task_order(self._parse(Task, p) for p in await self._run(run))
 
@@ -608,10 +665,7 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
 
         ``active_only`` keeps background actors with status pending or running.
         """
-        sql = "SELECT payload FROM actors WHERE session_id = ?"
-        if active_only:
-            sql += f" AND background = 1 AND status IN ({_ACTIVE_STATUSES_SQL})"
-        sql += " ORDER BY time_created, id"
+        sql = _SQL_ACTIVE_ACTORS if active_only else _SQL_ACTORS
 
         def run(conn: sqlite3.Connection) -> list[str]:
             return [str(r[0]) for r in conn.execute(sql, (session_id,))]
