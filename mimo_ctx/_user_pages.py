@@ -12,12 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from mimo_ctx._window import LiveWindow
 from mimo_ctx.config import RebuildConfig
 from mimo_ctx.messages import Message, message_key
 from mimo_ctx.store._reads import UserRead
 from mimo_ctx.store.base import Store
 
-__all__ = ["USER_PAGE", "LiveUsers", "UserPages", "first_user_reads"]
+__all__ = ["USER_PAGE", "LiveUsers", "UserPages", "first_user_reads", "held_users"]
 
 USER_PAGE: Final = 50
 """User messages read per store call while filling "Recent user input"."""
@@ -36,6 +37,15 @@ class LiveUsers:
 
     after: tuple[int, str] | None
     messages: Sequence[Message]
+
+
+def held_users(window: LiveWindow | None) -> LiveUsers | None:
+    """The user messages a live window holds (every one after its start); ``None``
+    for a window not loaded."""
+    if window is None or not window.loaded:
+        return None
+    users = [m for m in window.messages if m.role == "user" and not m.is_boundary]
+    return LiveUsers(after=window.start, messages=users)
 
 
 class _HeldUsers:

@@ -47,6 +47,7 @@ from mimo_ctx._rebuild_report import (
     report_attributes,
     span_start,
 )
+from mimo_ctx._user_pages import LiveUsers, first_user_reads, held_users
 from mimo_ctx._util import now_ms
 from mimo_ctx._window import LiveSession, SentOn, Windows
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
@@ -90,13 +91,7 @@ from mimo_ctx.messages import (
     written_after,
 )
 from mimo_ctx.reminders import per_turn_reminder
-from mimo_ctx.render import (
-    LiveUsers,
-    RenderedBody,
-    assemble_body,
-    first_user_reads,
-    gather_sources,
-)
+from mimo_ctx.render import RenderedBody, assemble_body, gather_sources
 from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
 from mimo_ctx.session import Session
 from mimo_ctx.session import SessionState as StoredState
@@ -442,15 +437,10 @@ class Rebuilder:
                 # A writer ran (or may have, and finished already): its watermark.
                 watermark_id = await store.get_watermark(session_id) or watermark_id
 
-        watermark = await store.get_message(watermark_id)
-        if watermark is None:
-            return _Result(
-                RebuildReport(outcome="insert-failed", trigger=trigger, tokens_before=before)
-            )
         return await self._insert(
             session,
             state,
-            watermark,
+            watermark_id,
             usage_key=usage_key,
             trigger=trigger,
             before=before,
@@ -543,7 +533,7 @@ class Rebuilder:
         self,
         session: Session,
         state: LiveSession,
-        watermark: Message,
+        watermark_id: str,
         *,
         usage_key: str,
         trigger: Trigger,
@@ -554,7 +544,12 @@ class Rebuilder:
     ) -> _Result:
         session_id = session.id
         store, layout, config = self._store, self._layout, self._config
-        since_watermark, reads = await self._read(session_id, state, watermark)
+        read = await self._read(session_id, state, watermark_id)
+        if read is None:
+            return _Result(
+                RebuildReport(outcome="insert-failed", trigger=trigger, tokens_before=before)
+            )
+        watermark, since_watermark, reads, live_users = read
         tail = [
             m
             for m in since_watermark
@@ -608,7 +603,7 @@ class Rebuilder:
             focus=focus,
             host=host,
             actors=actors,
-            live_users=_live_users(state),
+            live_users=live_users,
             reads=reads,
         )
         # The index part needs only the Topic line, from the head of the checkpoint
@@ -696,35 +691,44 @@ class Rebuilder:
         )
 
     async def _read(
-        self, session_id: str, state: LiveSession, watermark: Message
-    ) -> tuple[list[Message], RebuildReads]:
-        """Every agent's messages from the watermark on (the tail, what micro-compaction
-        sees), and the body's store reads, in one store call (:mod:`mimo_ctx.store._reads`).
+        self, session_id: str, state: LiveSession, watermark_id: str
+    ) -> tuple[Message, list[Message], RebuildReads, LiveUsers | None] | None:
+        """The watermark, every agent's messages from it on (the tail, what
+        micro-compaction sees), the body's store reads in one call
+        (:mod:`mimo_ctx.store._reads`) and the live user messages; ``None`` without
+        a watermark message.
 
-        The main agent's messages come from the live window when it reaches back to
-        the watermark, so only the sub-agents' are listed; else every agent's are.
+        The main agent's messages (the watermark too) come from the live window when
+        it reaches back to the watermark, so only the sub-agents' are listed.
         """
-        since = message_key(watermark)
         window = state.windows.get(MAIN_AGENT)
+        watermark = None
         if window is not None and window.loaded:
             # Bring the window up to date: the rebuild must see what the store holds.
             window = await self._windows.refresh(session_id, state, MAIN_AGENT)
+            watermark = next((m for m in reversed(window.messages) if m.id == watermark_id), None)
+        if watermark is None:
+            watermark = await self._store.get_message(watermark_id)
+            if watermark is None:
+                return None
+        since = message_key(watermark)
         covers = (
             window is not None and window.loaded and (window.start is None or window.start <= since)
         )
+        live_users = held_users(window)
         request = RebuildReadRequest(
             session_id,
             since,
             exclude_agent=MAIN_AGENT if covers else None,
-            users=first_user_reads(_live_users(state), self._config),
+            users=first_user_reads(live_users, self._config),
         )
         reads = await read_for_rebuild(self._store, request)
         if window is None or not covers:
-            return reads.since, reads
+            return watermark, reads.since, reads, live_users
         main = window.messages[bisect_left(window.keys, since) :]
         others = reads.since
         merged = list(heapq.merge(main, others, key=message_key)) if others else list(main)
-        return merged, reads
+        return watermark, merged, reads, live_users
 
     async def _commit(
         self, session: Session, *, usage_key: str, committed: _Committed, report: RebuildReport
@@ -781,15 +785,6 @@ class Rebuilder:
                 )
             )
         return _Result(report, committed)
-
-
-def _live_users(state: LiveSession) -> LiveUsers | None:
-    """The main agent's user messages its live window holds (every one after its start)."""
-    window = state.windows.get(MAIN_AGENT)
-    if window is None or not window.loaded:
-        return None
-    users = [m for m in window.messages if m.role == "user" and not m.is_boundary]
-    return LiveUsers(after=window.start, messages=users)
 
 
 _INDEX_HEAD_CHARS: Final = 16_384

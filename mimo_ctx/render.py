@@ -56,7 +56,7 @@ import anyio.to_thread
 
 from mimo_ctx._budget_cache import budgeted
 from mimo_ctx._render_files import MemoryFile, read_body_files, without_topic
-from mimo_ctx._user_pages import USER_PAGE, LiveUsers, UserPages, first_user_reads
+from mimo_ctx._user_pages import USER_PAGE, LiveUsers, UserPages
 from mimo_ctx.budget import (
     checkpoint_section_caps,
 )
@@ -108,7 +108,6 @@ __all__ = [
     "RenderedBody",
     "SectionFigure",
     "assemble_body",
-    "first_user_reads",
     "gather_sources",
     "render_rebuild_context",
 ]
@@ -325,7 +324,7 @@ async def gather_sources(
             for the older ones "Recent user input" reaches.
         reads: What the caller read from the store already, in one call
             (:mod:`mimo_ctx.store._reads`): the tasks, the active actors and the
-            user-message reads of :func:`first_user_reads`.
+            user-message reads of :func:`~mimo_ctx._user_pages.first_user_reads`.
     """
     config = config or RebuildConfig()
     session_id = session.id

@@ -167,7 +167,7 @@ async def _pages_run(
         held = await render._user_messages(store, "ses_pages", config, None, live)  # pyright: ignore[reportPrivateUsage]
         calls = len(read)
         # The first reads made beforehand, with the rebuild's other reads.
-        first = render.first_user_reads(live, config)
+        first = _user_pages.first_user_reads(live, config)
         request = RebuildReadRequest("ses_pages", (0, ""), users=first)
         known = (await read_one_by_one(store, request)).users
         read.clear()

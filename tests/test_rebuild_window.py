@@ -78,7 +78,11 @@ async def _scenario(seed: int, store: Store, root: Path) -> None:
         rebuilder = mw._rebuilder  # pyright: ignore[reportPrivateUsage]
         main = sorted((m for m in stored if m.agent == MAIN_AGENT), key=message_key)
         for watermark in rng.sample(main, min(len(main), 12)):
-            listed, _ = await rebuilder._read(sid, state, watermark)  # pyright: ignore[reportPrivateUsage]
+            read = await rebuilder._read(sid, state, watermark.id)  # pyright: ignore[reportPrivateUsage]
+            assert read is not None
+            held, listed = read[0], read[1]
+            # The watermark as the store has it (from the window when it holds it).
+            assert held.model_dump() == watermark.model_dump()
             want = await store.list_messages(sid, agent=None, since=message_key(watermark))
             # The watermark itself may be left out (nothing downstream reads it).
             got = [m for m in listed if m.id != watermark.id]
