@@ -84,7 +84,8 @@ class BodyFiles:
     """What the body reads from the memory directory, in one worker-thread call.
 
     ``checkpoint_shown`` is the checkpoint's text without its ``Topic:`` line
-    (``None`` when it is blank or unreadable).
+    (``None`` when it is blank or unreadable); ``checkpoint_quotes``: it may
+    quote a user message (:func:`~mimo_ctx.checkpoint.sections.names_user_messages`).
     """
 
     checkpoint: MemoryFile
@@ -93,6 +94,7 @@ class BodyFiles:
     notes: MemoryFile
     work: OpenWork
     checkpoint_shown: str | None = None
+    checkpoint_quotes: bool = True
 
 
 def read_body_files(
@@ -163,9 +165,11 @@ def budget_files(
     caps = config.push_caps
     checkpoint = files.checkpoint
     shown = None
+    quotes = True
     if checkpoint.problem is None and not checkpoint.blank:
         shown = without_topic(checkpoint.text)
-        if not names_user_messages(shown):
+        quotes = names_user_messages(shown)
+        if not quotes:
             budgeted(
                 shown,
                 caps.checkpoint,
@@ -188,7 +192,7 @@ def budget_files(
                 section_aware=section_aware,
                 section_caps=None,
             ).section(heading)
-    return replace(files, checkpoint_shown=shown)
+    return replace(files, checkpoint_shown=shown, checkpoint_quotes=quotes)
 
 
 def _may_fold(checkpoint: MemoryFile, tail: Sequence[Message]) -> bool:

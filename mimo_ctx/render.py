@@ -201,6 +201,8 @@ class RebuildSources:
         host: The section a ``before_rebuild`` hook added (before ``# Recent activity``).
         checkpoint_shown: ``checkpoint``'s text without its ``Topic:`` line, when
             :func:`gather_sources` made it (``None``: made when rendered).
+        checkpoint_quotes: ``False`` when :func:`gather_sources` found that it
+            quotes no user message (no pointers to look for).
     """
 
     session_id: str
@@ -219,6 +221,7 @@ class RebuildSources:
     focus: str | None = None
     host: HostSection | None = None
     checkpoint_shown: str | None = None
+    checkpoint_quotes: bool = True
 
 
 @dataclass(slots=True)
@@ -379,6 +382,7 @@ async def gather_sources(
         focus=focus,
         host=host,
         checkpoint_shown=files.checkpoint_shown,
+        checkpoint_quotes=files.checkpoint_quotes,
     )
 
 
@@ -479,9 +483,9 @@ def assemble_body(
                 # The boundary's "## Checkpoint" part already names the topic, and the
                 # user's words are quoted under "Recent user input": say each once.
                 shown = sources.checkpoint_shown
-                text = refer_to_quoted(
-                    without_topic(text) if shown is None else shown, quoted, USER_QUOTED_WHERE
-                )
+                text = without_topic(text) if shown is None else shown
+                if sources.checkpoint_quotes:
+                    text = refer_to_quoted(text, quoted, USER_QUOTED_WHERE)
             caps_for = checkpoint_section_caps(caps) if refer else None
             return budgeted(
                 text, cap, source.path, counter, section_aware=section_aware, section_caps=caps_for

@@ -114,7 +114,7 @@ def test_the_body_is_the_one_rendered_on_the_loop_alone(
             fast = render.assemble_body(sources, config=config, max_tokens=max_tokens)
             _budget_cache._cache.clear()  # pyright: ignore[reportPrivateUsage]
             plain = render.assemble_body(
-                dataclasses.replace(sources, checkpoint_shown=None),
+                dataclasses.replace(sources, checkpoint_shown=None, checkpoint_quotes=True),
                 config=config,
                 max_tokens=max_tokens,
             )
