@@ -17,17 +17,20 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Literal, TypedDict, TypeVar
 
+import anyio.lowlevel
 from pydantic import BaseModel, ValidationError
 
 from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx.errors import StoreError
-from mimo_ctx.messages import Message, set_insert_seq, stored_part_units
+from mimo_ctx.messages import Message, ReasoningPart, TextPart, set_insert_seq, stored_part_units
 from mimo_ctx.store._common import restore_row_caches
 from mimo_ctx.store._sqlite_feed import KnownFeed, data_version, open_probe
 from mimo_ctx.store._sqlite_schema import open_database, write_transaction
 from mimo_ctx.tokens import estimate_message_tokens
 
 __all__ = [
+    "INLINE_CHARS",
+    "INLINE_MESSAGES",
     "IN_CHUNK",
     "SQL_CURRENT_SEQ",
     "SQL_INSERT_MESSAGE",
@@ -40,6 +43,7 @@ __all__ = [
     "SQLiteBase",
     "SQLiteOptions",
     "chunks",
+    "message_payload",
     "message_row",
     "read_transaction",
 ]
@@ -93,20 +97,34 @@ WRITTEN_ENTRIES: Final = 512
 
 WRITTEN_CHARS: Final = 16_000_000
 
+INLINE_MESSAGES: Final = 4
+"""Messages a write may hold to run inline (mimo_ctx._sqlite_worker): a turn's."""
+
+INLINE_CHARS: Final = 32_768
+"""Payload characters an inline write may hold: what the event loop serialises and
+writes itself stays around half a millisecond (~8 pages); more goes to the thread."""
+
 
 class AlreadyCommitted(Exception):
     """Internal: the usage key of a rebuild is taken; roll back and answer False."""
 
 
-def message_row(message: Message) -> MessageRow:
+def message_payload(message: Message) -> str:
+    """The JSON a message row stores (``StoreError`` naming it when it has none)."""
     try:
-        payload = message.model_dump_json()
+        return message.model_dump_json()
     except (ValueError, RecursionError) as exc:
         # Bytes that are not UTF-8 or nesting beyond the serialiser's limit in a tool
         # input: refuse the write, naming the message, rather than fail raw.
         raise StoreError(
             f"message {message.id!r} cannot be stored as JSON ({exc}); nothing written"
         ) from exc
+
+
+def message_row(message: Message, payload: str | None = None) -> MessageRow:
+    """The row of ``message`` (``payload``: its :func:`message_payload`, when made already)."""
+    if payload is None:
+        payload = message_payload(message)
     # Off-branch messages are never the newest boundary or finished answer.
     listed = not message.off_branch
     return (
@@ -123,6 +141,30 @@ def message_row(message: Message) -> MessageRow:
         # After the estimate: the lengths it was summed from, when it was computed here.
         stored_part_units(message),
     )
+
+
+def _texts_fit(messages: Sequence[Message]) -> bool:
+    """Whether the messages' texts and outputs stay within :data:`INLINE_CHARS`.
+
+    A count over the parts' own strings, before anything is serialised: a long
+    text or tool output sends the write to the thread without the event loop
+    serialising it.
+    """
+    chars = 0
+    for message in messages:
+        for part in message.parts:
+            if part.type == "tool":
+                state = part.state
+                chars += len(getattr(state, "output", "") or getattr(state, "error", ""))
+            elif isinstance(part, TextPart | ReasoningPart):
+                chars += len(part.text)
+            elif part.type == "tool_result":
+                chars += len(part.output)
+            elif part.type == "compaction":
+                chars += len(part.summary)
+            elif part.type == "file":
+                chars += len(part.url)
+    return chars <= INLINE_CHARS
 
 
 def read_transaction(conn: sqlite3.Connection, body: Callable[[], _T]) -> _T:
@@ -166,7 +208,8 @@ class SQLiteBase(SQLiteWorker):
                 ``":memory:"``.
             busy_timeout: Seconds a write waits for another connection (another
                 process) holding the write lock before failing.
-            synchronous: SQLite's ``synchronous`` setting (see the module docstring).
+            synchronous: SQLite's ``synchronous`` setting (see the store's module
+                docstring); with ``"FULL"`` no write runs on the event loop's thread.
             read_only: Open an existing store without writing anything to the file
                 (a file holding no store is refused, not created; a read-only mount
                 works); every write then raises ``StoreError``.
@@ -182,6 +225,9 @@ class SQLiteBase(SQLiteWorker):
         self._written_chars = 0
         self._synchronous: Literal["NORMAL", "FULL"] = synchronous
         self._read_only = read_only
+        # Message writes may run inline (mimo_ctx._sqlite_worker): never when a
+        # commit must reach the disk (FULL) before it returns.
+        self._inline_allowed = synchronous == "NORMAL" and not read_only
         # The change feed as far as this store wrote it (see _sqlite_feed). Written
         # on the worker thread under the lock; `changes_known` reads it under the
         # lock too, tried from the event loop.
@@ -207,7 +253,7 @@ class SQLiteBase(SQLiteWorker):
         if probe is not None:
             probe.close()
 
-    def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+    def _locked(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         def feeding(conn: sqlite3.Connection) -> _T:
             self._taken, self._reported = [], None
             changes = conn.total_changes
@@ -230,7 +276,7 @@ class SQLiteBase(SQLiteWorker):
                         # not fail it; the next feed read goes to the file.
                         self._feed.forget()
 
-        return super()._call(feeding)
+        return super()._locked(feeding)
 
     def _probe_connection(self) -> sqlite3.Connection | None:
         """The probe, opened on first use; ``None`` when this file has none."""
@@ -368,15 +414,29 @@ class SQLiteBase(SQLiteWorker):
         if not batch:
             self._check_open()
             return
+        rows: list[MessageRow] = []
+        payloads: list[str] = []
 
         def run(conn: sqlite3.Connection) -> None:
-            # Serialise before taking the write lock, to hold it briefly.
-            rows = [message_row(m) for m in batch]
+            if not rows:  # made already when an inline write fell back to the thread
+                # Serialise before taking the write lock, to hold it briefly.
+                made = payloads or [None] * len(batch)
+                rows.extend(message_row(m, p) for m, p in zip(batch, made, strict=True))
             first, insert_seqs = write_transaction(conn, lambda: write(conn, rows))
             numbers = range(first, first + len(rows))
             self._remember(batch, rows, numbers, insert_seqs)
             self._report(numbers, batch)
 
+        self._check_open()
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if len(batch) <= INLINE_MESSAGES and self._inline_ready() and _texts_fit(batch):
+            # The payloads' size decides (the texts counted first leave out tool
+            # inputs and metadata); one too large goes to the thread as it is.
+            payloads.extend(message_payload(m) for m in batch)
+            if sum(map(len, payloads)) <= INLINE_CHARS:
+                rows.extend(message_row(m, p) for m, p in zip(batch, payloads, strict=True))
+                await self._run_write(run)
+                return
         await self._run(run)
 
     @staticmethod

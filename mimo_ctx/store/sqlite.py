@@ -5,15 +5,22 @@ Design:
 * **Off the event loop.** Every call runs the stdlib :mod:`sqlite3` on the
   store's own worker thread (:mod:`mimo_ctx._sqlite_worker`: a queue of jobs run
   one at a time, each result handed back with one wake-up of the caller's event
-  loop) and under a thread lock, so the loop never blocks on disk I/O and the
-  single connection is never used by two threads at once. A caller cancelled
-  before its job starts takes it back; one cancelled while it runs waits for
-  it to finish, so a transaction is never left half-done. One
-  exception: the change feed after this store's own writes, when nobody else
-  has committed since, is answered from what it wrote, checked by one query of
-  a second connection's ``data_version`` that reads the WAL index in shared
-  memory and never waits (``mimo_ctx.store._sqlite_feed``): the read that
-  follows every turn's write costs no hand-off to the worker thread.
+  loop) and under a thread lock, so the loop never waits on a lock or the disk
+  and the single connection is never used by two threads at once. A caller
+  cancelled before its job starts takes it back; one cancelled while it runs
+  waits for it to finish, so a transaction is never left half-done. Two
+  exceptions. A small message write (a turn's one or two messages) runs on the
+  caller's thread when nothing waits for the connection and the write cannot
+  wait either: WAL mode with ``synchronous=NORMAL`` (no ``fsync`` in the
+  commit), the write lock taken with a busy timeout of 0 (held elsewhere, the
+  write goes to the worker thread, which waits for it), no checkpoint in the
+  commit; it costs the loop ~0.1-0.5 ms and saves the two threads' wake-ups
+  (see :mod:`mimo_ctx._sqlite_worker`). And the change feed after this store's
+  own writes, when nobody else has committed since, is answered from what it
+  wrote, checked by one query of a second connection's ``data_version`` that
+  reads the WAL index in shared memory and never waits
+  (``mimo_ctx.store._sqlite_feed``): the read that follows every turn's write
+  costs no hand-off to the worker thread.
 * **WAL mode** (readers do not block the writer) and a **busy timeout** (30 s by
   default), so processes sharing the file wait for each other instead of
   failing with "database is locked". ``synchronous=NORMAL``: in WAL mode a crash

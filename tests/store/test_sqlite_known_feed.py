@@ -182,14 +182,18 @@ async def test_changes_since_equals_the_file_after_any_interleaving(
 
 
 def _counting(store: SQLiteStore) -> list[str]:
+    """Count the store's calls of its connection (on its thread or, for writes, inline)."""
     calls: list[str] = []
-    run: Callable[..., Awaitable[Any]] = store._run  # pyright: ignore[reportPrivateUsage]
 
-    async def counted(fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        calls.append(fn.__qualname__)
-        return await run(fn)
+    def counting(run: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def counted(fn: Callable[[sqlite3.Connection], Any]) -> Any:
+            calls.append(fn.__qualname__)
+            return await run(fn)
 
-    store._run = counted  # pyright: ignore[reportPrivateUsage]
+        return counted
+
+    store._run = counting(store._run)  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
+    store._run_write = counting(store._run_write)  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
     return calls
 
 

@@ -1,0 +1,322 @@
+"""Inline message writes of the SQLite store: on the caller's thread only when nothing waits.
+
+Where a write ran is seen on the connection itself: a trace callback records the
+thread that executes each ``COMMIT``.
+"""
+
+# The worker's plumbing (its connection, thresholds) is what is tested.
+# pyright: reportPrivateUsage=false
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import mimo_ctx._sqlite_worker as worker_module
+from mimo_ctx.errors import StoreError
+from mimo_ctx.messages import Message, TextPart, ToolPart, ToolStatePending
+from mimo_ctx.store.sqlite import SQLiteStore
+from tests.store.builders import T0, assistant, make_session, user
+
+_PAGE = 4096
+
+
+def _commits(store: SQLiteStore) -> list[int]:
+    """The thread of each ``COMMIT`` the store's connection runs from now on."""
+    threads: list[int] = []
+
+    def trace(statement: str) -> None:
+        if statement == "COMMIT":
+            threads.append(threading.get_ident())
+
+    assert store._conn is not None
+    store._conn.set_trace_callback(trace)
+    return threads
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size
+
+
+def _texts(messages: list[Message]) -> list[str]:
+    return [p.text for m in messages for p in m.parts if isinstance(p, TextPart)]
+
+
+async def _open(path: Path | str, **options: object) -> tuple[SQLiteStore, str]:
+    store = await SQLiteStore.open(path, **options)  # pyright: ignore[reportArgumentType]
+    session = make_session()
+    await store.create_session(session)
+    return store, session.id
+
+
+async def test_a_small_write_commits_on_the_callers_thread(tmp_path: Path) -> None:
+    store, sid = await _open(tmp_path / "agent.db")
+    async with store:
+        threads = _commits(store)
+        first = user(sid, "hello", t=T0)
+        await store.append_messages([first])
+        await store.upsert_messages([assistant(sid, "hi", t=T0 + 1)])
+        await store.upsert_messages([first.model_copy(update={"parts": [TextPart(text="hey")]})])
+        assert threads == [threading.get_ident()] * 3
+        assert _texts(await store.list_messages(sid)) == ["hey", "hi"]  # the update landed
+    with sqlite3.connect(tmp_path / "agent.db") as raw:
+        assert raw.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 2
+
+
+async def test_the_first_write_opens_the_connection_on_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "agent.db"
+    store, sid = await _open(path)
+    await store.aclose()
+    opened_on: list[int] = []
+    connect = SQLiteStore._connect
+
+    def recorded(self: SQLiteStore) -> sqlite3.Connection:
+        opened_on.append(threading.get_ident())
+        return connect(self)
+
+    monkeypatch.setattr(SQLiteStore, "_connect", recorded)
+    async with SQLiteStore(path) as fresh:
+        assert opened_on
+        assert opened_on[0] != threading.get_ident()
+        threads = _commits(fresh)
+        await fresh.append_messages([user(sid, "a", t=T0)])
+        assert threads == [threading.get_ident()]
+
+
+async def test_a_write_lock_held_elsewhere_sends_the_write_to_the_thread(tmp_path: Path) -> None:
+    path = tmp_path / "agent.db"
+    store, sid = await _open(path, busy_timeout=30.0)
+    async with store:
+        threads = _commits(store)
+        holder = sqlite3.connect(path, isolation_level=None)
+        ticks = 0
+        written_at: list[float] = []
+        released = 0.0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while not written_at:
+                ticks += 1
+                await anyio.sleep(0.01)
+
+        async def write() -> None:
+            await store.append_messages([user(sid, "waits for the lock", t=T0)])
+            written_at.append(time.monotonic())
+
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(tick)
+                tg.start_soon(write)
+                await anyio.sleep(0.4)
+                # The loop kept running while the write waited on the thread.
+                assert not written_at
+                assert ticks >= 10
+                released = time.monotonic()
+                holder.execute("COMMIT")
+        finally:
+            holder.close()
+        assert written_at[0] >= released
+        assert len(threads) == 1
+        assert threads[0] != threading.get_ident()
+        # With the lock free again, the next write is inline.
+        await store.append_messages([user(sid, "inline again", t=T0 + 1)])
+        assert threads[1] == threading.get_ident()
+        assert await store.count_messages(sid) == 2
+
+
+async def test_writes_keep_their_order_between_inline_and_the_thread(tmp_path: Path) -> None:
+    store, sid = await _open(tmp_path / "agent.db")
+    async with store:
+        threads = _commits(store)
+        order: list[str] = []
+
+        async def write(message: Message) -> None:
+            order.append(message.id)
+            await store.upsert_messages([message])
+
+        def hold(_conn: sqlite3.Connection) -> None:
+            time.sleep(0.05)
+
+        async with anyio.create_task_group() as tg:
+            for n in range(40):
+                if n in (5, 20):  # a job on the thread: the writes after it queue behind
+                    tg.start_soon(store._run, hold)
+                    await anyio.lowlevel.checkpoint()
+                tg.start_soon(write, user(sid, f"m{n}", t=T0 + 40 - n))
+                if n % 3 == 0:
+                    await anyio.lowlevel.checkpoint()
+        stored = await store.list_messages(sid)
+        by_write = sorted(stored, key=lambda m: m.insert_seq or 0)
+        assert [m.id for m in by_write] == order
+        me = threading.get_ident()
+        assert me in threads  # both ways were taken
+        assert any(t != me for t in threads)
+
+
+async def test_a_cancelled_caller_writes_nothing(tmp_path: Path) -> None:
+    store, sid = await _open(tmp_path / "agent.db")
+    async with store:
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await store.append_messages([user(sid, "never", t=T0)])
+        assert scope.cancelled_caught
+        assert await store.count_messages(sid) == 0
+
+
+async def test_a_caller_cancelled_while_its_write_waits_for_the_lock_lets_it_finish(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agent.db"
+    store, sid = await _open(path)
+    async with store:
+        holder = sqlite3.connect(path, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+
+            async def release_later(scope: anyio.CancelScope) -> None:
+                await anyio.sleep(0.1)
+                scope.cancel()  # the write runs on the thread, waiting for the lock
+                await anyio.sleep(0.1)
+                holder.execute("COMMIT")
+
+            scope = anyio.CancelScope()
+            async with anyio.create_task_group() as tg:
+                with scope:
+                    tg.start_soon(release_later, scope)
+                    await store.append_messages([user(sid, "finished", t=T0)])
+            assert scope.cancelled_caught
+        finally:
+            holder.close()
+        # The transaction was never left half-done: it finished, whole.
+        assert _texts(await store.list_messages(sid)) == ["finished"]
+
+
+@pytest.mark.parametrize("how", ["full", "memory"])
+async def test_full_synchronous_and_no_wal_never_write_inline(tmp_path: Path, how: str) -> None:
+    if how == "full":
+        store, sid = await _open(tmp_path / "agent.db", synchronous="FULL")
+    else:
+        store, sid = await _open(":memory:")
+    async with store:
+        threads = _commits(store)
+        for n in range(3):
+            await store.upsert_messages([user(sid, f"m{n}", t=T0 + n)])
+        assert len(threads) == 3
+        assert threading.get_ident() not in threads
+
+
+def _big_input(sid: str) -> list[Message]:
+    # Nothing the text count sees: the payload's size sends it to the thread.
+    message = Message(
+        session_id=sid,
+        role="assistant",
+        time_created=T0,
+        parts=[
+            ToolPart(
+                call_id="c1",
+                tool="write",
+                state=ToolStatePending(input={"content": "x" * 100_000}),
+            )
+        ],
+    )
+    return [message]
+
+
+def _long_text(sid: str) -> list[Message]:
+    return [user(sid, "x" * 100_000, t=T0)]
+
+
+def _many(sid: str) -> list[Message]:
+    return [user(sid, f"m{n}", t=T0 + n) for n in range(5)]
+
+
+@pytest.mark.parametrize(
+    "batch", [_long_text, _big_input, _many], ids=["long text", "long tool input", "many"]
+)
+async def test_large_writes_go_to_the_thread(
+    tmp_path: Path, batch: Callable[[str], list[Message]]
+) -> None:
+    store, sid = await _open(tmp_path / "agent.db")
+    async with store:
+        threads = _commits(store)
+        messages = batch(sid)
+        await store.append_messages(messages)
+        assert len(threads) == 1
+        assert threads[0] != threading.get_ident()
+        assert await store.count_messages(sid) == len(messages)
+
+
+async def _failures(path: Path, **options: object) -> tuple[list[str], int]:
+    """The errors of failing writes on a new store; the thread its first write ran on."""
+    store, sid = await _open(path, **options)
+    other = make_session()
+    await store.create_session(other)
+    async with store:
+        threads = _commits(store)
+        kept = user(sid, "kept", t=T0)
+        await store.append_messages([kept])
+        failures = [
+            lambda: store.append_messages([kept]),
+            lambda: store.append_messages([user("ses_unknown", "b", t=T0)]),
+            lambda: store.upsert_messages([user("ses_unknown", "b", t=T0)]),
+            lambda: store.upsert_messages([kept.model_copy(update={"session_id": other.id})]),
+            lambda: store.update_messages([user(sid, "missing", t=T0)]),
+        ]
+        seen: list[str] = []
+        for fail in failures:
+            with pytest.raises(StoreError) as caught:
+                await fail()
+            # Ids and the path differ between two files: the rest must not.
+            text = str(caught.value).replace(str(path), "<path>")
+            seen.append(_without_ids(text.replace(sid, "<sid>").replace(other.id, "<other>")))
+        assert await store.count_messages(sid) == 1
+    return seen, threads[0]
+
+
+async def test_errors_are_the_same_inline_and_on_the_thread(tmp_path: Path) -> None:
+    inline, inline_thread = await _failures(tmp_path / "inline.db")
+    thread, thread_thread = await _failures(tmp_path / "thread.db", synchronous="FULL")
+    assert inline_thread == threading.get_ident()
+    assert thread_thread != threading.get_ident()
+    assert inline == thread
+
+
+def _without_ids(text: str) -> str:
+    return re.sub(r"'(msg|ses)_[^']*'", "<id>", text)
+
+
+async def test_an_inline_commit_never_runs_the_automatic_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite's own checkpoint after 8 pages of log; the thread's only after a minute.
+    monkeypatch.setattr(worker_module, "WAL_BACKSTOP_PAGES", 8)
+    monkeypatch.setattr(worker_module, "CHECKPOINT_IDLE", 60.0)
+    monkeypatch.setattr(worker_module, "CHECKPOINT_WRITES", 10**6)
+    sizes: dict[str, tuple[int, int]] = {}
+    for name, options in (("inline", {}), ("thread", {"synchronous": "FULL"})):
+        path = tmp_path / f"{name}.db"
+        store, sid = await _open(path, **options)
+        async with store:
+            await store._run(
+                lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            )
+            before = _size(path)
+            for n in range(20):
+                await store.upsert_messages([user(sid, f"m{n} " + "x" * 4000, t=T0 + n)])
+            sizes[name] = (before, _size(path))
+            assert _size(Path(f"{path}-wal")) > 8 * _PAGE
+    before, after = sizes["inline"]
+    assert after == before  # no commit copied the log into the main file
+    before, after = sizes["thread"]
+    assert after > before  # the same writes on the thread: the backstop ran in a commit
