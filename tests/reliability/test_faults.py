@@ -93,6 +93,9 @@ async def prime_checkpoint(mw: ContextMiddleware, session_id: str) -> tuple[byte
     """A session below the line with a checkpoint and watermark on disk."""
     await fill_to_trigger(mw, session_id, final_usage=80_000)
     assert await mw.start_writer(session_id, reason="test") == "started"
+    # The writer this test started must finish (however loaded the machine is)
+    # before the watermark is read: a bounded settle alone can end too early.
+    assert await mw.wait_for_writer(session_id, timeout=30) == "finished"
     await settle(mw, session_id)
     watermark = await mw.store.get_watermark(session_id)
     assert watermark is not None
