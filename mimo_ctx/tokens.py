@@ -171,12 +171,58 @@ def json_units(model: BaseModel) -> int | None:
     ``None`` when it cannot be serialised (A2). The JSON of a model holds the
     JSON of each nested model as is, so a copy that changes one nested object
     differs in length by that object's own difference.
+
+    The JSON counted is :func:`js_json` of the model's JSON-mode dump. Its length
+    is read from pydantic-core's own JSON of the model, made in one pass without
+    the dump's Python objects, unless the two texts may differ in length: they
+    differ only where a float below 1e-4 is written (``1e-07`` against ``1e-7``,
+    ``1e-05`` against ``0.00001``), so a text that may hold one, or that
+    pydantic-core cannot make, is counted the slow way.
     """
+    try:
+        data = model.__pydantic_serializer__.to_json(model, exclude_none=True)
+    except (ValueError, TypeError, RecursionError):
+        data = None
+    if data is not None and not _small_float_in(data):
+        return _utf8_units(data)
     try:
         text = js_json(model.model_dump(mode="json", exclude_none=True))
     except (ValueError, TypeError, RecursionError):
         return None
     return utf16_length(text)
+
+
+def _utf8_units(data: bytes) -> int:
+    """The UTF-16 length of the text whose UTF-8 encoding is ``data``.
+
+    One unit per character (every byte but the continuation bytes), two for an
+    astral one (a four-byte sequence, led by a byte from 0xF0).
+    """
+    if data.isascii():
+        return len(data)
+    continuations = len(data) - len(data.translate(None, _CONTINUATIONS))
+    astral = len(data) - len(data.translate(None, _ASTRAL_LEADS))
+    return len(data) - continuations + astral
+
+
+def _small_float_in(data: bytes) -> bool:
+    """Whether pydantic-core's JSON ``data`` may hold a float below 1e-4.
+
+    Where it writes one, the text holds ``0.0000`` or a digit before ``e-``;
+    the same characters in a string only send it the slow way.
+    """
+    if b"0.0000" in data:
+        return True
+    at = data.find(b"e-")
+    while at > 0:
+        if 0x30 <= data[at - 1] <= 0x39:  # a digit
+            return True
+        at = data.find(b"e-", at + 2)
+    return False
+
+
+_CONTINUATIONS: Final = bytes(range(0x80, 0xC0))
+"""UTF-8 continuation bytes: every byte of a character but its first."""
 
 
 def json_string_units(text: str) -> int:

@@ -22,7 +22,15 @@ from strategies import parts
 
 from mimo_ctx import tokens
 from mimo_ctx.errors import ConfigError, MimoCtxError
-from mimo_ctx.messages import Message, OpaquePart, Part, TextPart, ToolPart, ToolStateCompleted
+from mimo_ctx.messages import (
+    Message,
+    OpaquePart,
+    Part,
+    TextPart,
+    ToolPart,
+    ToolStateCompleted,
+    ToolStatePending,
+)
 from mimo_ctx.tokens import (
     UNSERIALISABLE_PART_TOKENS,
     CharEstimator,
@@ -395,6 +403,49 @@ def test_r2_2_js_json_detects_cycles_and_forgets_a_failed_call() -> None:
     assert js_json({"a": shared, "b": shared, "c": cyclic["self"][1:]}) == (
         '{"a":["x"],"b":["x"],"c":[]}'
     )
+
+
+def _units_of_the_dump(model: BaseModel) -> int | None:
+    """What json_units counts, the slow way: js_json of the JSON-mode dump."""
+    try:
+        return tokens.utf16_length(js_json(model.model_dump(mode="json", exclude_none=True)))
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def _tool_call(value: Any) -> ToolPart:
+    return ToolPart(
+        call_id="call_1", tool="t", state=ToolStatePending(input={"v": value, "s": "e-1 0.00001"})
+    )
+
+
+@settings(max_examples=300)
+@given(parts() | st.builds(_tool_call, _json_values | st.floats()))
+@example(_tool_call([1e-7, 1e-5, 2.5e-5, 1e16, 1e-300, -0.0, float("inf"), 0.5]))
+@example(_tool_call({1e-7: "float key", 2: "int key", None: "none key"}))
+@example(TextPart(text="lone surrogate \ud800, emoji 🎉, ctl \x01, é"))
+@example(_tool_call(b"\xff not UTF-8"))
+def test_r2_2_json_units_is_the_length_of_js_json_of_the_dump(part: BaseModel) -> None:
+    # The fast path reads pydantic-core's JSON; its length must be the one the
+    # estimate is defined on, floats and unserialisable parts included.
+    assert tokens.json_units(part) == _units_of_the_dump(part)
+
+
+def test_r2_2_a_part_without_small_floats_is_counted_without_a_python_dump(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    part = ToolPart(
+        call_id="call_1",
+        tool="read",
+        state=ToolStateCompleted(input={"path": "é/a.py", "limit": 2.5}, output="ok 🎉"),
+    )
+    expected = _units_of_the_dump(part)
+
+    def no_dump(*_args: object, **_kwargs: object) -> dict[str, Any]:
+        raise AssertionError("the slow path ran")
+
+    monkeypatch.setattr(ToolPart, "model_dump", no_dump)
+    assert tokens.json_units(part) == expected
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), {"x": object()}])
