@@ -268,7 +268,11 @@ async def test_a3_the_offline_build_lets_the_event_loop_in_between_messages(
     finally:
         sys.setswitchinterval(interval)
     assert len(seen) == len(messages)
-    assert all(later > earlier for earlier, later in itertools.pairwise(seen)), seen
+    # Without the slices the thread never lets go of the GIL here and every entry is
+    # the same. A loop turn between two messages need not fall after the tick task's
+    # 0.2 ms sleep ran out, so a pair may see no new tick: most pairs must.
+    grew = sum(later > earlier for earlier, later in itertools.pairwise(seen))
+    assert grew >= (len(seen) - 1) * 3 // 4, seen
     # Sliced or not, the same checkpoint.
     monkeypatch.setattr(state_module, "_fold_user", fold_user)
     assert draft == OfflineCheckpointWriter().build(_bare_request(messages))
