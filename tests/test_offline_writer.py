@@ -9,21 +9,19 @@ since writes what one run over everything writes.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
+from writer_support import writer_request
 
 from mimo_ctx.checkpoint import (
     CheckpointDraft,
     OfflineCheckpointWriter,
     WriterRequest,
     parse_checkpoint,
-    section_budgets,
 )
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.checkpoint.state import CheckpointState
@@ -55,24 +53,6 @@ _URL = re.compile(r"https?://\S+")
 _DEFINES = r"^\s*(?:def|defmodule|class|function)\s"
 
 
-def _request(messages: Sequence[Message], **extra: Any) -> WriterRequest:
-    request = WriterRequest(
-        session_id="ses_x",
-        project_id="default",
-        watermark=messages[-1].id if messages else "",
-        messages=messages,
-        previous_checkpoint=None,
-        notes=None,
-        tasks=[],
-        checkpoint_path=Path("checkpoint.md"),
-        project_memory_path=Path("MEMORY.md"),
-        notes_path=Path("notes.md"),
-        tasks_dir=Path("tasks"),
-        budgets=section_budgets(),
-    )
-    return dataclasses.replace(request, **extra)
-
-
 def _main(transcripts_dir: Path, name: str) -> list[Message]:
     path = transcripts_dir / "claude_code" / name
     if not path.exists():
@@ -99,7 +79,7 @@ def test_a14_no_empty_section_where_the_transcript_holds_evidence(
     transcripts_dir: Path, name: str
 ) -> None:
     messages = _main(transcripts_dir, name)
-    draft = OfflineCheckpointWriter().build(_request(messages, notes="- deploy port 8443"))
+    draft = OfflineCheckpointWriter().build(writer_request(messages, notes="- deploy port 8443"))
     sections = parse_checkpoint(draft.text)
     calls = _calls(messages)
     said = [
@@ -135,7 +115,7 @@ def test_a14_lines_say_why_and_how_on_real_sessions(transcripts_dir: Path, name:
     # Finding 3: 41 error lines named no fix, 394 file lines gave a path and no reason,
     # and the next action read "Review the results of <tool>".
     messages = _main(transcripts_dir, name)
-    sections = parse_checkpoint(OfflineCheckpointWriter().build(_request(messages)).text)
+    sections = parse_checkpoint(OfflineCheckpointWriter().build(writer_request(messages)).text)
     errors = [
         line for line in sections[8] if line.startswith("- ") and "See checkpoint-" not in line
     ]
@@ -156,13 +136,13 @@ def test_a3_a14_a_run_on_the_previous_state_equals_one_run_over_everything(
 ) -> None:
     messages = _main(transcripts_dir, name)
     writer = OfflineCheckpointWriter()
-    whole = writer.build(_request(messages, notes="- a note"))
+    whole = writer.build(writer_request(messages, notes="- a note"))
     half = len(messages) // 2
-    first = writer.build(_request(messages[:half], notes="- a note"))
+    first = writer.build(writer_request(messages[:half], notes="- a note"))
     # What issue 18's coordinator will hand over: the previous checkpoint and state,
     # and only the messages after the previous watermark.
     second = writer.build(
-        _request(
+        writer_request(
             messages[half:],
             previous_checkpoint=first.text,
             previous_state=first.state,
@@ -175,11 +155,11 @@ def test_a3_a14_a_run_on_the_previous_state_equals_one_run_over_everything(
 def test_a14_a_checkpoint_the_state_does_not_belong_to_is_carried_forward() -> None:
     # An LLM writer wrote the last checkpoint: the offline state beside it is stale.
     user = Message(session_id="s", role="user", time_created=1, parts=[TextPart(text="Ship it")])
-    stale = OfflineCheckpointWriter().build(_request([user]))
+    stale = OfflineCheckpointWriter().build(writer_request([user]))
     llm_text = stale.text.replace("(none)", "- Use the staging cluster, never prod", 1)
     later = Message(session_id="s", role="user", time_created=2, parts=[TextPart(text="now docs")])
     draft = OfflineCheckpointWriter().build(
-        _request([later], previous_checkpoint=llm_text, previous_state=stale.state)
+        writer_request([later], previous_checkpoint=llm_text, previous_state=stale.state)
     )
     assert "Use the staging cluster, never prod" in draft.text
     state = CheckpointState.from_json(draft.state)
@@ -252,7 +232,7 @@ def test_a14_live_resources_have_no_stray_backslash() -> None:
         ),
     )
     message = Message(session_id="s", role="assistant", time_created=1, finish="stop", parts=[call])
-    sections = parse_checkpoint(OfflineCheckpointWriter().build(_request([message])).text)
+    sections = parse_checkpoint(OfflineCheckpointWriter().build(writer_request([message])).text)
     assert sections[9] == ["- https://api.example.dev/v1/items"]
 
 
@@ -276,16 +256,16 @@ def test_a14_an_agent_acting_through_text_is_mid_loop_when_its_output_came_back(
         message(2, "assistant", "Let me reproduce it first.\n```\npython reproduce.py\n```"),
         message(3, "user", "AttributeError: PixelRepresentation", synthetic=True),
     ]
-    text = OfflineCheckpointWriter().build(_request(messages)).text
+    text = OfflineCheckpointWriter().build(writer_request(messages)).text
     line = _next_action(text)
     assert "`python reproduce.py` came back" in line, line
     assert "Let me reproduce it first." in line
     # Without the observation the turn did end: nothing is open.
-    text = OfflineCheckpointWriter().build(_request(messages[:2])).text
+    text = OfflineCheckpointWriter().build(writer_request(messages[:2])).text
     assert "Nothing is open" in _next_action(text)
     # Once the agent is seen acting so, a text ending with a command awaits its output.
     messages.append(message(4, "assistant", "Now fix it.\n```\nedit 3:4\n```"))
-    line = _next_action(OfflineCheckpointWriter().build(_request(messages)).text)
+    line = _next_action(OfflineCheckpointWriter().build(writer_request(messages)).text)
     assert "`edit 3:4` has not returned yet" in line, line
     # Its file commands are file calls: an edit without a path changes the file
     # opened last.
@@ -295,7 +275,7 @@ def test_a14_an_agent_acting_through_text_is_mid_loop_when_its_output_came_back(
         message(3, "user", "[File: src/handler.py (300 lines total)]", synthetic=True),
         message(4, "assistant", "Now fix it.\n```\nedit 3:4\n```"),
     ]
-    files = parse_checkpoint(OfflineCheckpointWriter().build(_request(messages)).text)[6]
+    files = parse_checkpoint(OfflineCheckpointWriter().build(writer_request(messages)).text)[6]
     assert any(line.startswith("- src/handler.py — edited, read") for line in files), files
 
 
@@ -311,7 +291,7 @@ def test_a14_swe_agent_trajectories_stay_mid_loop(transcripts_dir: Path, name: s
         seen = seen or observation
         if not seen:
             continue
-        text = OfflineCheckpointWriter().build(_request(messages[:end])).text
+        text = OfflineCheckpointWriter().build(writer_request(messages[:end])).text
         line = _next_action(text)
         assert line.startswith("- Carry on (mid-task)"), (name, end, line)
 
@@ -321,7 +301,7 @@ def test_a14_a_changed_file_names_what_its_changes_define(transcripts_dir: Path,
     # "Files and why" gave a path and a vague sentence ("The implicit try:"); the
     # names a change defines say what the change was, in the code's own words.
     messages = _main(transcripts_dir, name)
-    files = parse_checkpoint(OfflineCheckpointWriter().build(_request(messages)).text)[6]
+    files = parse_checkpoint(OfflineCheckpointWriter().build(writer_request(messages)).text)[6]
     written = {
         str(c.state.input["file_path"]).rsplit("/", 1)[-1]
         for c in _calls(messages)
@@ -344,7 +324,7 @@ def test_a14_work_done_by_sub_agents_is_in_current_work(transcripts_dir: Path) -
         if c.tool == "Task" and isinstance(c.state, ToolStateCompleted)
     ]
     assert delegated
-    done = parse_checkpoint(OfflineCheckpointWriter().build(_request(messages)).text)[5]
+    done = parse_checkpoint(OfflineCheckpointWriter().build(writer_request(messages)).text)[5]
     for description in delegated:
         assert any(line.startswith(f"- ✓ Sub-agent {description}: ") for line in done), done
 
@@ -361,7 +341,7 @@ def test_a14_the_topic_skips_a_task_templates_lead_in() -> None:
         id="msg_0001", session_id="ses_x", role="user", time_created=1,
         parts=[TextPart(text=text)],
     )  # fmt: skip
-    draft = OfflineCheckpointWriter().build(_request([message]))
+    draft = OfflineCheckpointWriter().build(writer_request([message]))
     assert draft.text.startswith(
         "Topic: Pixel Representation should be optional for the pixel data handler\n"
     )
@@ -416,7 +396,7 @@ def test_a3_the_state_a_writer_saved_is_not_parsed_again_and_writes_the_same(
         return real(cls, text)
 
     for start in range(0, len(messages), 20):
-        request = _request(
+        request = writer_request(
             messages[start : start + 20],
             previous_checkpoint=previous.text if previous else None,
             previous_state=previous.state if previous else None,
@@ -436,7 +416,7 @@ def test_a3_the_state_a_writer_saved_is_not_parsed_again_and_writes_the_same(
     # Another text (the file changed under it): parsed, not taken from what was kept.
     assert previous is not None
     assert previous.state is not None
-    other = _request(messages[:20], previous_state=previous.state.replace("handler", "x"))
+    other = writer_request(messages[:20], previous_state=previous.state.replace("handler", "x"))
     assert other.previous_state is not None
     monkeypatch.setattr(CheckpointState, "from_json", classmethod(counting))
     kept.build(other)

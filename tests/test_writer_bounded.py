@@ -29,6 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import sessions
+from writer_support import writer_request
 
 from mimo_ctx import _aio
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
@@ -196,23 +197,6 @@ async def test_a3_after_a_rebuild_the_writer_starts_at_the_newest_boundary(
     assert got[0].id == boundary.id
 
 
-def _bare_request(messages: Sequence[Message]) -> WriterRequest:
-    return WriterRequest(
-        session_id="ses_x",
-        project_id="default",
-        watermark=messages[-1].id,
-        messages=messages,
-        previous_checkpoint=None,
-        notes=None,
-        tasks=[],
-        checkpoint_path=Path("checkpoint.md"),
-        project_memory_path=Path("MEMORY.md"),
-        notes_path=Path("notes.md"),
-        tasks_dir=Path("tasks"),
-        budgets={},
-    )
-
-
 async def test_a3_the_offline_build_runs_off_the_event_loop() -> None:
     seen: list[bool] = []
     writer = OfflineCheckpointWriter()
@@ -224,7 +208,7 @@ async def test_a3_the_offline_build_runs_off_the_event_loop() -> None:
 
     writer.build = build
     messages = _turns("ses_x", 0, 4)
-    await writer.write(_bare_request(messages))
+    await writer.write(writer_request(messages, budgets={}))
     assert seen == [False]
 
 
@@ -263,7 +247,7 @@ async def test_a3_the_offline_build_lets_the_event_loop_in_between_messages(
         async with anyio.create_task_group() as group:
             group.start_soon(tick)
             await anyio.sleep(0.001)
-            draft = await OfflineCheckpointWriter().write(_bare_request(messages))
+            draft = await OfflineCheckpointWriter().write(writer_request(messages, budgets={}))
             done = True
     finally:
         sys.setswitchinterval(interval)
@@ -275,7 +259,7 @@ async def test_a3_the_offline_build_lets_the_event_loop_in_between_messages(
     assert grew >= (len(seen) - 1) * 3 // 4, seen
     # Sliced or not, the same checkpoint.
     monkeypatch.setattr(state_module, "_fold_user", fold_user)
-    assert draft == OfflineCheckpointWriter().build(_bare_request(messages))
+    assert draft == OfflineCheckpointWriter().build(writer_request(messages, budgets={}))
 
 
 async def test_a3_a_slice_not_used_up_costs_no_loop_turn(monkeypatch: pytest.MonkeyPatch) -> None:
