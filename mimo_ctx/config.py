@@ -267,7 +267,10 @@ class RebuildConfig(_Frozen):
             the old window's messages are dropped), hand the heap pages the C
             allocator keeps free back to the system, in a worker thread (glibc's
             ``malloc_trim``; nothing happens with other C libraries). Keeps a long
-            session's resident size flat; ``False`` leaves the allocator alone.
+            session's resident size flat; skipped while the memory the allocator
+            keeps resident with nothing in it grew by less than a sixteenth of the
+            resident size since the last release (it would give back little for the
+            same walk); ``False`` leaves the allocator alone.
         release_memory_interval: **beyond**: seconds that must pass since the
             process's last release before another starts (every middleware of the
             process shares the limit): on a large heap the call makes the threads

@@ -460,6 +460,8 @@ async def heap_released(config: RebuildConfig, root: Path) -> object:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(heap, "release_free_heap", release)
+        patch.setattr(heap, "_LIMITER", heap.ReleaseLimiter())  # no release before this one
+        patch.setattr(heap, "read_heap", lambda: None)  # no reading: the gate lets it through
         async with ContextMiddleware(
             InMemoryStore(), root / "mem", model=LIMITS, config=config
         ) as mw:
@@ -482,6 +484,7 @@ async def heap_releases_of_two_rebuilds(config: RebuildConfig, root: Path) -> ob
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(heap, "release_free_heap", release)
         patch.setattr(heap, "_LIMITER", heap.ReleaseLimiter())  # none before these two
+        patch.setattr(heap, "read_heap", lambda: None)  # no reading: the gate lets both through
         async with ContextMiddleware(
             InMemoryStore(), root / "mem", model=LIMITS, config=config
         ) as mw:

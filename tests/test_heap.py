@@ -37,13 +37,22 @@ def _glibc() -> bool:
         return False
 
 
+_READ_HEAP = heap.read_heap
+"""The real reading (the handlers' tests replace it: every release they ask for runs)."""
+
+
 @pytest.fixture(autouse=True)
 def _fresh_lookup(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     heap._load_trim.cache_clear()  # pyright: ignore[reportPrivateUsage]
-    # Each test starts with no release behind it (the limiter is process-wide).
+    heap._load_mallinfo2.cache_clear()  # pyright: ignore[reportPrivateUsage]
+    # Each test starts with no release behind it (the limiter and gate are process-wide).
     monkeypatch.setattr(heap, "_LIMITER", heap.ReleaseLimiter())
+    monkeypatch.setattr(heap, "_GATE", heap.ReleaseGate())
+    # No reading: the gate lets every release through (its own tests below).
+    monkeypatch.setattr(heap, "read_heap", lambda: None)
     yield
     heap._load_trim.cache_clear()  # pyright: ignore[reportPrivateUsage]
+    heap._load_mallinfo2.cache_clear()  # pyright: ignore[reportPrivateUsage]
 
 
 def _answers(version: str) -> Callable[[str], str]:
@@ -60,9 +69,15 @@ def test_without_glibc_nothing_is_called(monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(heap.os, "confstr", no_glibc)
     assert heap.release_free_heap() is False
+    assert heap.release_if_worthwhile(heap.ReleaseGate()) is False
     monkeypatch.setattr(heap.os, "confstr", _answers("musl 1.2"))
     heap._load_trim.cache_clear()  # pyright: ignore[reportPrivateUsage]
     assert heap.release_free_heap() is False
+    heap._load_mallinfo2.cache_clear()  # pyright: ignore[reportPrivateUsage]
+    reading = _READ_HEAP()
+    assert reading is not None  # the resident size is Linux's, not glibc's
+    assert reading.in_use is None  # but mallinfo2 is glibc's
+    assert reading.slack == reading.resident
 
 
 def test_glibc_trims_every_arena(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -363,3 +378,133 @@ async def test_with_no_running_task_group_nothing_is_asked(monkeypatch: pytest.M
     async with anyio.create_task_group() as group:
         heap.HeapRelease(lambda: group, _EVERY_300_MS)(_rebuilt())
         await releases.until(1)  # at once: the first never reached the limiter
+
+
+# -- the gate: a release only when it could give back enough -------------------------------
+
+_MIB = 1 << 20
+
+
+def _reading(resident_mib: int, in_use_mib: int | None = None) -> heap.HeapReading:
+    return heap.HeapReading(resident_mib * _MIB, None if in_use_mib is None else in_use_mib * _MIB)
+
+
+def test_the_gate_asks_for_a_sixteenth_of_the_resident_size_more_slack() -> None:
+    gate = heap.ReleaseGate()
+    assert gate.worth(_reading(320, 200))  # the first release: always
+    gate.released(_reading(300, 200))  # floor: 100 MiB of slack
+    assert not gate.worth(_reading(300, 200))  # nothing new to give back
+    assert not gate.worth(_reading(420, 300))  # the live data grew, not the slack
+    assert not gate.worth(_reading(420, 306))  # 14 MiB more slack, 26.25 asked for
+    assert gate.worth(_reading(420, 290))  # 30 MiB more: worth it
+    assert gate.worth(_reading(300, 170))  # freed, resident unchanged: 30 MiB more
+    gate.released(_reading(290, 170))
+    assert gate.floor == 120 * _MIB
+
+
+def test_the_floor_follows_reused_pages_down() -> None:
+    gate = heap.ReleaseGate()
+    gate.released(_reading(160, 60))  # slack 100
+    assert not gate.worth(_reading(160, 80))  # slack 80: free pages were reused
+    assert gate.floor == 80 * _MIB
+    assert gate.worth(_reading(160, 65))  # 15 MiB above the new floor (10 asked for)
+
+
+def test_a_small_heap_asks_for_at_least_a_mib() -> None:
+    gate = heap.ReleaseGate()
+    gate.released(heap.HeapReading(8 * _MIB, 4 * _MIB))
+    assert not gate.worth(heap.HeapReading(8 * _MIB + 900_000, 4 * _MIB))
+    assert gate.worth(heap.HeapReading(9 * _MIB, 4 * _MIB))
+
+
+def test_without_mallinfo2_the_resident_growth_counts() -> None:
+    gate = heap.ReleaseGate()
+    gate.released(_reading(300))
+    assert not gate.worth(_reading(310))
+    assert gate.worth(_reading(330))
+
+
+_readings = st.builds(
+    heap.HeapReading,
+    st.integers(min_value=0, max_value=1 << 32),
+    st.none() | st.integers(min_value=0, max_value=1 << 32),
+)
+
+
+@given(
+    steps=st.lists(st.tuples(_readings, _readings), min_size=1, max_size=30),
+    min_bytes=st.integers(min_value=0, max_value=1 << 26),
+    min_share=st.floats(min_value=0.0, max_value=0.5),
+)
+def test_a_skipped_release_holds_back_less_than_the_gain_asked_for(
+    steps: list[tuple[heap.HeapReading, heap.HeapReading]], min_bytes: int, min_share: float
+) -> None:
+    # Each step: a reading before a release may run, and the reading after it if it did.
+    gate = heap.ReleaseGate(min_bytes=min_bytes, min_share=min_share)
+    after_last: int | None = None  # the slack right after the last release
+    least: int | None = None  # the least slack seen since
+    for before, after in steps:
+        asked = max(min_bytes, before.resident * min_share)
+        worth = gate.worth(before)
+        if after_last is None:
+            assert worth  # the first release always runs
+        else:
+            assert least is not None
+            # It runs exactly when the slack grew by what is asked over its least since.
+            assert worth == (before.slack - least >= asked)
+            if not worth:
+                # What the skip leaves resident is bounded by the gain asked for.
+                assert before.slack < after_last + asked
+        if worth:
+            gate.released(after)
+            after_last = least = after.slack
+        else:
+            assert least is not None
+            least = min(least, before.slack)
+        assert gate.floor == least
+
+
+def test_a_release_runs_only_when_the_gate_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    readings = iter([_reading(400, 200), _reading(300, 200), _reading(300, 200), None, None])
+    released: list[int] = []
+
+    def release() -> bool:
+        released.append(1)
+        return True
+
+    monkeypatch.setattr(heap, "read_heap", lambda: next(readings))
+    monkeypatch.setattr(heap, "release_free_heap", release)
+    gate = heap.ReleaseGate()
+    assert heap.release_if_worthwhile(gate) is True  # first: read, released, read again
+    assert gate.floor == 100 * _MIB
+    assert heap.release_if_worthwhile(gate) is False  # nothing new: not released
+    assert heap.release_if_worthwhile(gate) is True  # no reading: released as before
+    assert released == [1, 1]
+    assert gate.floor == 100 * _MIB  # no reading after it either: the floor stays
+
+
+@pytest.mark.skipif(not _glibc(), reason="mallinfo2 and malloc_trim are glibc's")
+def test_on_a_real_heap_only_what_was_freed_since_is_worth_a_release(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(heap, "read_heap", _READ_HEAP)
+    first = _READ_HEAP()
+    assert first is not None
+    assert first.in_use is not None
+    gate = heap.ReleaseGate()
+    # 100 KB blocks come from the heap; every tenth kept pins the pages between them.
+    blocks = [bytes(100_000) + bytes([i % 256]) for i in range(2_000)]
+    kept = blocks[::10]
+    del blocks
+    before = _rss_anon_kib()
+    assert heap.release_if_worthwhile(gate) is True
+    assert before - _rss_anon_kib() > 100_000
+    assert heap.release_if_worthwhile(gate) is False  # at once: nothing new to give back
+    live = [bytes(100_000) + bytes([i % 256]) for i in range(2_000)]  # 200 MB, all alive
+    assert heap.release_if_worthwhile(gate) is False  # more in use is no slack
+    more = live[::10]
+    del live  # 180 MB freed between live blocks
+    before = _rss_anon_kib()
+    assert heap.release_if_worthwhile(gate) is True
+    assert before - _rss_anon_kib() > 100_000
+    assert len(kept) + len(more) == 400
