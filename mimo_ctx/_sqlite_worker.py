@@ -23,17 +23,22 @@ queued or running (so the order of first come, first served holds), the lock
 free (no checkpoint running), the connection already open (opening, migrating
 and checkpointing stay the thread's), WAL mode with ``synchronous=NORMAL`` (a
 commit appends to the log and returns, no ``fsync``), and no checkpoint due by
-count. The transaction starts with the busy timeout at 0, so a write lock held
-by another connection or process answers ``SQLITE_BUSY`` at once instead of
-blocking the loop: nothing was written, and the write goes to the thread, which
-waits for the lock as long as the busy timeout says. SQLite's automatic
-checkpoint is off during an inline commit (the thread's checkpoints run
-between jobs as below, and it counts its idle time from the last inline write);
-the memory index and large or bulk writes never run inline. What blocks the
-loop is then one such write: serialising and estimating up to
-``INLINE_CHARS`` (32 K) characters of payload and a commit of a few pages to
-the log, ~0.1-0.5 ms. With ``synchronous="FULL"``, without WAL (``":memory:"``)
-or with the lock taken, every write is a hand-off as before.
+count. Between jobs the connection *rests* with the busy timeout at 0 and
+SQLite's automatic checkpoint off (a subclass allows it: the store, not the
+memory index); each job of the thread sets the connection's own busy timeout
+and backstop checkpoint for its run and puts the resting ones back after it,
+so an inline write (and the store's change-feed check) sets nothing: a write
+lock held by another connection or process answers ``SQLITE_BUSY`` at once
+instead of blocking the loop, nothing was written, and the write goes to the
+thread, which waits for the lock as long as the busy timeout says. No
+checkpoint runs in an inline commit (the thread's checkpoints run between jobs
+as below, and it counts its idle time from the last inline write); the memory
+index and large or bulk writes never run inline. What blocks the loop is then
+one such write: serialising and estimating up to ``INLINE_CHARS`` (32 K)
+characters of payload and a commit of a few pages to the log, ~0.1-0.5 ms.
+With ``synchronous="FULL"``,
+without WAL (``":memory:"``) or with the lock taken, every write is a hand-off
+as before.
 
 A caller cancelled while its job waits in the queue takes it back (it never
 runs); one cancelled while its job runs waits for it to finish, so a
@@ -103,10 +108,9 @@ WAL_BACKSTOP_PAGES: Final = 10_000
 
 _SQL_CHECKPOINT: Final = "PRAGMA wal_checkpoint(PASSIVE)"
 
-# An inline write's settings (see SQLiteWorker._run_inline): take the write lock
-# or fail at once, and leave every checkpoint to the thread.
-_SQL_NO_WAIT: Final = "PRAGMA busy_timeout = 0"
-_SQL_NO_AUTO_CHECKPOINT: Final = "PRAGMA wal_autocheckpoint = 0"
+# The connection's resting settings between jobs (see the module docstring): take
+# the write lock or fail at once, and leave every checkpoint to the thread.
+_RESTING: Final = ("PRAGMA busy_timeout = 0", "PRAGMA wal_autocheckpoint = 0")
 
 _WAKE: Final = object()
 """Queued by an inline write that armed a checkpoint: the thread wakes to keep the
@@ -153,16 +157,21 @@ class SQLiteWorker(AsyncResource):
         # last checkpoint; both touched under the lock only.
         self._wal = False
         self._unchecked = 0
-        # Inline writes (see _run_inline): allowed by the subclass (the store's
+        # Inline writes (see _run_write): allowed by the subclass (the store's
         # message writes with synchronous=NORMAL), the jobs queued or running
-        # (under the jobs lock: an inline write waits for none of them), and when
-        # the last inline write ended (the thread's idle time counts from it).
+        # (under the jobs lock: an inline write waits for none of them), when the
+        # last inline write ended (the thread's idle time counts from it).
         self._inline_allowed = False
         self._outstanding = 0
         self._last_inline = 0.0
-        # Statements that put the connection's busy timeout and automatic
-        # checkpoint back after an inline write (read on connecting).
-        self._restore_settings: tuple[str, ...] = ()
+        # The connection rests without waits between jobs (see the module
+        # docstring) when the subclass allows it and the file is in WAL mode:
+        # `_thread_settings` then holds the statements giving a job of the thread
+        # the connection's own busy timeout and backstop checkpoint (read on
+        # connecting), and `_resting` says the resting ones are in effect now.
+        self._rest_allowed = False
+        self._thread_settings: tuple[str, ...] = ()
+        self._resting = False
 
     @property
     def path(self) -> str:
@@ -181,6 +190,7 @@ class SQLiteWorker(AsyncResource):
 
         def close() -> None:
             with self._lock:
+                self._resting = False
                 self._release()
                 conn, self._conn = self._conn, None
                 if conn is not None:
@@ -326,9 +336,38 @@ class SQLiteWorker(AsyncResource):
                 return
 
     def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run ``fn`` on the connection under the lock (worker thread)."""
+        """Run ``fn`` on the connection under the lock (worker thread).
+
+        A resting connection gets its own busy timeout and backstop checkpoint
+        for the call and the resting settings back after it.
+        """
         with self._lock:
-            return self._locked(fn)
+            try:
+                if self._resting and self._conn is not None:
+                    self._resting = False
+                    self._apply(self._conn, self._thread_settings)
+                return self._locked(fn)
+            finally:
+                self._rest()
+
+    def _apply(self, conn: sqlite3.Connection, statements: tuple[str, ...]) -> None:
+        try:
+            for statement in statements:
+                conn.execute(statement)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self._label} {self._path}: {exc}") from exc
+
+    def _rest(self) -> None:
+        """Put the resting settings in effect (under the lock), where they apply."""
+        conn = self._conn
+        if self._resting or not self._thread_settings or conn is None or self._closed:
+            return
+        try:
+            for statement in _RESTING:
+                conn.execute(statement)
+        except sqlite3.Error:  # left waiting: every write goes to the thread
+            return
+        self._resting = True
 
     def _locked(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``fn`` on the connection, opened first if need be (the lock held).
@@ -340,7 +379,8 @@ class SQLiteWorker(AsyncResource):
         if conn is None:
             conn = self._conn = self._connect()
             self._wal = _take_checkpoints(conn)
-            self._restore_settings = _settings(conn)
+            if self._wal and self._rest_allowed:
+                self._thread_settings = _settings(conn)
         changes = conn.total_changes
         try:
             return fn(conn)
@@ -378,9 +418,7 @@ class SQLiteWorker(AsyncResource):
         """Whether a write could run inline now (a hint: :meth:`_run_write` decides)."""
         return (
             self._inline_allowed
-            and self._wal
-            and self._conn is not None
-            and bool(self._restore_settings)
+            and self._resting
             and self._unchecked < CHECKPOINT_WRITES
             and self._outstanding == 0
         )
@@ -402,20 +440,15 @@ class SQLiteWorker(AsyncResource):
         """
         try:
             conn = self._conn
-            if conn is None or self._closed:  # closed meanwhile: the thread says so
-                raise _Busy
+            if conn is None or self._closed or not self._resting:
+                raise _Busy  # closed meanwhile (the thread says so), or waiting
             armed = self._unchecked == 0
-            conn.execute(_SQL_NO_WAIT)
-            conn.execute(_SQL_NO_AUTO_CHECKPOINT)
             try:
                 result = self._locked(fn)
             except StoreError as exc:
                 if _is_busy(exc.__cause__):
                     raise _Busy from None
                 raise
-            finally:
-                for statement in self._restore_settings:
-                    conn.execute(statement)
             if self._unchecked:
                 self._last_inline = time.monotonic()
                 if armed:
@@ -457,7 +490,8 @@ def _take_checkpoints(conn: sqlite3.Connection) -> bool:
 
 
 def _settings(conn: sqlite3.Connection) -> tuple[str, ...]:
-    """Statements restoring the connection's busy timeout and automatic checkpoint."""
+    """Statements giving the connection its own busy timeout and automatic checkpoint
+    (``()`` when they cannot be read: the connection then never rests)."""
     try:
         timeout = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
         pages = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])

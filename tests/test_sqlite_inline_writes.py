@@ -320,3 +320,30 @@ async def test_an_inline_commit_never_runs_the_automatic_checkpoint(
     assert after == before  # no commit copied the log into the main file
     before, after = sizes["thread"]
     assert after > before  # the same writes on the thread: the backstop ran in a commit
+
+
+def _settings(conn: sqlite3.Connection) -> tuple[int, int]:
+    busy = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+    pages = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    return int(busy), int(pages)
+
+
+async def test_between_jobs_the_connection_rests_without_waits(tmp_path: Path) -> None:
+    path = tmp_path / "agent.db"
+    store, sid = await _open(path, busy_timeout=7.0)
+    async with store:
+        assert store._conn is not None
+        # Resting: a write lock held elsewhere answers at once, no checkpoint runs.
+        assert _settings(store._conn) == (0, 0)
+        # A job of the thread has the store's own busy timeout and backstop.
+        during = await store._run(_settings)
+        assert during == (7000, worker_module.WAL_BACKSTOP_PAGES)
+        assert _settings(store._conn) == (0, 0)
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        await store.append_messages([user(sid, "inline", t=T0)])
+        store._conn.set_trace_callback(None)
+        assert not [s for s in statements if "busy_timeout" in s or "checkpoint" in s]
+    async with SQLiteStore(path, read_only=True) as reader:
+        assert reader._conn is not None
+        assert _settings(reader._conn)[0] == 30_000  # read-only: never rests

@@ -24,7 +24,7 @@ from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx.errors import StoreError
 from mimo_ctx.messages import Message, ReasoningPart, TextPart, set_insert_seq, stored_part_units
 from mimo_ctx.store._common import restore_row_caches
-from mimo_ctx.store._sqlite_feed import KnownFeed, data_version, open_probe
+from mimo_ctx.store._sqlite_feed import KnownFeed, data_version
 from mimo_ctx.store._sqlite_schema import open_database, write_transaction
 from mimo_ctx.tokens import estimate_message_tokens
 
@@ -50,6 +50,8 @@ __all__ = [
 
 _T = TypeVar("_T")
 _M = TypeVar("_M", bound=BaseModel)
+
+_NOT_READ: Final = -1  # no data_version is negative
 
 SQL_CURRENT_SEQ: Final = "SELECT value FROM counters WHERE name = 'seq'"
 _SQL_TAKE_SEQS: Final = "UPDATE counters SET value = value + ? WHERE name = 'seq' RETURNING value"
@@ -226,18 +228,22 @@ class SQLiteBase(SQLiteWorker):
         self._synchronous: Literal["NORMAL", "FULL"] = synchronous
         self._read_only = read_only
         # Message writes may run inline (mimo_ctx._sqlite_worker): never when a
-        # commit must reach the disk (FULL) before it returns.
+        # commit must reach the disk (FULL) before it returns. The connection
+        # rests without waits between jobs (that module) unless read-only: the
+        # change feed's check then reads its data_version without waiting.
         self._inline_allowed = synchronous == "NORMAL" and not read_only
-        # The change feed as far as this store wrote it (see _sqlite_feed). Written
-        # on the worker thread under the lock; `changes_known` reads it under the
-        # lock too, tried from the event loop.
+        self._rest_allowed = not read_only
+        # The change feed as far as this store wrote it (see _sqlite_feed): kept
+        # while the connection rests (WAL, writable). Written under the lock, on
+        # whichever thread runs the write; `changes_known` reads it under the lock
+        # too, tried from the event loop.
         self._feed = KnownFeed()
-        self._probe: sqlite3.Connection | None = None
-        self._probe_opened = False
-        # Per worker call: the numbers its transaction took, and the message rows
-        # it reports having written with them.
+        # Per worker call: the numbers its transaction took, the message rows it
+        # reports having written with them, and the connection's data_version read
+        # inside its write transaction (_NOT_READ: not needed, the feed's stands).
         self._taken: list[tuple[int, int]] = []
         self._reported: list[tuple[int, Message]] | None = None
+        self._version_in_tx: int | None = _NOT_READ
 
     def _connect(self) -> sqlite3.Connection:
         return open_database(
@@ -248,15 +254,12 @@ class SQLiteBase(SQLiteWorker):
         )
 
     def _release(self) -> None:
-        probe, self._probe = self._probe, None
         self._feed.forget()
-        if probe is not None:
-            probe.close()
 
     def _locked(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         def feeding(conn: sqlite3.Connection) -> _T:
             self._taken, self._reported = [], None
-            changes = conn.total_changes
+            self._version_in_tx = _NOT_READ
             done = False
             try:
                 result = fn(conn)
@@ -266,68 +269,56 @@ class SQLiteBase(SQLiteWorker):
                 taken, reported = self._taken, self._reported
                 self._taken, self._reported = [], None
                 if not done:
-                    if taken:
+                    if taken:  # an error after a commit, maybe: know nothing
                         self._feed.forget()
-                elif taken or conn.total_changes != changes:
-                    try:
-                        self._committed(conn, taken, reported)
-                    except sqlite3.Error:
-                        # The write is committed: a failure to learn the feed must
-                        # not fail it; the next feed read goes to the file.
-                        self._feed.forget()
+                elif taken:
+                    self._committed(taken, reported)
 
         return super()._locked(feeding)
 
-    def _probe_connection(self) -> sqlite3.Connection | None:
-        """The probe, opened on first use; ``None`` when this file has none."""
-        if not self._probe_opened:
-            self._probe_opened = True
-            if self._path != ":memory:" and not self._read_only:
-                try:
-                    self._probe = open_probe(self._path)
-                except sqlite3.Error:
-                    self._probe = None
-        return self._probe
+    def _feed_kept(self) -> bool:
+        """Whether this store keeps its change feed (the connection rests: WAL, writable)."""
+        return bool(self._thread_settings)
+
+    def _write_transaction(self, conn: sqlite3.Connection, body: Callable[[], _T]) -> _T:
+        """:func:`write_transaction` for a write that takes change-feed numbers.
+
+        A transaction rolled back gave its numbers back: the feed forgets them,
+        whether the error reaches the caller or the writer answers for it.
+        """
+        try:
+            return write_transaction(conn, body)
+        except BaseException:
+            self._taken.clear()
+            self._version_in_tx = _NOT_READ
+            raise
 
     def _committed(
-        self,
-        conn: sqlite3.Connection,
-        taken: Sequence[tuple[int, int]],
-        reported: Sequence[tuple[int, Message]] | None,
+        self, taken: Sequence[tuple[int, int]], reported: Sequence[tuple[int, Message]] | None
     ) -> None:
-        """A worker call wrote: bring the known feed along. Worker thread, under the lock.
+        """A worker call's transaction took ``taken`` and committed: bring the known
+        feed along. Under the lock.
 
-        The probe's version is read first and the counter after it: when the counter
-        is still ``head``, nobody else wrote a message up to the version's moment,
-        and the same version later means nobody committed anything since.
+        The connection's ``data_version`` changes only with other connections'
+        commits, never with its own, so the feed's version stands after this
+        store's writes; it was read again inside the transaction (under the write
+        lock, so nobody else committed after it) when it was not known or the
+        numbers showed someone else's write before this one (see _take_seqs).
         """
-        probe = self._probe_connection()
-        feed = self._feed
-        if probe is None:
+        if not self._feed_kept():
             return
-        version = data_version(probe)
-        current = int(conn.execute(SQL_CURRENT_SEQ).fetchone()[0])
-        if taken:
-            before, last = taken[0][0], taken[-1][0] + taken[-1][1]
-            if current < last:  # rolled back: the numbers were never used
-                feed.forget()
-                return
-            feed.wrote(before, last, reported)
-        known = version is not None and feed.start is not None and current == feed.head
-        feed.version = version if known else None
+        feed = self._feed
+        feed.wrote(taken[0][0], taken[-1][0] + taken[-1][1], reported)
+        if self._version_in_tx != _NOT_READ:
+            feed.version = self._version_in_tx if feed.start is not None else None
 
     def _report(self, numbers: Iterable[int], messages: Iterable[Message]) -> None:
         """The message rows this worker call's transaction wrote, with their numbers."""
         self._reported = list(zip(numbers, messages, strict=True))
 
-    def _read_feed_version(self) -> int | None:
-        """The probe's version before a feed read (worker thread, under the lock)."""
-        probe = self._probe_connection()
-        return None if probe is None else data_version(probe)
-
     def _feed_read(self, version: int | None, current: int) -> None:
-        """The file's feed was read up to ``current`` after ``version`` was taken."""
-        if self._probe is None:
+        """The file's feed was read up to ``current`` on the snapshot of ``version``."""
+        if not self._feed_kept():
             return
         self._feed.read(current)
         self._feed.version = version
@@ -336,17 +327,18 @@ class SQLiteBase(SQLiteWorker):
         """The change feed after ``seq`` without the worker thread, when nothing is in doubt.
 
         Runs on the caller's thread: tries the lock (a running call means ``None``),
-        then checks the probe's version, which reads the WAL index in shared memory
-        and never waits (busy timeout 0). ``None``: read the file.
+        then checks the connection's ``data_version``, which reads the WAL index in
+        shared memory and never waits (the resting connection's busy timeout is 0).
+        ``None``: read the file.
         """
         if not self._lock.acquire(blocking=False):
             return None
         try:
-            probe, feed = self._probe, self._feed
-            if self._closed or probe is None or feed.version is None:
+            conn, feed = self._conn, self._feed
+            if self._closed or conn is None or not self._resting or feed.version is None:
                 return None
             known = feed.after(session_id, seq)
-            if known is None or data_version(probe) != feed.version:
+            if known is None or data_version(conn) != feed.version:
                 return None
             return known
         finally:
@@ -422,7 +414,7 @@ class SQLiteBase(SQLiteWorker):
                 # Serialise before taking the write lock, to hold it briefly.
                 made = payloads or [None] * len(batch)
                 rows.extend(message_row(m, p) for m, p in zip(batch, made, strict=True))
-            first, insert_seqs = write_transaction(conn, lambda: write(conn, rows))
+            first, insert_seqs = self._write_transaction(conn, lambda: write(conn, rows))
             numbers = range(first, first + len(rows))
             self._remember(batch, rows, numbers, insert_seqs)
             self._report(numbers, batch)
@@ -454,6 +446,12 @@ class SQLiteBase(SQLiteWorker):
         # One statement moves the counter and reads it: every message write takes
         # numbers, so a separate read first would cost each write a statement.
         current = int(conn.execute(_SQL_TAKE_SEQS, (count,)).fetchone()[0]) - count
+        if not self._taken and self._feed_kept():
+            feed = self._feed
+            if feed.version is None or feed.start is None or current != feed.head:
+                # Not known, or someone else wrote since: the version now, under the
+                # write lock, is the one this commit leaves (see _committed).
+                self._version_in_tx = data_version(conn)
         self._taken.append((current, count))
         return current + 1
 

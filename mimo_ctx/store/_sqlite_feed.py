@@ -6,17 +6,21 @@ store's worker thread, and on a busy machine every hand-off costs a wake-up of
 two threads, several times the work itself. The feed read after the store's
 own writes needs no I/O when nobody else has written since: :class:`KnownFeed`
 keeps what the store itself wrote from a change-feed position on (``start``) up
-to the counter's value (``head``), and the ``PRAGMA data_version`` of a second,
-query-only connection when ``head`` was known to be the counter's value.
-``data_version`` changes whenever any other connection (another store on the
-file, another process) commits; the same number later means nothing was
-committed since, so the feed after ``start`` is exactly what this store wrote.
+to the counter's value (``head``), and the store connection's
+``PRAGMA data_version`` when ``head`` was known to be the counter's value.
+``data_version`` changes whenever any *other* connection (another store on the
+file, another process) commits, never with the connection's own commits; the
+same number later means nothing was committed by anyone else since, so the feed
+after ``start`` is exactly what this store wrote. The number is read inside a
+transaction: on the snapshot a file read of the feed used, or under the write
+lock of a write that found it unknown or someone else's numbers before its own.
 
 Checking it is one query on the event loop's thread that reads the WAL index in
-shared memory: it never waits (busy timeout 0; the store's lock is only tried),
-and any doubt -- the lock held by a running call, a different number, a position
-before ``start`` -- answers ``None``: the caller reads the file on the worker
-thread as before, and that read makes the feed known again.
+shared memory: it never waits (between jobs the connection's busy timeout is 0,
+see :mod:`mimo_ctx._sqlite_worker`; the store's lock is only tried), and any
+doubt -- the lock held by a running call, a different number, a position before
+``start`` -- answers ``None``: the caller reads the file on the worker thread as
+before, and that read makes the feed known again.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Final
 
 from mimo_ctx.messages import Message
 
-__all__ = ["KNOWN_ENTRIES", "KnownFeed", "data_version", "open_probe"]
+__all__ = ["KNOWN_ENTRIES", "KnownFeed", "data_version"]
 
 KNOWN_ENTRIES: Final = 256
 """Messages written by the store that the feed keeps, the newest: a turn writes a
@@ -39,29 +43,10 @@ that memory does not grow with the session (most are in the write cache too)."""
 _SQL_DATA_VERSION: Final = "PRAGMA data_version"
 
 
-def open_probe(path: str) -> sqlite3.Connection | None:
-    """The query-only connection whose ``data_version`` tells others' commits apart.
-
-    ``None`` when the file cannot be probed so (not in WAL mode: reading the
-    version would then read the file itself).
-    """
-    probe = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+def data_version(conn: sqlite3.Connection) -> int | None:
+    """The connection's ``data_version`` (``None`` when SQLite refuses it right now)."""
     try:
-        probe.execute("PRAGMA query_only = 1")
-        mode = str(probe.execute("PRAGMA journal_mode").fetchone()[0]).lower()
-    except sqlite3.Error:
-        probe.close()
-        return None
-    if mode != "wal":
-        probe.close()
-        return None
-    return probe
-
-
-def data_version(probe: sqlite3.Connection) -> int | None:
-    """The probe's ``data_version`` (``None`` when SQLite refuses it right now)."""
-    try:
-        return int(probe.execute(_SQL_DATA_VERSION).fetchone()[0])
+        return int(conn.execute(_SQL_DATA_VERSION).fetchone()[0])
     except sqlite3.Error:
         return None
 
@@ -73,8 +58,8 @@ class KnownFeed:
     Every number in ``(start, head]`` was taken by this store's own writes (under
     the file's write lock, so nobody else's fell between them); ``written`` holds,
     for each message row those writes left, its newest version and number, in
-    number order. ``version`` is the probe's ``data_version`` when ``head`` was
-    the counter's value (``None``: not known).
+    number order. ``version`` is the store connection's ``data_version`` when
+    ``head`` was the counter's value (``None``: not known).
     """
 
     start: int | None = None
@@ -118,7 +103,7 @@ class KnownFeed:
     def after(self, session_id: str, seq: int) -> tuple[list[Message], int] | None:
         """The session's messages written after ``seq`` and ``head``, when known here.
 
-        The caller has checked ``version`` against the probe. ``None`` when ``seq``
+        The caller has checked ``version`` against the connection. ``None`` when ``seq``
         lies before what is known.
         """
         if self.start is None or seq < self.start:

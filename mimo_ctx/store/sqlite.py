@@ -17,10 +17,10 @@ Design:
   commit; it costs the loop ~0.1-0.5 ms and saves the two threads' wake-ups
   (see :mod:`mimo_ctx._sqlite_worker`). And the change feed after this store's
   own writes, when nobody else has committed since, is answered from what it
-  wrote, checked by one query of a second connection's ``data_version`` that
-  reads the WAL index in shared memory and never waits
-  (``mimo_ctx.store._sqlite_feed``): the read that follows every turn's write
-  costs no hand-off to the worker thread.
+  wrote, checked by one query of the connection's ``data_version`` (which only
+  other connections' commits change) that reads the WAL index in shared memory
+  and never waits (``mimo_ctx.store._sqlite_feed``): the read that follows every
+  turn's write costs no hand-off to the worker thread.
 * **WAL mode** (readers do not block the writer) and a **busy timeout** (30 s by
   default), so processes sharing the file wait for each other instead of
   failing with "database is locked". ``synchronous=NORMAL``: in WAL mode a crash
@@ -94,6 +94,7 @@ from mimo_ctx.store._sqlite_base import (
     message_row,
     read_transaction,
 )
+from mimo_ctx.store._sqlite_feed import data_version
 from mimo_ctx.store._sqlite_schema import SCHEMA_VERSION, write_transaction
 from mimo_ctx.store.base import (
     HostIndex,
@@ -440,14 +441,14 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
             return known
 
         def run(conn: sqlite3.Connection) -> tuple[list[Message], int]:
-            version = self._read_feed_version()  # before the snapshot, see _committed
-
-            def body() -> tuple[list[Message], int]:
+            def body() -> tuple[list[Message], int, int | None]:
+                # The version of the snapshot the feed is read on (see _committed).
+                version = data_version(conn)
                 rows = conn.execute(_SQL_CHANGES, (session_id, seq)).fetchall()
                 current = int(conn.execute(SQL_CURRENT_SEQ).fetchone()[0])
-                return [self._load_message(r) for r in rows], current
+                return [self._load_message(r) for r in rows], current, version
 
-            changed, current = read_transaction(conn, body)
+            changed, current, version = read_transaction(conn, body)
             self._feed_read(version, current)
             return changed, current
 
@@ -490,7 +491,7 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
                 return first, kept
 
             try:
-                first, kept = write_transaction(conn, body)
+                first, kept = self._write_transaction(conn, body)
             except AlreadyCommitted:
                 return False
             # The boundary took `first`, the updated messages the numbers after it.
@@ -573,7 +574,7 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
                     )
 
             try:
-                write_transaction(conn, body)
+                self._write_transaction(conn, body)
             except AlreadyCommitted:
                 return False
             return True

@@ -1,7 +1,7 @@
 """The SQLite change feed after the store's own writes, answered without the worker thread.
 
 :meth:`SQLiteStore.changes_since` answers from what the store itself wrote when
-the probe connection's ``data_version`` says nobody else has committed since
+the connection's ``data_version`` says nobody else has committed since
 (see :mod:`mimo_ctx.store._sqlite_feed`). Pinned against the feed as the file
 holds it (a plain ``sqlite3`` query) after random interleavings of this store's
 writes -- appends, updates, upserts, rebuild commits, host-history commits,
@@ -248,22 +248,52 @@ async def test_a_write_by_another_process_is_seen_at_once(tmp_path: Path) -> Non
         assert _file_feed(path, session.id, seq)[1] == current
 
 
-async def test_a_failing_probe_after_a_commit_fails_nothing(
+async def test_a_version_that_cannot_be_read_in_a_write_fails_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "s.db"
     async with SQLiteStore(path) as store:
         session = Session(time_created=0)
         await store.create_session(session)
-        _, seq = await store.changes_since(session.id, 0)
+        # Nothing read yet: the first write reads the version inside its transaction.
+        refused: list[sqlite3.Connection] = []
 
-        def refused(_probe: sqlite3.Connection) -> int | None:
-            raise sqlite3.OperationalError("database is locked")
+        def unreadable(conn: sqlite3.Connection) -> int | None:
+            refused.append(conn)
+            return None  # what data_version answers when SQLite refuses it
 
-        monkeypatch.setattr(_sqlite_base, "data_version", refused)
+        monkeypatch.setattr(_sqlite_base, "data_version", unreadable)
         message = _message(session.id, 1)
         await store.append_messages([message])  # committed: no error for the caller
         monkeypatch.undo()
-        changed, current = await store.changes_since(session.id, seq)
+        assert refused
+        calls = _counting(store)
+        changed, current = await store.changes_since(session.id, 0)
         assert [m.id for m in changed] == [message.id]
-        assert _file_feed(path, session.id, seq)[1] == current
+        assert _file_feed(path, session.id, 0)[1] == current
+        assert [c for c in calls if "changes_since" in c]  # not known: read from the file
+
+
+async def test_own_writes_read_no_version_and_no_counter_after_their_commit(
+    tmp_path: Path,
+) -> None:
+    # The connection's data_version is unchanged by its own commits: a write after
+    # the feed is known runs its four statements and nothing else.
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        session = Session(time_created=0)
+        await store.create_session(session)
+        _, seq = await store.changes_since(session.id, 0)
+        statements: list[str] = []
+        conn = store._conn  # pyright: ignore[reportPrivateUsage]
+        assert conn is not None
+        conn.set_trace_callback(statements.append)
+        for n in range(3):
+            await store.append_messages([_message(session.id, n)])
+            changed, seq = await store.changes_since(session.id, seq)
+            assert len(changed) == 1
+        conn.set_trace_callback(None)
+        kinds = [s.split()[0] for s in statements]
+        # Each write: BEGIN, the counter's UPDATE ... RETURNING, the INSERT, COMMIT;
+        # each feed check: the one data_version of changes_known.
+        assert kinds == ["BEGIN", "UPDATE", "INSERT", "COMMIT", "PRAGMA"] * 3
+        assert statements[4] == "PRAGMA data_version"
