@@ -345,12 +345,12 @@ class SQLiteWorker(AsyncResource):
             try:
                 if self._resting and self._conn is not None:
                     self._resting = False
-                    self._apply(self._conn, self._thread_settings)
+                    self._apply_settings(self._conn, self._thread_settings)
                 return self._locked(fn)
             finally:
                 self._rest()
 
-    def _apply(self, conn: sqlite3.Connection, statements: tuple[str, ...]) -> None:
+    def _apply_settings(self, conn: sqlite3.Connection, statements: tuple[str, ...]) -> None:
         try:
             for statement in statements:
                 conn.execute(statement)
