@@ -13,6 +13,7 @@ from collections.abc import Collection, Sequence
 from fnmatch import fnmatchcase
 from typing import Final, TypeGuard
 
+from mimo_ctx._marks import set_marked_from
 from mimo_ctx.messages import (
     CheckpointPart,
     CompactionPart,
@@ -148,6 +149,8 @@ def micro_compact(
         if new_units is not None:
             derived = tuple(new_units)
             set_part_units(copy, derived, estimate=sum(map(units_tokens, derived)))
+        # What changed, for a store to write it as an edit of the stored row.
+        set_marked_from(copy, message, marked[position])
         changed.append(copy)
     return changed
 

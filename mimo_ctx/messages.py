@@ -24,6 +24,7 @@ from typing import Annotated, Any, Final, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from mimo_ctx import ids
+from mimo_ctx._marks import forget_row_version
 
 __all__ = [
     "MAIN_AGENT",
@@ -411,6 +412,8 @@ class Message(_Model):
             private = _private_slots(copy)
             private["_token_estimate"] = None
             private["_part_units"] = None
+            # No longer the stored row it was read as (mimo_ctx._marks).
+            forget_row_version(private)
             if "id" in update or "session_id" in update:
                 private["_insert_seq"] = None
         return copy

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from mimo_ctx._marks import marked_from, row_version, set_marked_from, set_row_version
 from mimo_ctx.compaction import build_boundary_message, micro_compact
 from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import (
@@ -35,8 +36,8 @@ from mimo_ctx.messages import (
     stored_part_units,
 )
 from mimo_ctx.middleware import ContextMiddleware
-from mimo_ctx.store import InMemoryStore, Session, SQLiteStore, Store
-from mimo_ctx.store._sqlite_base import message_row
+from mimo_ctx.store import InMemoryStore, Session, SQLiteStore, Store, _sqlite_base
+from mimo_ctx.store._sqlite_base import compaction_edit, message_row
 from mimo_ctx.tokens import (
     UNSERIALISABLE_PART_TOKENS,
     estimate_message_tokens,
@@ -221,6 +222,11 @@ async def test_a_committed_rebuild_stores_what_the_full_recompute_stores(
     # Derived, not recomputed: the listed messages carried their part lengths.
     assert all(part_units(m) == tuple(json_units(p) for p in m.parts) for m in compacted)
     _, before = await reader.changes_since(session.id, 0)
+    if isinstance(reader, SQLiteStore):
+        # Each copy is written as an edit of its row (nothing serialised): what is
+        # read back below must still be the full recompute, byte for byte.
+        assert all(compaction_edit(m) is not None for m in compacted)
+        reader._update_contents = _refuse  # type: ignore[method-assign]
     boundary = await _commit(reader, listed, compacted)
     # What another instance reads back: every message as the full recompute wrote it.
     fresh = await opener()
@@ -240,6 +246,10 @@ async def test_a_committed_rebuild_stores_what_the_full_recompute_stores(
             assert got.insert_seq == original[got.id].insert_seq
     if isinstance(fresh, SQLiteStore):
         _assert_rows(fresh, reference)
+
+
+def _refuse(*args: object) -> list[int]:
+    raise AssertionError("the copies were serialised and written in full")
 
 
 async def _commit(store: Store, listed: list[Message], compacted: list[Message]) -> Message:
@@ -304,6 +314,72 @@ async def test_a_row_another_writer_changed_is_rewritten_whole(tmp_path: Path) -
             rows = conn.execute(f"SELECT seq FROM messages WHERE id IN ({marks})", written)
             seqs = sorted(r[0] for r in rows)
         assert seqs == list(range(current - len(compacted), current + 1))
+
+
+async def test_a_row_changed_in_place_since_the_listing_is_rewritten_whole(
+    tmp_path: Path,
+) -> None:
+    """Another process changed a result's output after the listing, every other
+    column the same: the copy, made from the version listed, is written in full
+    (the edit of the row applies only to that version, so the other process's
+    output is not kept under the copy's estimate)."""
+    path = tmp_path / "s.db"
+    async with await SQLiteStore.open(path) as store:
+        session = Session(id="ses_i", project_id="p", time_created=0)
+        await store.create_session(session)
+        history = _session_messages(random.Random(5), session.id, 40)
+        await store.append_messages(history)
+        listed = await store.list_messages(session.id, agent=None)
+        compacted = micro_compact(
+            listed, after_time=0, tools=("*",), now_ms=5_000_000, skip_ids={listed[-1].id}
+        )
+        target = compacted[0]
+        source = next(m for m in listed if m.id == target.id)
+        index = next(i for i, p in enumerate(source.parts) if p is not target.parts[i])
+        part = source.parts[index]
+        changed: Part
+        if isinstance(part, ToolPart):
+            assert isinstance(part.state, ToolStateCompleted)
+            state = part.state.model_copy(update={"output": "rewritten elsewhere"})
+            changed = part.model_copy(update={"state": state})
+        else:
+            assert isinstance(part, ToolResultPart)
+            changed = part.model_copy(update={"output": "rewritten elsewhere"})
+        parts = list(source.parts)
+        parts[index] = changed
+        async with await SQLiteStore.open(path) as other:
+            await other.update_messages([source.model_copy(update={"parts": parts})])
+        await _commit(store, listed, compacted)
+        _assert_rows(store, [_fresh(m) for m in compacted])
+
+
+async def test_a_row_the_json_edit_refuses_is_rewritten_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When SQLite's JSON functions refuse an edit (here: a path they cannot
+    read), the batch is written in full, with one number per row and no more."""
+    edit = _sqlite_base._sql_mark_results  # pyright: ignore[reportPrivateUsage]
+
+    def refused(marks: int) -> str:
+        return edit(marks).replace("json_set(payload, ", "json_set(payload, 'no path', 0, ")
+
+    monkeypatch.setattr(_sqlite_base, "_sql_mark_results", refused)
+    path = tmp_path / "s.db"
+    async with await SQLiteStore.open(path) as store:
+        session = Session(id="ses_r", project_id="p", time_created=0)
+        await store.create_session(session)
+        await store.append_messages(_session_messages(random.Random(6), session.id, 30))
+        listed = await store.list_messages(session.id, agent=None)
+        compacted = micro_compact(
+            listed, after_time=0, tools=("*",), now_ms=5_000_000, skip_ids={listed[-1].id}
+        )
+        assert compacted
+        assert all(compaction_edit(m) is not None for m in compacted)
+        _, before = await store.changes_since(session.id, 0)
+        await _commit(store, listed, compacted)
+        _assert_rows(store, [_fresh(m) for m in compacted])
+        _, current = await store.changes_since(session.id, 0)
+        assert current == before + 1 + len(compacted)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -438,3 +514,22 @@ def test_a_mark_grows_a_time_object_by_what_its_shape_says() -> None:
     another field is set (start or end) and the old placeholder. A field added to
     ToolTime must be part of that shape."""
     assert set(ToolTime.model_fields) == {"start", "end", "compacted", "placeholder"}
+
+
+def test_a_changed_copy_is_no_longer_the_row_it_was_read_as() -> None:
+    """A copy that changes anything drops the row version and the marks; a copy
+    without changes (the same JSON) keeps both."""
+    message = _session_messages(random.Random(7), "ses_v", 1)[0]
+    set_row_version(message, 41)
+    assert row_version(message.model_copy()) == 41
+    copy = message.model_copy(update={"time_created": 5})
+    assert row_version(copy) is None
+    set_marked_from(copy, message, [2, 0])
+    assert marked_from(copy) == (41, (0, 2))
+    assert marked_from(copy.model_copy()) == (41, (0, 2))
+    again = copy.model_copy(update={"parts": []})
+    assert marked_from(again) is None
+    assert row_version(again) is None
+    unread = message.model_copy(update={"agent": "explore"})
+    set_marked_from(unread, unread, [0])  # its source's version unknown: nothing recorded
+    assert marked_from(unread) is None

@@ -15,14 +15,26 @@ import os
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Literal, TypedDict, TypeVar
 
 import anyio.lowlevel
 from pydantic import BaseModel, ValidationError
 
+from mimo_ctx._marks import marked_from, set_row_version
 from mimo_ctx._sqlite_worker import SQLiteWorker
 from mimo_ctx.errors import StoreError
-from mimo_ctx.messages import Message, ReasoningPart, TextPart, set_insert_seq, stored_part_units
+from mimo_ctx.messages import (
+    Message,
+    ReasoningPart,
+    TextPart,
+    ToolPart,
+    ToolResultPart,
+    ToolStateCompleted,
+    part_units,
+    set_insert_seq,
+    stored_part_units,
+)
 from mimo_ctx.store._common import restore_row_caches
 from mimo_ctx.store._sqlite_feed import KnownFeed, data_version
 from mimo_ctx.store._sqlite_schema import open_database, write_transaction
@@ -39,10 +51,12 @@ __all__ = [
     "WRITTEN_CHARS",
     "WRITTEN_ENTRIES",
     "AlreadyCommitted",
+    "CompactionEdit",
     "MessageRow",
     "SQLiteBase",
     "SQLiteOptions",
     "chunks",
+    "compaction_edit",
     "message_payload",
     "message_row",
     "read_transaction",
@@ -88,6 +102,21 @@ _SQL_UPDATE_CONTENT: Final = (
     " WHERE id = ? AND session_id = ? AND agent = ? AND role = ? AND time_created = ?"
     " AND is_boundary = ? AND is_finished_assistant = ? AND off_branch = ? AND insert_seq = ?"
 )
+
+
+def _sql_mark_results(marks: int) -> str:
+    """The UPDATE writing a micro-compacted copy as an edit of its row, ``marks`` results.
+
+    Each marked result's ``compacted`` and ``placeholder`` are set in the JSON in
+    place (a path and a value each); only while the row is the version the copy
+    was made from (``seq``), so every other column and value is the source's.
+    """
+    pairs = ", ".join(["?, ?, ?, ?"] * marks)
+    return (
+        f"UPDATE messages SET token_estimate = ?, payload = json_set(payload, {pairs}),"
+        " part_units = ?, seq = ? WHERE id = ? AND session_id = ? AND seq = ? AND insert_seq = ?"
+    )
+
 
 # Row of a message as written: id, session_id, agent, role, time_created,
 # is_boundary, is_finished_assistant, token_estimate, payload, off_branch, part_units.
@@ -142,6 +171,63 @@ def message_row(message: Message, payload: str | None = None) -> MessageRow:
         int(message.off_branch),
         # After the estimate: the lengths it was summed from, when it was computed here.
         stored_part_units(message),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionEdit:
+    """A micro-compacted copy as an edit of its stored row (see :mod:`mimo_ctx._marks`).
+
+    Attributes:
+        id: The message.
+        version: The row's change-feed number the copy was made from.
+        insert_seq: The message's write order (unchanged by the edit).
+        values: JSON path and value pairs, four per marked result: its time's
+            ``compacted`` and ``placeholder``.
+        estimate: The copy's token estimate.
+        units: The copy's part lengths as stored (:func:`stored_part_units`).
+        size: About the copy's payload length (the sum of its parts' JSON lengths).
+    """
+
+    id: str
+    version: int
+    insert_seq: int
+    values: tuple[Any, ...]
+    estimate: int
+    units: str | None
+    size: int
+
+
+def compaction_edit(message: Message) -> CompactionEdit | None:
+    """``message`` as an edit of its stored row, when it is a micro-compacted copy.
+
+    ``None`` for any other message, and for a copy whose source's row version or
+    part lengths are unknown: it is written in full.
+    """
+    mark = marked_from(message)
+    insert_seq = message.insert_seq
+    units = part_units(message)
+    if mark is None or insert_seq is None or units is None or None in units:
+        return None
+    version, indexes = mark
+    values: list[Any] = []
+    for index in indexes:
+        part = message.parts[index]
+        if isinstance(part, ToolPart) and isinstance(part.state, ToolStateCompleted):
+            path, time = f"$.parts[{index}].state.time", part.state.time
+        elif isinstance(part, ToolResultPart):
+            path, time = f"$.parts[{index}].time", part.time
+        else:  # pragma: no cover - micro-compaction marks only these
+            return None
+        values += (f"{path}.compacted", time.compacted, f"{path}.placeholder", time.placeholder)
+    return CompactionEdit(
+        id=message.id,
+        version=version,
+        insert_seq=insert_seq,
+        values=tuple(values),
+        estimate=estimate_message_tokens(message),
+        units=stored_part_units(message),
+        size=sum(u for u in units if u is not None),
     )
 
 
@@ -351,7 +437,9 @@ class SQLiteBase(SQLiteWorker):
             # This store wrote exactly this version (same id, same change-feed
             # number): the object it was given is what the payload parses to.
             return written[0]
-        return restore_row_caches(self._parse(Message, payload), estimate, insert_seq, units)
+        message = restore_row_caches(self._parse(Message, payload), estimate, insert_seq, units)
+        set_row_version(message, int(seq))
+        return message
 
     def _parse(self, model: type[_M], payload: str) -> _M:
         try:
@@ -382,11 +470,22 @@ class SQLiteBase(SQLiteWorker):
         in entries and in payload characters, oldest out first. Runs on the worker
         thread after the commit, before any other call can read these rows.
         """
+        self._remember_sized(messages, [len(r[8]) for r in rows], seqs, insert_seqs)
+
+    def _remember_sized(
+        self,
+        messages: Sequence[Message],
+        sizes: Sequence[int],
+        seqs: Sequence[int],
+        insert_seqs: Sequence[int],
+    ) -> None:
+        """:meth:`_remember` with each payload's size in characters (or a close estimate)."""
         written = self._written
-        for message, row, seq, insert_seq in zip(messages, rows, seqs, insert_seqs, strict=True):
+        for message, size, seq, insert_seq in zip(messages, sizes, seqs, insert_seqs, strict=True):
             set_insert_seq(message, insert_seq)
-            written[(message.id, seq)] = (message, len(row[8]))
-            self._written_chars += len(row[8])
+            set_row_version(message, seq)
+            written[(message.id, seq)] = (message, size)
+            self._written_chars += size
         while written and (len(written) > WRITTEN_ENTRIES or self._written_chars > WRITTEN_CHARS):
             _, (_, chars) = written.popitem(last=False)
             self._written_chars -= chars
@@ -519,6 +618,42 @@ class SQLiteBase(SQLiteWorker):
                     f"not {sid!r}; nothing written"
                 )
         return kept
+
+    def _mark_compacted(
+        self,
+        conn: sqlite3.Connection,
+        edits: Sequence[CompactionEdit],
+        session_id: str,
+    ) -> list[int] | None:
+        """Write micro-compacted copies as edits of their rows; their insert_seqs. In a write tx.
+
+        ``edits`` come from :func:`compaction_edit`, one per message. Each row gets
+        its marked results' two values set in its JSON, the copy's estimate and
+        part lengths, and the next change-feed number, where it is still the
+        version the copy was made from: nothing is serialised. ``None`` when any row
+        is not (changed since, or its JSON refused), with the numbers given back:
+        the caller writes the batch in full, which rewrites any row edited here.
+        """
+        if not edits:
+            return []
+        first = self._take_seqs(conn, len(edits))
+        by_marks: dict[int, list[tuple[Any, ...]]] = {}
+        for i, e in enumerate(edits):
+            params = (e.estimate, *e.values, e.units, first + i, e.id, session_id, e.version)
+            by_marks.setdefault(len(e.values) // 4, []).append((*params, e.insert_seq))
+        written = 0
+        try:
+            for marks, params in by_marks.items():
+                written += conn.executemany(_sql_mark_results(marks), params).rowcount
+        except sqlite3.OperationalError:
+            # A payload SQLite's JSON functions refuse (deeper than their limit):
+            # the full rewrite below serialises it instead.
+            written = -1
+        if written == len(edits):
+            return [e.insert_seq for e in edits]
+        self._taken.pop()
+        conn.execute("UPDATE counters SET value = ? WHERE name = 'seq'", (first - 1,))
+        return None
 
     def _update_contents(
         self,

@@ -91,6 +91,7 @@ from mimo_ctx.store._sqlite_base import (
     MessageRow,
     SQLiteBase,
     SQLiteOptions,
+    compaction_edit,
     message_row,
     read_transaction,
 )
@@ -460,7 +461,12 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
 
         def run(conn: sqlite3.Connection) -> bool:
             boundary_row = message_row(boundary)
-            rows = [message_row(m) for m in batch]
+            # Micro-compacted copies are written as edits of their rows when each
+            # still is the version it was made from (mimo_ctx._marks): nothing of
+            # them is serialised. Otherwise (or when a row moved on) in full.
+            edits = [compaction_edit(m) for m in batch]
+            marked = [e for e in edits if e is not None] if None not in edits else []
+            rows = [] if marked else [message_row(m) for m in batch]
 
             def body() -> tuple[int, list[int]]:
                 if not self._session_exists(conn, session_id):
@@ -483,9 +489,13 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
                 if newer is not None:
                     raise AlreadyCommitted
                 first = self._insert_messages(conn, [boundary_row], "commit_rebuild")
-                kept = self._update_contents(
-                    conn, rows, [m.insert_seq for m in batch], "commit_rebuild", session_id
-                )
+                kept = self._mark_compacted(conn, marked, session_id) if marked else None
+                if kept is None:
+                    if not rows:
+                        rows.extend(message_row(m) for m in batch)
+                    kept = self._update_contents(
+                        conn, rows, [m.insert_seq for m in batch], "commit_rebuild", session_id
+                    )
                 if commit.state is not None:
                     self._change_state(conn, session_id, commit.state)
                 return first, kept
@@ -495,13 +505,14 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
             except AlreadyCommitted:
                 return False
             # The boundary took `first`, the updated messages the numbers after it.
-            self._remember(
+            sizes = [len(r[8]) for r in rows] if rows else [e.size for e in marked]
+            self._remember_sized(
                 [boundary, *batch],
-                [boundary_row, *rows],
-                range(first, first + 1 + len(rows)),
+                [len(boundary_row[8]), *sizes],
+                range(first, first + 1 + len(batch)),
                 [first, *kept],
             )
-            self._report(range(first, first + 1 + len(rows)), [boundary, *batch])
+            self._report(range(first, first + 1 + len(batch)), [boundary, *batch])
             return True
 
         return await self._run(run)
