@@ -21,6 +21,7 @@ import pytest
 
 from mimo_ctx._marks import marked_from, row_version, set_marked_from, set_row_version
 from mimo_ctx.compaction import build_boundary_message, micro_compact
+from mimo_ctx.errors import StoreError
 from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import (
     Message,
@@ -533,3 +534,30 @@ def test_a_changed_copy_is_no_longer_the_row_it_was_read_as() -> None:
     unread = message.model_copy(update={"agent": "explore"})
     set_marked_from(unread, unread, [0])  # its source's version unknown: nothing recorded
     assert marked_from(unread) is None
+
+
+async def test_an_edit_failing_otherwise_fails_the_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a refusal of SQLite's JSON functions falls back to the full rewrite: any
+    other error of the edit (here: a table that is not there) fails the commit,
+    and nothing of it is stored."""
+    edit = _sqlite_base._sql_mark_results  # pyright: ignore[reportPrivateUsage]
+
+    def broken(marks: int) -> str:
+        return edit(marks).replace("UPDATE messages", "UPDATE no_such_table")
+
+    monkeypatch.setattr(_sqlite_base, "_sql_mark_results", broken)
+    async with await SQLiteStore.open(tmp_path / "s.db") as store:
+        session = Session(id="ses_f", project_id="p", time_created=0)
+        await store.create_session(session)
+        await store.append_messages(_session_messages(random.Random(8), session.id, 30))
+        listed = await store.list_messages(session.id, agent=None)
+        compacted = micro_compact(
+            listed, after_time=0, tools=("*",), now_ms=5_000_000, skip_ids={listed[-1].id}
+        )
+        assert compacted
+        with pytest.raises(StoreError, match="no_such_table"):
+            await _commit(store, listed, compacted)
+        stored = await store.list_messages(session.id, agent=None)
+        assert [m.model_dump_json() for m in stored] == [m.model_dump_json() for m in listed]

@@ -645,9 +645,12 @@ class SQLiteBase(SQLiteWorker):
         try:
             for marks, params in by_marks.items():
                 written += conn.executemany(_sql_mark_results(marks), params).rowcount
-        except sqlite3.OperationalError:
-            # A payload SQLite's JSON functions refuse (deeper than their limit):
-            # the full rewrite below serialises it instead.
+        except sqlite3.OperationalError as exc:
+            # A payload SQLite's JSON functions refuse ("malformed JSON": deeper
+            # than their limit): the full rewrite serialises it instead. Any other
+            # error (the disk's) fails the transaction as it would have anyway.
+            if "JSON" not in str(exc):
+                raise
             written = -1
         if written == len(edits):
             return [e.insert_seq for e in edits]

@@ -6,7 +6,8 @@ It prepares the session (which crosses the trigger line) with
 ``os._exit`` — no cleanup, no rollback, like a kill -9:
 
 * ``inside``: after the boundary row was inserted and before micro-compaction
-  updates the tool results, inside the open SQLite transaction;
+  updates the tool results (as edits of their rows or in full), inside the open
+  SQLite transaction;
 * ``after``: right after the transaction committed.
 """
 
@@ -44,9 +45,14 @@ async def main(db: str, memory_root: str, session_id: str, mode: str) -> None:
                 os._exit(KILLED)  # the boundary insert ran; micro-compaction did not
             return original(self, conn, rows, insert_seqs, what, session_id)
 
+        def mark(self: SQLiteStore, *args: Any) -> list[int] | None:
+            os._exit(KILLED)  # the boundary insert ran; the cleared results' edits did not
+
         # The kill is injected inside the store's own transaction, so the private
-        # method is replaced on the class (the worker process ends with it).
+        # methods are replaced on the class (the worker process ends with it):
+        # the copies are written as edits of their rows, or in full.
         SQLiteStore._update_contents = update  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
+        SQLiteStore._mark_compacted = mark  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
     store = await SQLiteStore.open(db)
     if mode == "after":
         commit = store.commit_rebuild

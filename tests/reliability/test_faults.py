@@ -668,12 +668,17 @@ async def test_r4_failure_inside_the_rebuild_transaction_rolls_back(
             raise sqlite3.OperationalError("disk I/O error")
         original(self, conn, rows, insert_seqs, what, *args)
 
+    def failing_edit(self: SQLiteStore, *args: Any) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
     async with ContextMiddleware(store, tmp_path / "mem", model=LIMITS) as mw:
         session = await mw.open_session(system=SYSTEM)
         await prime_checkpoint(mw, session.id)
         await cross_line(mw, session.id)
         count = await store.count_messages(session.id)
         monkeypatch.setattr(SQLiteStore, "_update_contents", failing)
+        # The cleared results are written as edits of their rows (or in full).
+        monkeypatch.setattr(SQLiteStore, "_mark_compacted", failing_edit)
         with pytest.raises(StoreError, match=r"s\.db: disk I/O error"):
             await mw.prepare(session.id)
         stored = await store.list_messages(session.id, agent=None)
