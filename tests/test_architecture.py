@@ -158,6 +158,7 @@ PURE = frozenset(
         "mimo_ctx.typed_input",
         "mimo_ctx.view",
         "mimo_ctx._budget_cache",
+        "mimo_ctx._marks",
         "mimo_ctx._replay_report",
         "mimo_ctx._section_caps",
         "mimo_ctx._skeleton",
