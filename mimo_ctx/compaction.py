@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from fnmatch import fnmatchcase
-from typing import Final, TypeGuard
+from typing import Final, TypeGuard, TypeVar
+
+from pydantic import BaseModel
 
 from mimo_ctx._marks import set_marked_from
 from mimo_ctx.messages import (
@@ -126,13 +128,12 @@ def micro_compact(
             part = message.parts[index]
             if isinstance(part, ToolPart) and isinstance(part.state, ToolStateCompleted):
                 old = part.state.time
-                time = old.model_copy(update={"compacted": now_ms, "placeholder": stored})
-                state = part.state.model_copy(update={"time": time})
-                new_parts[index] = part.model_copy(update={"state": state})
+                time = _marked_time(old, now_ms, stored)
+                new_parts[index] = _replaced(part, "state", _replaced(part.state, "time", time))
             elif isinstance(part, ToolResultPart):
                 old = part.time
-                time = old.model_copy(update={"compacted": now_ms, "placeholder": stored})
-                new_parts[index] = part.model_copy(update={"time": time})
+                time = _marked_time(old, now_ms, stored)
+                new_parts[index] = _replaced(part, "time", time)
             else:  # pragma: no cover - only uncleared results are marked
                 continue
             if new_units is not None:
@@ -153,6 +154,45 @@ def micro_compact(
         set_marked_from(copy, message, marked[position])
         changed.append(copy)
     return changed
+
+
+_M = TypeVar("_M", bound=BaseModel)
+_set_slot: Final = object.__setattr__
+
+
+def _replaced(model: _M, name: str, value: object) -> _M:
+    """``model.model_copy(update={name: value})`` for a part model (no private attributes).
+
+    Made in one step, the fields dict copied once: a rebuild copies three nested
+    models for every result it clears, and the generic copy (its update merged,
+    its private attributes copied) cost about as much again.
+    """
+    cls = type(model)
+    copy = cls.__new__(cls)
+    values = model.__dict__.copy()
+    values[name] = value
+    _set_slot(copy, "__dict__", values)
+    fields = model.__pydantic_fields_set__
+    _set_slot(copy, "__pydantic_fields_set__", fields if name in fields else fields | {name})
+    _set_slot(copy, "__pydantic_extra__", None)
+    _set_slot(copy, "__pydantic_private__", None)
+    return copy
+
+
+def _marked_time(old: ToolTime, now_ms: int, placeholder: str | None) -> ToolTime:
+    """``old`` marked compacted at ``now_ms`` with ``placeholder`` (see :func:`_replaced`)."""
+    copy = ToolTime.__new__(ToolTime)
+    values = old.__dict__.copy()
+    values["compacted"] = now_ms
+    values["placeholder"] = placeholder
+    _set_slot(copy, "__dict__", values)
+    _set_slot(copy, "__pydantic_fields_set__", old.__pydantic_fields_set__ | _MARK_FIELDS)
+    _set_slot(copy, "__pydantic_extra__", None)
+    _set_slot(copy, "__pydantic_private__", None)
+    return copy
+
+
+_MARK_FIELDS: Final = frozenset({"compacted", "placeholder"})
 
 
 def _time_growth(

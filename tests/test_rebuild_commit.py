@@ -561,3 +561,57 @@ async def test_an_edit_failing_otherwise_fails_the_commit(
             await _commit(store, listed, compacted)
         stored = await store.list_messages(session.id, agent=None)
         assert [m.model_dump_json() for m in stored] == [m.model_dump_json() for m in listed]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_marked_result_is_the_generic_copy_of_its_part(seed: int) -> None:
+    """Each cleared result, made in one step per nested model, is what the generic
+    ``model_copy`` chain makes: the same fields, the same fields set, nothing private,
+    and every part not cleared is the source's own object."""
+    rng = random.Random(2000 + seed)
+    messages = _session_messages(rng, "ses_m", rng.randint(4, 30))
+    # Results whose times were never given (defaults, not in the fields set).
+    bare: list[Part] = [
+        ToolResultPart(call_id="bare_r", tool="read", output="out"),
+        ToolPart(call_id="bare_c", tool="bash", state=ToolStateCompleted(input={}, output="o")),
+    ]
+    messages += [
+        Message(
+            id=f"msg_bare_{i}", session_id="ses_m", role=role, time_created=9_999 + i, parts=[p]
+        )
+        for i, (role, p) in enumerate(zip(("tool", "assistant"), bare, strict=True))
+    ]
+    now = 4_000_000 + seed
+    placeholder = rng.choice([None, COMPACTED_PLACEHOLDER, "[gone]"])
+    compacted = micro_compact(
+        messages, after_time=0, tools=("*",), now_ms=now, placeholder=placeholder
+    )
+    stored = None if placeholder in (None, COMPACTED_PLACEHOLDER) else placeholder
+    source = {m.id: m for m in messages}
+    for copy in compacted:
+        for before, after in zip(source[copy.id].parts, copy.parts, strict=True):
+            if after is before:
+                continue
+            if isinstance(before, ToolPart):
+                assert isinstance(before.state, ToolStateCompleted)
+                time = before.state.time.model_copy(
+                    update={"compacted": now, "placeholder": stored}
+                )
+                state = before.state.model_copy(update={"time": time})
+                want: Part = before.model_copy(update={"state": state})
+                assert isinstance(after, ToolPart)
+                assert isinstance(after.state, ToolStateCompleted)
+                got_nested: list[Any] = [after.state, after.state.time]
+                want_nested: list[Any] = [state, time]
+            else:
+                assert isinstance(before, ToolResultPart)
+                time = before.time.model_copy(update={"compacted": now, "placeholder": stored})
+                want = before.model_copy(update={"time": time})
+                assert isinstance(after, ToolResultPart)
+                got_nested, want_nested = [after.time], [time]
+            for got, expected in zip([after, *got_nested], [want, *want_nested], strict=True):
+                assert type(got) is type(expected)
+                assert got == expected
+                assert got.__pydantic_fields_set__ == expected.__pydantic_fields_set__
+                assert got.__pydantic_private__ is None
+                assert got.__pydantic_extra__ is None
