@@ -249,6 +249,20 @@ async def test_a_committed_rebuild_stores_what_the_full_recompute_stores(
         _assert_rows(fresh, reference)
 
 
+async def _stored_and_compacted(
+    store: Store, session: Session, seed: int, *, count: int = 30
+) -> tuple[list[Message], list[Message]]:
+    """A random session stored and listed back, and every result of it cleared but the last
+    message's: the listing and the compacted copies."""
+    await store.create_session(session)
+    await store.append_messages(_session_messages(random.Random(seed), session.id, count))
+    listed = await store.list_messages(session.id, agent=None)
+    compacted = micro_compact(
+        listed, after_time=0, tools=("*",), now_ms=5_000_000, skip_ids={listed[-1].id}
+    )
+    return listed, compacted
+
+
 def _refuse(*args: object) -> list[int]:
     raise AssertionError("the copies were serialised and written in full")
 
@@ -327,13 +341,7 @@ async def test_a_row_changed_in_place_since_the_listing_is_rewritten_whole(
     path = tmp_path / "s.db"
     async with await SQLiteStore.open(path) as store:
         session = Session(id="ses_i", project_id="p", time_created=0)
-        await store.create_session(session)
-        history = _session_messages(random.Random(5), session.id, 40)
-        await store.append_messages(history)
-        listed = await store.list_messages(session.id, agent=None)
-        compacted = micro_compact(
-            listed, after_time=0, tools=("*",), now_ms=5_000_000, skip_ids={listed[-1].id}
-        )
+        listed, compacted = await _stored_and_compacted(store, session, 5, count=40)
         target = compacted[0]
         source = next(m for m in listed if m.id == target.id)
         index = next(i for i, p in enumerate(source.parts) if p is not target.parts[i])
@@ -368,12 +376,7 @@ async def test_a_row_the_json_edit_refuses_is_rewritten_whole(
     path = tmp_path / "s.db"
     async with await SQLiteStore.open(path) as store:
         session = Session(id="ses_r", project_id="p", time_created=0)
-        await store.create_session(session)
-        await store.append_messages(_session_messages(random.Random(6), session.id, 30))
-        listed = await store.list_messages(session.id, agent=None)
-        compacted = micro_compact(
-            listed, after_time=0, tools=("*",), now_ms=5_000_000, skip_ids={listed[-1].id}
-        )
+        listed, compacted = await _stored_and_compacted(store, session, 6)
         assert compacted
         assert all(compaction_edit(m) is not None for m in compacted)
         _, before = await store.changes_since(session.id, 0)
@@ -550,12 +553,7 @@ async def test_an_edit_failing_otherwise_fails_the_commit(
     monkeypatch.setattr(_sqlite_base, "_sql_mark_results", broken)
     async with await SQLiteStore.open(tmp_path / "s.db") as store:
         session = Session(id="ses_f", project_id="p", time_created=0)
-        await store.create_session(session)
-        await store.append_messages(_session_messages(random.Random(8), session.id, 30))
-        listed = await store.list_messages(session.id, agent=None)
-        compacted = micro_compact(
-            listed, after_time=0, tools=("*",), now_ms=5_000_000, skip_ids={listed[-1].id}
-        )
+        listed, compacted = await _stored_and_compacted(store, session, 8)
         assert compacted
         with pytest.raises(StoreError, match="no_such_table"):
             await _commit(store, listed, compacted)
