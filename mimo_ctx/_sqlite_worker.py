@@ -62,6 +62,20 @@ SQLite's own checkpoint is kept only as a backstop for one huge transaction
 (:data:`WAL_BACKSTOP_PAGES`). A checkpoint changes no data: the
 ``data_version`` the change feed relies on (``mimo_ctx.store._sqlite_feed``)
 stays as it was.
+
+**Held while a model call is outstanding.** A wrapped call writes the host's new
+messages, then the SDK builds and sends its request (for a long history, most
+of a second of CPU), then the answer is written. An idle checkpoint between the
+two writes would run while the SDK works: it competes with the SDK for the
+interpreter and the CPU caches, and after it the answer's write arms a second
+one. A :class:`CheckpointHold` (:meth:`SQLiteWorker.hold_checkpoints`, which the
+middleware takes for each wrapped call) makes the thread wait for the call's
+end instead: when the last hold is released the idle time counts again and the
+checkpoint runs :data:`CHECKPOINT_IDLE` after the last write, in the host's own
+time. Nothing is lost: the checkpoint stays due, the one by count
+(:data:`CHECKPOINT_WRITES`) is never held, no hold lasts longer than
+:data:`CHECKPOINT_HOLD_LIMIT` (a call that never ends, holds that always
+overlap), and a closed object holds nothing.
 """
 
 from __future__ import annotations
@@ -82,9 +96,11 @@ from anyio.abc import AsyncResource
 from mimo_ctx.errors import StoreError
 
 __all__ = [
+    "CHECKPOINT_HOLD_LIMIT",
     "CHECKPOINT_IDLE",
     "CHECKPOINT_WRITES",
     "WAL_BACKSTOP_PAGES",
+    "CheckpointHold",
     "SQLiteWorker",
 ]
 
@@ -101,6 +117,10 @@ below the time a model takes to answer, so a host's turns leave it plenty."""
 CHECKPOINT_WRITES: Final = 128
 """Writing jobs after which the thread checkpoints even without an idle moment
 (a message write adds ~10 pages to the log: ~1,300 pages, ~5 MB, at most)."""
+
+CHECKPOINT_HOLD_LIMIT: Final = 30.0
+"""Seconds at most that held idle checkpoints wait, counted from when the first
+of the holds outstanding was taken (longer than a model call takes to answer)."""
 
 WAL_BACKSTOP_PAGES: Final = 10_000
 """SQLite's automatic checkpoint, kept for a single transaction larger than this
@@ -172,6 +192,12 @@ class SQLiteWorker(AsyncResource):
         self._rest_allowed = False
         self._thread_settings: tuple[str, ...] = ()
         self._resting = False
+        # Checkpoint holds (see CheckpointHold), under the jobs lock: how many are
+        # outstanding, since when some are, and whether the thread waits for their
+        # end (the last release then wakes it).
+        self._holds = 0
+        self._held_since = 0.0
+        self._parked = False
 
     @property
     def path(self) -> str:
@@ -279,7 +305,9 @@ class SQLiteWorker(AsyncResource):
                     if quiet < CHECKPOINT_IDLE:
                         wait_more = CHECKPOINT_IDLE - quiet
                     else:
-                        self._checkpoint()
+                        wait_more = self._held_for()
+                        if not wait_more:
+                            self._checkpoint()
                 elif self._end_if_idle():
                     return
                 continue
@@ -307,6 +335,39 @@ class SQLiteWorker(AsyncResource):
                 self._checkpoint()
             if self._closed and self._conn is None and self._end_if_idle():
                 return
+
+    def hold_checkpoints(self) -> CheckpointHold:
+        """Hold the idle checkpoint until the returned hold is released (see the
+        module docstring): for the length of a model call."""
+        with self._jobs_lock:
+            if not self._holds:
+                self._held_since = time.monotonic()
+            self._holds += 1
+        return CheckpointHold(self)
+
+    def _unhold(self) -> None:
+        """One hold ends; the last one wakes a thread waiting for it (any thread)."""
+        with self._jobs_lock:
+            self._holds -= 1
+            if self._holds or not self._parked:
+                return
+            self._parked = False
+            # The thread is blocked on the queue (it parked under this lock).
+            self._jobs.put(_WAKE)  # pyright: ignore[reportArgumentType]
+
+    def _held_for(self) -> float:
+        """Seconds a due idle checkpoint still waits for the holds (0: run it now).
+
+        Worker thread. Waiting, the thread is parked: the last release wakes it.
+        """
+        with self._jobs_lock:
+            if not self._holds or self._closed:
+                return 0.0
+            left = CHECKPOINT_HOLD_LIMIT - (time.monotonic() - self._held_since)
+            if left <= 0:
+                return 0.0
+            self._parked = True
+            return left
 
     def _end_if_idle(self) -> bool:
         """End the thread if no job is queued (worker thread)."""
@@ -463,6 +524,32 @@ class SQLiteWorker(AsyncResource):
             self._jobs.put(_WAKE)  # pyright: ignore[reportArgumentType]
             if self._thread is None:
                 self._start_thread()
+
+
+class CheckpointHold:
+    """One outstanding hold on a worker's idle checkpoint
+    (:meth:`SQLiteWorker.hold_checkpoints`); :meth:`release` ends it, once.
+
+    Also a context manager (released on exit). ``CheckpointHold(None)`` holds
+    nothing (a store without a worker thread).
+    """
+
+    __slots__ = ("_worker",)
+
+    def __init__(self, worker: SQLiteWorker | None) -> None:
+        self._worker = worker
+
+    def release(self) -> None:
+        """End the hold (a second call does nothing)."""
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker._unhold()  # pyright: ignore[reportPrivateUsage]
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
 
 
 class _Busy(Exception):

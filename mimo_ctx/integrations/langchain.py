@@ -631,20 +631,23 @@ class MimoCtxMiddleware(AgentMiddleware):
             command = rebuild_command(_text_of(last.content))
             if command is not None:
                 return await self._command(sync, request, command)
-        try:
-            response = await handler(await self._prepared(sync, request))
-        except Exception as exc:
-            if not await self.middleware.on_error(sync.session_id, exc, agent=self.agent):
-                raise
+        # The store's idle checkpoint waits for the call's end (see hold_checkpoints).
+        with self.middleware.hold_checkpoints():
             try:
                 response = await handler(await self._prepared(sync, request))
-            except Exception as again:
-                if is_context_overflow(again):
-                    raise ContextOverflowError(
-                        f"session {sync.session_id}: the request still overflows after a rebuild"
-                    ) from again
-                raise
-        await self._record(sync, response)
+            except Exception as exc:
+                if not await self.middleware.on_error(sync.session_id, exc, agent=self.agent):
+                    raise
+                try:
+                    response = await handler(await self._prepared(sync, request))
+                except Exception as again:
+                    if is_context_overflow(again):
+                        raise ContextOverflowError(
+                            f"session {sync.session_id}: the request still overflows after a "
+                            "rebuild"
+                        ) from again
+                    raise
+            await self._record(sync, response)
         return response
 
     def wrap_model_call(

@@ -488,10 +488,14 @@ class MimoCtxCapability(AbstractCapability[Any]):
         command = _command_of(request_context.messages)
         if command is not None:
             response = ModelResponse(parts=[AITextPart(await sync.rebuild(command))])
-        else:
+            async with sync.lock:
+                await sync.record(message_key(response), _response_draft(response), response)
+            return response
+        # The store's idle checkpoint waits for the call's end (see hold_checkpoints).
+        with self.middleware.hold_checkpoints():
             response = await handler(request_context)
-        async with sync.lock:
-            await sync.record(message_key(response), _response_draft(response), response)
+            async with sync.lock:
+                await sync.record(message_key(response), _response_draft(response), response)
         return response
 
     async def on_model_request_error(

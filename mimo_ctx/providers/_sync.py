@@ -69,6 +69,7 @@ from typing import Any, Final, Generic, Literal, Protocol, Self, TypeVar, cast
 import anyio
 from anyio.abc import AsyncResource
 
+from mimo_ctx._sqlite_worker import CheckpointHold
 from mimo_ctx.checkpoint.protocol import SentApi
 from mimo_ctx.convert import MessageDraft
 from mimo_ctx.errors import (
@@ -337,6 +338,10 @@ class Turn:
         offset: Where the host's history starts in ``items`` when every item that is
             not history comes before it (the usual list: system prompts first), else
             None. With it, :meth:`host_item` finds the host's item an entry stands for.
+        hold: The store's checkpoint hold for the call (see
+            :meth:`~mimo_ctx.middleware.ContextMiddleware.hold_checkpoints`), taken
+            by :meth:`SessionBinding.sync`, released by :meth:`release` when the
+            call ends (answer recorded, stream ended, error).
     """
 
     session_id: str
@@ -346,6 +351,13 @@ class Turn:
     history: HostHistory
     items: Sequence[Any] = ()
     offset: int | None = None
+    hold: CheckpointHold | None = None
+
+    def release(self) -> None:
+        """The call ended: release its checkpoint hold (once; later calls do nothing)."""
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            hold.release()
 
     def host_item(self, index: int, entry: Any) -> Any:
         """The host's own item for the payload entry at ``index`` of the history's
@@ -457,6 +469,22 @@ class SessionBinding:
             prefix: The system items -> (system prompt, tools) of a session this
                 call creates.
         """
+        hold = self.middleware.hold_checkpoints()
+        try:
+            turn = await self._sync_session(items, fingerprint, convert, prefix)
+        except BaseException:
+            hold.release()
+            raise
+        turn.hold = hold
+        return turn
+
+    async def _sync_session(
+        self,
+        items: Sequence[_T],
+        fingerprint: Callable[[_T], str | None],
+        convert: Callable[[Sequence[_T]], Sequence[MessageDraft]],
+        prefix: Callable[[Sequence[_T]], tuple[str, Sequence[dict[str, Any]]]],
+    ) -> Turn:
         # Not copied (O(new) per call): the reconciler takes its own copy of what it keeps.
         host = items
         session_id = self.session_id
@@ -667,15 +695,18 @@ class RecordingStream(AsyncResource, Generic[_E]):
         if self._done:
             return
         self._done = True
-        message, fps = self._adapter.answer()
-        if message is None:
-            return
-        if why is None and not self._adapter.complete():
-            why = "the stream ended before its finish reason"
-        if why is not None:
-            message = incomplete(message, why)
-        with anyio.CancelScope(shield=True):
-            self.recorded = await self._binding.record(self._turn, message, fingerprints=fps)
+        try:
+            message, fps = self._adapter.answer()
+            if message is None:
+                return
+            if why is None and not self._adapter.complete():
+                why = "the stream ended before its finish reason"
+            if why is not None:
+                message = incomplete(message, why)
+            with anyio.CancelScope(shield=True):
+                self.recorded = await self._binding.record(self._turn, message, fingerprints=fps)
+        finally:
+            self._turn.release()
 
     async def _events(self) -> AsyncIterator[_E]:
         late_overflow: str | None = None

@@ -247,14 +247,20 @@ async def managed_call(
     :func:`recovering_call`.
     """
     streaming = kwargs.get("stream") is True
-    call = recovering_call(
-        binding, turn, kwargs, api, send=send, streaming=streaming, finish=finish
-    )
-    result = await call.run()
-    if streaming:
-        return RecordingStream(binding, turn, call, result, api.adapter(turn))
-    message, fps = api.answer(as_dict(result), turn)
-    await binding.record(turn, message, fingerprints=fps)
+    try:
+        call = recovering_call(
+            binding, turn, kwargs, api, send=send, streaming=streaming, finish=finish
+        )
+        result = await call.run()
+        if streaming:
+            # The stream releases the turn's checkpoint hold when it ends.
+            return RecordingStream(binding, turn, call, result, api.adapter(turn))
+        message, fps = api.answer(as_dict(result), turn)
+        await binding.record(turn, message, fingerprints=fps)
+    except BaseException:
+        turn.release()
+        raise
+    turn.release()
     return result
 
 

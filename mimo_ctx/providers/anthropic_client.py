@@ -403,11 +403,16 @@ class _MessageStreamManager(AsyncResource):
             return raw
 
         turn = await messages._sync(self._kwargs, call="messages.stream")  # pyright: ignore[reportPrivateUsage]
-        finish = messages._finish(self._kwargs)  # pyright: ignore[reportPrivateUsage]
-        call = recovering_call(
-            binding, turn, self._kwargs, _API, send=opener, streaming=True, finish=finish
-        )
-        raw = await call.run()
+        try:
+            finish = messages._finish(self._kwargs)  # pyright: ignore[reportPrivateUsage]
+            call = recovering_call(
+                binding, turn, self._kwargs, _API, send=opener, streaming=True, finish=finish
+            )
+            raw = await call.run()
+        except BaseException:
+            turn.release()
+            raise
+        # The recording releases the turn's checkpoint hold when the stream ends.
         self._recording = RecordingStream(binding, turn, call, raw, _AnthropicStream(turn))
         output_format = self._kwargs.get("output_format")
         if output_format is None:
