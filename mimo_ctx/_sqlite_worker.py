@@ -68,13 +68,13 @@ messages, then the SDK builds and sends its request (for a long history, most
 of a second of CPU), then the answer is written. An idle checkpoint between the
 two writes would run while the SDK works: it competes with the SDK for the
 interpreter and the CPU caches, and after it the answer's write arms a second
-one. A :class:`CheckpointHold` (:meth:`SQLiteWorker.hold_checkpoints`, which the
-middleware takes for each wrapped call) makes the thread wait for the call's
-end instead: when the last hold is released the idle time counts again and the
-checkpoint runs :data:`CHECKPOINT_IDLE` after the last write, in the host's own
-time. Nothing is lost: the checkpoint stays due, the one by count
-(:data:`CHECKPOINT_WRITES`) is never held, no hold lasts longer than
-:data:`CHECKPOINT_HOLD_LIMIT` (a call that never ends, holds that always
+one. A :class:`CheckpointHold` (:func:`hold_checkpoints`, which the client
+wrappers and the framework integrations take for each model call) makes the
+thread wait for the call's end instead: when the last hold is released the idle
+time counts again and the checkpoint runs :data:`CHECKPOINT_IDLE` after the last
+write, in the host's own time. Nothing is lost: the checkpoint stays due, the
+one by count (:data:`CHECKPOINT_WRITES`) is never held, no hold lasts longer
+than :data:`CHECKPOINT_HOLD_LIMIT` (a call that never ends, holds that always
 overlap), and a closed object holds nothing.
 """
 
@@ -102,6 +102,7 @@ __all__ = [
     "WAL_BACKSTOP_PAGES",
     "CheckpointHold",
     "SQLiteWorker",
+    "hold_checkpoints",
 ]
 
 _T = TypeVar("_T")
@@ -550,6 +551,16 @@ class CheckpointHold:
 
     def __exit__(self, *exc_info: object) -> None:
         self.release()
+
+
+def hold_checkpoints(store: object) -> CheckpointHold:
+    """Hold ``store``'s idle checkpoint for a model call (see the module docstring).
+
+    The client wrappers and the framework integrations take one from the host's
+    list arriving until the answer is recorded (a stream: until it ends). A store
+    without a worker thread (in memory, PostgreSQL) holds nothing.
+    """
+    return store.hold_checkpoints() if isinstance(store, SQLiteWorker) else CheckpointHold(None)
 
 
 class _Busy(Exception):

@@ -42,7 +42,6 @@ from anyio.abc import TaskGroup
 from mimo_ctx._heap import HeapRelease
 from mimo_ctx._sessions import SessionRegistry, known_session
 from mimo_ctx._sessions import open_session as _open_session
-from mimo_ctx._sqlite_worker import CheckpointHold, SQLiteWorker
 from mimo_ctx._util import now_ms
 from mimo_ctx._window import LiveSession, LiveWindow, Windows, WindowView
 from mimo_ctx.boundary import scale_tail
@@ -353,19 +352,6 @@ class ContextMiddleware:
     def _require_running(self) -> None:
         if self._task_group is None:
             raise MimoCtxError(_NOT_RUNNING)
-
-    def hold_checkpoints(self) -> CheckpointHold:
-        """Hold the store's idle upkeep while a model call is outstanding.
-
-        The client wrappers and the framework integrations take one from the
-        host's list arriving until the answer is recorded (a stream: until it
-        ends): the SQLite store's idle WAL checkpoint then runs after the call,
-        in the host's time, not while the SDK builds a large request (see
-        :mod:`mimo_ctx._sqlite_worker`; bounded, and never lost). Other stores
-        hold nothing. Release it with ``release()`` or use it as a context manager.
-        """
-        store = self._store
-        return store.hold_checkpoints() if isinstance(store, SQLiteWorker) else CheckpointHold(None)
 
     def host_history(self, session_id: str, *, agent: str = MAIN_AGENT) -> HostHistory:
         """The session's :mod:`host-history reconciler <mimo_ctx.reconcile>`, kept until closed."""

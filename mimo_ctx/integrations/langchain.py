@@ -51,6 +51,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeGuard, cast
 
+from mimo_ctx._sqlite_worker import hold_checkpoints
 from mimo_ctx.checkpoint.llm import ModelAnswer, WriterPrompt
 from mimo_ctx.convert import (
     BOUNDARY_TEXT_SEPARATOR,
@@ -632,7 +633,7 @@ class MimoCtxMiddleware(AgentMiddleware):
             if command is not None:
                 return await self._command(sync, request, command)
         # The store's idle checkpoint waits for the call's end (see hold_checkpoints).
-        with self.middleware.hold_checkpoints():
+        with hold_checkpoints(self.middleware.store):
             try:
                 response = await handler(await self._prepared(sync, request))
             except Exception as exc:

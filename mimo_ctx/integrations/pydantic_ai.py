@@ -63,6 +63,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from mimo_ctx._sqlite_worker import hold_checkpoints
 from mimo_ctx.checkpoint.llm import ModelAnswer, WriterPrompt
 from mimo_ctx.convert import (
     MessageDraft,
@@ -492,7 +493,7 @@ class MimoCtxCapability(AbstractCapability[Any]):
                 await sync.record(message_key(response), _response_draft(response), response)
             return response
         # The store's idle checkpoint waits for the call's end (see hold_checkpoints).
-        with self.middleware.hold_checkpoints():
+        with hold_checkpoints(self.middleware.store):
             response = await handler(request_context)
             async with sync.lock:
                 await sync.record(message_key(response), _response_draft(response), response)

@@ -69,7 +69,7 @@ from typing import Any, Final, Generic, Literal, Protocol, Self, TypeVar, cast
 import anyio
 from anyio.abc import AsyncResource
 
-from mimo_ctx._sqlite_worker import CheckpointHold
+from mimo_ctx._sqlite_worker import CheckpointHold, hold_checkpoints
 from mimo_ctx.checkpoint.protocol import SentApi
 from mimo_ctx.convert import MessageDraft
 from mimo_ctx.errors import (
@@ -339,7 +339,7 @@ class Turn:
             not history comes before it (the usual list: system prompts first), else
             None. With it, :meth:`host_item` finds the host's item an entry stands for.
         hold: The store's checkpoint hold for the call (see
-            :meth:`~mimo_ctx.middleware.ContextMiddleware.hold_checkpoints`), taken
+            :func:`~mimo_ctx._sqlite_worker.hold_checkpoints`), taken
             by :meth:`SessionBinding.sync`, released by :meth:`release` when the
             call ends (answer recorded, stream ended, error).
     """
@@ -469,7 +469,7 @@ class SessionBinding:
             prefix: The system items -> (system prompt, tools) of a session this
                 call creates.
         """
-        hold = self.middleware.hold_checkpoints()
+        hold = hold_checkpoints(self.middleware.store)
         try:
             turn = await self._sync_session(items, fingerprint, convert, prefix)
         except BaseException:
