@@ -338,10 +338,8 @@ class Turn:
         offset: Where the host's history starts in ``items`` when every item that is
             not history comes before it (the usual list: system prompts first), else
             None. With it, :meth:`host_item` finds the host's item an entry stands for.
-        hold: The store's checkpoint hold for the call (see
-            :func:`~mimo_ctx._sqlite_worker.hold_checkpoints`), taken
-            by :meth:`SessionBinding.sync`, released by :meth:`release` when the
-            call ends (answer recorded, stream ended, error).
+        hold: The store's checkpoint hold for the call (``_sqlite_worker``), taken by
+            :meth:`SessionBinding.sync`, let go by :meth:`release` when the call ends.
     """
 
     session_id: str
@@ -354,10 +352,9 @@ class Turn:
     hold: CheckpointHold | None = None
 
     def release(self) -> None:
-        """The call ended: release its checkpoint hold (once; later calls do nothing)."""
-        hold, self.hold = self.hold, None
-        if hold is not None:
-            hold.release()
+        """The call ended: let its checkpoint hold go (a hold releases once)."""
+        if self.hold is not None:
+            self.hold.release()
 
     def host_item(self, index: int, entry: Any) -> Any:
         """The host's own item for the payload entry at ``index`` of the history's
@@ -695,18 +692,16 @@ class RecordingStream(AsyncResource, Generic[_E]):
         if self._done:
             return
         self._done = True
-        try:
-            message, fps = self._adapter.answer()
-            if message is None:
-                return
-            if why is None and not self._adapter.complete():
-                why = "the stream ended before its finish reason"
-            if why is not None:
-                message = incomplete(message, why)
-            with anyio.CancelScope(shield=True):
-                self.recorded = await self._binding.record(self._turn, message, fingerprints=fps)
-        finally:
-            self._turn.release()
+        self._turn.release()  # the answer's write below starts the idle time over
+        message, fps = self._adapter.answer()
+        if message is None:
+            return
+        if why is None and not self._adapter.complete():
+            why = "the stream ended before its finish reason"
+        if why is not None:
+            message = incomplete(message, why)
+        with anyio.CancelScope(shield=True):
+            self.recorded = await self._binding.record(self._turn, message, fingerprints=fps)
 
     async def _events(self) -> AsyncIterator[_E]:
         late_overflow: str | None = None
