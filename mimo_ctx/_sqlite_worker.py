@@ -306,7 +306,7 @@ class SQLiteWorker(AsyncResource):
                     if quiet < CHECKPOINT_IDLE:
                         wait_more = CHECKPOINT_IDLE - quiet
                     else:
-                        wait_more = self._held_for()
+                        wait_more = self._hold_left()
                         if not wait_more:
                             self._checkpoint()
                 elif self._end_if_idle():
@@ -356,7 +356,7 @@ class SQLiteWorker(AsyncResource):
             # The thread is blocked on the queue (it parked under this lock).
             self._jobs.put(_WAKE)  # pyright: ignore[reportArgumentType]
 
-    def _held_for(self) -> float:
+    def _hold_left(self) -> float:
         """Seconds a due idle checkpoint still waits for the holds (0: run it now).
 
         Worker thread. Waiting, the thread is parked: the last release wakes it.
