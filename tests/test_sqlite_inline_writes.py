@@ -22,7 +22,14 @@ import pytest
 
 import mimo_ctx._sqlite_worker as worker_module
 from mimo_ctx.errors import StoreError
-from mimo_ctx.messages import Message, TextPart, ToolPart, ToolStatePending
+from mimo_ctx.messages import (
+    Message,
+    TextPart,
+    ToolPart,
+    ToolStateCompleted,
+    ToolStateError,
+    ToolStatePending,
+)
 from mimo_ctx.store.sqlite import SQLiteStore
 from tests.store.builders import T0, assistant, make_session, user
 
@@ -233,6 +240,19 @@ def _big_input(sid: str) -> list[Message]:
     return [message]
 
 
+def _tool_state(sid: str, state: ToolStateCompleted | ToolStateError) -> list[Message]:
+    part = ToolPart(call_id="c1", tool="read", state=state)
+    return [Message(session_id=sid, role="assistant", time_created=T0, parts=[part])]
+
+
+def _long_output(sid: str) -> list[Message]:
+    return _tool_state(sid, ToolStateCompleted(output="x" * 100_000))
+
+
+def _long_error(sid: str) -> list[Message]:
+    return _tool_state(sid, ToolStateError(error="x" * 100_000))
+
+
 def _long_text(sid: str) -> list[Message]:
     return [user(sid, "x" * 100_000, t=T0)]
 
@@ -242,7 +262,9 @@ def _many(sid: str) -> list[Message]:
 
 
 @pytest.mark.parametrize(
-    "batch", [_long_text, _big_input, _many], ids=["long text", "long tool input", "many"]
+    "batch",
+    [_long_text, _big_input, _long_output, _long_error, _many],
+    ids=["long text", "long tool input", "long tool output", "long tool error", "many"],
 )
 async def test_large_writes_go_to_the_thread(
     tmp_path: Path, batch: Callable[[str], list[Message]]
@@ -347,3 +369,98 @@ async def test_between_jobs_the_connection_rests_without_waits(tmp_path: Path) -
     async with SQLiteStore(path, read_only=True) as reader:
         assert reader._conn is not None
         assert _settings(reader._conn)[0] == 30_000  # read-only: never rests
+
+
+class _Clock:
+    """A ``perf_counter`` that moves ``step`` seconds at each call (the worker's hold
+    measure), and the real ``monotonic`` for everything else."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def perf_counter(self) -> float:
+        self.now += self.step
+        return self.now
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+async def _writes_between_ticks(store: SQLiteStore, sid: str, count: int) -> list[int]:
+    """Write ``count`` messages in a loop; how many writes ran between two ticks of a
+    task that only yields (the loop's other tasks)."""
+    written = 0
+    runs: list[int] = []
+    done = False
+
+    async def tick() -> None:
+        last = 0
+        while not done:
+            await anyio.lowlevel.checkpoint()
+            runs.append(written - last)
+            last = written
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tick)
+        await anyio.lowlevel.checkpoint()  # the ticker is waiting for its turn
+        for n in range(count):
+            await store.append_messages([user(sid, f"m{n}", t=T0 + n)])
+            written += 1
+        done = True
+    return [r for r in runs if r]
+
+
+async def test_inline_writes_yield_once_they_held_the_loop_for_the_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, sid = await _open(tmp_path / "agent.db")
+    async with store:
+        threads = _commits(store)
+        # Each inline write holds the loop 0.35 ms by this clock (one step between
+        # its two readings): the third since a yield reaches the 1 ms hold.
+        monkeypatch.setattr(worker_module, "time", _Clock(0.00035))
+        runs = await _writes_between_ticks(store, sid, 30)
+        assert threads == [threading.get_ident()] * 30  # all inline
+        assert max(runs) == 3  # never more between two turns of the others
+        assert runs.count(3) >= 8  # and the writes below the hold did not yield
+
+
+async def test_inline_writes_in_a_loop_let_other_tasks_run(tmp_path: Path) -> None:
+    # Real time: 200 writes hold the loop well over the hold, so the others run.
+    store, sid = await _open(tmp_path / "agent.db")
+    async with store:
+        runs = await _writes_between_ticks(store, sid, 200)
+        assert len(runs) >= 2
+
+
+async def test_a_turns_write_and_feed_read_cost_no_loop_iteration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Below the hold, a write and the known feed read after it never yield: the
+    # turn's own await (the model call) gives the others their turn.
+    store, sid = await _open(tmp_path / "agent.db")
+    async with store:
+        _, seq = await store.changes_since(sid, 0)
+        monkeypatch.setattr(worker_module, "time", _Clock(0.0))
+        ticks = 0
+        during = -1
+        done = False
+
+        async def tick() -> None:
+            nonlocal ticks
+            while not done:
+                await anyio.lowlevel.checkpoint()
+                ticks += 1
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tick)
+            await anyio.lowlevel.checkpoint()
+            before = ticks
+            for n in range(5):
+                await store.append_messages([user(sid, f"m{n}", t=T0 + n)])
+                changed, seq = await store.changes_since(sid, seq)
+                assert len(changed) == 1
+            during = ticks - before
+            done = True
+        assert during == 0

@@ -31,6 +31,7 @@ from mimo_ctx.messages import (
     ToolPart,
     ToolResultPart,
     ToolStateCompleted,
+    ToolStateError,
     part_units,
     set_insert_seq,
     stored_part_units,
@@ -242,8 +243,13 @@ def _texts_fit(messages: Sequence[Message]) -> bool:
     for message in messages:
         for part in message.parts:
             if part.type == "tool":
+                # Not getattr with a default: a missing field costs pydantic's
+                # __getattr__ and an AttributeError, several µs per pending call.
                 state = part.state
-                chars += len(getattr(state, "output", "") or getattr(state, "error", ""))
+                if isinstance(state, ToolStateCompleted):
+                    chars += len(state.output)
+                elif isinstance(state, ToolStateError):
+                    chars += len(state.error)
             elif isinstance(part, TextPart | ReasoningPart):
                 chars += len(part.text)
             elif part.type == "tool_result":

@@ -57,6 +57,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Sequence
 from typing import Final, Unpack
 
@@ -435,10 +436,13 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
         """
 
         # After this store's own writes, with nobody else's since, the answer is
-        # known without the worker thread (see mimo_ctx.store._sqlite_feed).
-        await anyio.lowlevel.checkpoint()
+        # known without the worker thread (see mimo_ctx.store._sqlite_feed); on the
+        # caller's thread like an inline write, and yielding by the same rule.
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        started = time.perf_counter()
         known = self.changes_known(session_id, seq)
         if known is not None:
+            await self._held_for(started)
             return known
 
         def run(conn: sqlite3.Connection) -> tuple[list[Message], int]:
