@@ -313,7 +313,9 @@ class SQLiteWorker(AsyncResource):
             try:
                 job = jobs.get(timeout=timeout)
             except queue.Empty:
-                if pending:
+                # Read again: an inline write may have armed one meanwhile without
+                # waking the thread (see _wake).
+                if self._unchecked > 0:
                     # Idle since the last job and the last inline write alike.
                     quiet = time.monotonic() - self._last_inline
                     if quiet < CHECKPOINT_IDLE:
@@ -366,8 +368,9 @@ class SQLiteWorker(AsyncResource):
             if self._holds or not self._parked:
                 return
             self._parked = False
-            # The thread is blocked on the queue (it parked under this lock).
             self._jobs.put(_WAKE)  # pyright: ignore[reportArgumentType]
+            if self._thread is None:
+                self._start_thread()
 
     def _hold_left(self) -> float:
         """Seconds a due idle checkpoint still waits for the holds (0: run it now).
@@ -545,8 +548,15 @@ class SQLiteWorker(AsyncResource):
             self._lock.release()
 
     def _wake(self) -> None:
-        """Have the thread count its idle time for a checkpoint (after an inline write)."""
+        """Have the thread count its idle time for a checkpoint (after an inline write).
+
+        While a hold is outstanding a running thread is left asleep: the last
+        release wakes it, and its own timeout finds the checkpoint due regardless.
+        """
         with self._jobs_lock:
+            if self._holds and self._thread is not None and not self._closed:
+                self._parked = True
+                return
             self._jobs.put(_WAKE)  # pyright: ignore[reportArgumentType]
             if self._thread is None:
                 self._start_thread()

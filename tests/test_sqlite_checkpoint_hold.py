@@ -124,6 +124,9 @@ async def test_no_hold_outlasts_the_limit(
     tmp_path: Path, checkpoints: list[float], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(worker_module, "CHECKPOINT_HOLD_LIMIT", 0.3)
+    # An inline write under a hold leaves the idle thread asleep until its own
+    # timeout (see _wake): the limit counts once it looks.
+    monkeypatch.setattr(worker_module, "_THREAD_IDLE", 0.2)
     store, sid = await _opened(tmp_path / "agent.db")
     try:
         await _wait_for(checkpoints, 1)
@@ -179,3 +182,22 @@ async def test_a_hold_of_nothing_releases_quietly() -> None:
     hold.release()
     with hold:
         pass
+
+
+async def test_an_inline_write_under_a_hold_leaves_the_thread_asleep(
+    tmp_path: Path, checkpoints: list[float]
+) -> None:
+    store, sid = await _opened(tmp_path / "agent.db")
+    try:
+        await _wait_for(checkpoints, 1)  # the thread now waits without a checkpoint due
+        runs = len(checkpoints)
+        with store.hold_checkpoints():
+            await _write(store, sid, 1)
+            # No wake-up queued for the thread: the release is the one that wakes it.
+            assert store._parked
+            assert store._jobs.empty()
+        assert not store._parked
+        await _wait_for(checkpoints, runs + 1)
+        assert len(checkpoints) == runs + 1
+    finally:
+        await store.aclose()

@@ -526,15 +526,30 @@ class SQLiteBase(SQLiteWorker):
 
         self._check_open()
         await anyio.lowlevel.checkpoint_if_cancelled()
-        if len(batch) <= INLINE_MESSAGES and self._inline_ready() and _texts_fit(batch):
-            # The payloads' size decides (the texts counted first leave out tool
-            # inputs and metadata); one too large goes to the thread as it is.
-            payloads.extend(message_payload(m) for m in batch)
-            if sum(map(len, payloads)) <= INLINE_CHARS:
-                rows.extend(message_row(m, p) for m, p in zip(batch, payloads, strict=True))
-                await self._run_write(run)
-                return
+        inline = self._inline_rows(batch, payloads)
+        if inline is not None:
+            rows.extend(inline)
+            await self._run_write(run)
+            return
         await self._run(run)
+
+    def _inline_rows(
+        self, batch: Sequence[Message], payloads: list[str] | None = None
+    ) -> list[MessageRow] | None:
+        """The rows of ``batch`` when it may be written inline now, else None.
+
+        The payloads' size decides (the texts counted first leave out tool inputs
+        and metadata); ``payloads`` receives them once made, so a batch too large
+        goes to the thread without serialising it again.
+        """
+        if len(batch) > INLINE_MESSAGES or not self._inline_ready() or not _texts_fit(batch):
+            return None
+        made = [message_payload(m) for m in batch]
+        if payloads is not None:
+            payloads.extend(made)
+        if sum(map(len, made)) > INLINE_CHARS:
+            return None
+        return [message_row(m, p) for m, p in zip(batch, made, strict=True)]
 
     @staticmethod
     def _next_seq(conn: sqlite3.Connection) -> int:

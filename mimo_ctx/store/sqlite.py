@@ -541,12 +541,22 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
         return await self._run(run)
 
     async def _commit_host_history(self, commit: HostCommit) -> bool:
-        """Write a checked :meth:`commit_host_history` in one transaction."""
+        """Write a checked :meth:`commit_host_history` in one transaction.
+
+        Inline (on the caller's thread) when it is small and nothing waits, like a
+        message write (see :mod:`mimo_ctx._sqlite_worker`); its message rows go to
+        the known change feed, so the window's refresh after it needs no read.
+        """
         session_id, agent, nodes, move = commit.session_id, commit.agent, commit.nodes, commit.move
+        messages = [*commit.messages, *commit.updated]
+        split = len(commit.messages)
+        rows: list[MessageRow] = []
 
         def run(conn: sqlite3.Connection) -> bool:
-            new_rows = [message_row(m) for m in commit.messages]
-            changed_rows = [message_row(m) for m in commit.updated]
+            if not rows:  # made already when an inline write fell back to the thread
+                rows.extend(message_row(m) for m in messages)
+            numbers: list[int] = []
+            insert_seqs: list[int] = []
 
             def body() -> None:
                 if not self._session_exists(conn, session_id):
@@ -578,9 +588,16 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
                         # The primary key, not a prior check, decides which of two
                         # workers stores a host message.
                         raise AlreadyCommitted from None
-                if new_rows:
-                    self._insert_messages(conn, new_rows, "commit_host_history")
-                self._update_messages(conn, changed_rows, "commit_host_history", session_id)
+                if split:
+                    first = self._insert_messages(conn, rows[:split], "commit_host_history")
+                    numbers.extend(range(first, first + split))
+                    insert_seqs.extend(numbers)  # a new row's insert_seq is its seq
+                changed = rows[split:]
+                kept = self._update_messages(conn, changed, "commit_host_history", session_id)
+                if changed:
+                    before, count = self._taken[-1]
+                    numbers.extend(range(before + 1, before + 1 + count))
+                    insert_seqs.extend(kept)
                 if move is not None:
                     conn.execute(
                         "INSERT INTO host_heads (session_id, agent, head) VALUES (?, ?, ?)"
@@ -592,8 +609,14 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
                 self._write_transaction(conn, body)
             except AlreadyCommitted:
                 return False
+            self._remember(messages, rows, numbers, insert_seqs)
+            self._report(numbers, messages)
             return True
 
+        inline = self._inline_rows(messages)
+        if inline is not None:
+            rows.extend(inline)
+            return await self._run_write(run)
         return await self._run(run)
 
     async def upsert_task(self, task: Task) -> None:
