@@ -44,6 +44,7 @@ from mimo_ctx.view import IncrementalView, apply_send_rules
 __all__ = [
     "MEMORY_RECHECK_SECONDS",
     "PREPARED_KEPT",
+    "SEQ_PROBE",
     "LiveSession",
     "LiveWindow",
     "SentOn",
@@ -63,7 +64,7 @@ clock, so a replay of a transcript gives the same requests on any machine.
 PREPARED_KEPT = 4096
 """Tasks whose last view's boundary a session remembers (for overflow handling)."""
 
-_SEQ_PROBE = 2**62
+SEQ_PROBE = 2**62
 """A change-feed position past any real one: ``changes_since`` then returns only the head."""
 
 
@@ -298,7 +299,7 @@ class Windows:
         """The agent's window read from the store: the newest boundary and what follows it."""
         store = self._store
         window = LiveWindow(agent=agent)
-        _, window.seq = await store.changes_since(session_id, _SEQ_PROBE)
+        _, window.seq = await store.changes_since(session_id, SEQ_PROBE)
         if agent == MAIN_AGENT:
             boundary = await store.latest_boundary(session_id)
         else:

@@ -56,8 +56,10 @@ import anyio
 from anyio.abc import TaskGroup
 
 from mimo_ctx._util import now_ms
+from mimo_ctx._window import SEQ_PROBE
 from mimo_ctx.boundary import watermark_of
 from mimo_ctx.checkpoint._files import empty_folded_notes, read_previous_checkpoint
+from mimo_ctx.checkpoint._page import NewestPage, apply_changes, page_of
 from mimo_ctx.checkpoint.document import check_draft, section_budgets
 from mimo_ctx.checkpoint.lease import WriterLease
 from mimo_ctx.checkpoint.protocol import (
@@ -181,6 +183,9 @@ class WriterCoordinator:
         # Unique per process; each run adds a UUID, so no two runs share an owner.
         self._worker = f"{socket.gethostname()}:{os.getpid()}"
         self._slots: dict[str, _Slot] = {}
+        # Each session's newest main-agent messages as the last run read them
+        # (mimo_ctx.checkpoint._page): the next run reads only what changed since.
+        self._pages: dict[str, NewestPage] = {}
         self._task_group: TaskGroup | None = None
 
     @property
@@ -196,6 +201,10 @@ class WriterCoordinator:
     def attach(self, task_group: TaskGroup | None) -> None:
         """Give the coordinator the task group its writers run in (``None`` detaches)."""
         self._task_group = task_group
+
+    def forget(self, session_id: str) -> None:
+        """Drop what is kept in memory for the session's writer runs (the next reads it)."""
+        self._pages.pop(session_id, None)
 
     def in_flight(self, session_id: str) -> bool:
         """True while a writer of *this* coordinator runs for the session.
@@ -411,13 +420,15 @@ class WriterCoordinator:
         # last finished answer (R2.5), so it is computed on the newest messages, a
         # page that grows (x4) only while the whole history could decide otherwise
         # (see _watermark_of): a writer run never reads the history to place it.
-        page = WATERMARK_PAGE
+        # The page is kept from run to run and brought up to date from the change
+        # feed (mimo_ctx.checkpoint._page): a run parses only what was written since.
+        size = WATERMARK_PAGE
         while True:
-            messages = await self._store.list_messages(session_id, agent=MAIN_AGENT, last=page)
-            found = watermark_of(messages, self._config, margin=WATERMARK_MARGIN)
-            if len(messages) < page or found is None or found[1]:
+            page = await self._newest(session_id, size)
+            found = watermark_of(page.messages, self._config, margin=WATERMARK_MARGIN)
+            if page.start is None or found is None or found[1]:
                 break
-            page *= 4
+            size = page.size * 4
         if found is None:
             return None
         boundary = found[0]
@@ -425,6 +436,25 @@ class WriterCoordinator:
         if current is not None and boundary <= current:
             return None
         return boundary
+
+    async def _newest(self, session_id: str, size: int) -> NewestPage:
+        """The session's newest ``size`` (or more) main-agent messages, as stored now.
+
+        The page kept from the last run when it is as large, brought up to date from
+        the change feed; else read afresh (the feed position taken first: what is
+        written meanwhile comes again from the feed next time, and is replaced).
+        """
+        store = self._store
+        page = self._pages.get(session_id)
+        if page is not None and page.size >= size:
+            changed, seq = await store.changes_since(session_id, page.seq)
+            apply_changes(page, changed, seq, agent=MAIN_AGENT)
+            return page
+        _, seq = await store.changes_since(session_id, SEQ_PROBE)
+        listed = await store.list_messages(session_id, agent=MAIN_AGENT, last=size)
+        page = page_of(listed, seq, size)
+        self._pages[session_id] = page
+        return page
 
     async def _run(self, session_id: str, job: _Job, claim: _Claim | None) -> None:
         try:
@@ -710,11 +740,17 @@ class WriterCoordinator:
         boundary = await store.latest_boundary(session_id)
         if boundary is not None and boundary.covered_up_to is not None:
             starts.append(boundary.covered_up_to)
+        # The newest page (brought up to date) holds them when they are recent.
+        page = await self._newest(session_id, WATERMARK_PAGE)
+        held = {m.id: m for m in page.messages}
         for message_id in starts:
-            start = await store.get_message(message_id)
+            start = held.get(message_id) or await store.get_message(message_id)
             if start is not None and (since is None or message_key(start) > since):
                 since = message_key(start)
-        listed = await store.list_messages(session_id, agent=MAIN_AGENT, since=since)
+        if page.start is None or (since is not None and page.start <= since):
+            listed = page.messages  # every message after `since` is in the page
+        else:
+            listed = await store.list_messages(session_id, agent=MAIN_AGENT, since=since)
         # Uncollapsed (R7.4: the writer sees the whole tail), up to the watermark.
         return [
             m for m in listed if m.id <= watermark and (since is None or message_key(m) > since)
