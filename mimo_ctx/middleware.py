@@ -361,7 +361,6 @@ class ContextMiddleware:
     async def close_session(self, session_id: str) -> None:
         """Release what is kept in memory for a session (storage untouched; reloaded on use)."""
         await self._sessions.close(session_id)
-        self._coordinator.forget(session_id)
 
     def _state(self, session_id: str) -> LiveSession:
         self._require_running()

@@ -22,6 +22,7 @@ from strategies import sessions
 from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint import OfflineCheckpointWriter
 from mimo_ctx.checkpoint import _coordinator as coordinator_module
+from mimo_ctx.checkpoint import _page as page_module
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.checkpoint._page import apply_changes, page_of
 from mimo_ctx.config import RebuildConfig, TailConfig
@@ -218,7 +219,7 @@ async def test_a_run_after_the_first_reads_the_change_feed_not_the_page(tmp_path
     coordinator = WriterCoordinator(
         store, MemoryLayout(tmp_path), _CONFIG, OfflineCheckpointWriter(), EventBus()
     )
-    newest = coordinator._newest  # pyright: ignore[reportPrivateUsage]
+    newest = coordinator._pages.newest  # pyright: ignore[reportPrivateUsage]
     page = await newest(session.id, 128)
     assert store.listings == 1
     assert [m.id for m in page.messages] == [m.id for m in messages[72:200]]
@@ -230,6 +231,30 @@ async def test_a_run_after_the_first_reads_the_change_feed_not_the_page(tmp_path
     assert store.listings == 2
     assert page.start is None
     assert len(page.messages) == 300
-    coordinator.forget(session.id)
-    await newest(session.id, 128)
+
+
+async def test_the_pages_of_the_least_recent_sessions_are_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(page_module, "PAGES_KEPT", 2)
+    store = _CountingStore()
+    sessions_ = [Session(time_created=0) for _ in range(3)]
+    for session in sessions_:
+        await store.create_session(session)
+        history = _History()
+        history.write(history.new(MAIN_AGENT, 0))
+        message = history.on_branch(MAIN_AGENT)[0]
+        await store.append_messages([message.model_copy(update={"session_id": session.id})])
+    coordinator = WriterCoordinator(
+        store, MemoryLayout(tmp_path), _CONFIG, OfflineCheckpointWriter(), EventBus()
+    )
+    newest = coordinator._pages.newest  # pyright: ignore[reportPrivateUsage]
+    one, two, three = (s.id for s in sessions_)
+    for session_id in (one, two, one):  # one is the most recent now
+        await newest(session_id, 8)
+    assert store.listings == 2
+    await newest(three, 8)  # drops two, the least recent
+    await newest(one, 8)
     assert store.listings == 3
+    await newest(two, 8)
+    assert store.listings == 4

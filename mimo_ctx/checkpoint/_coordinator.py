@@ -56,10 +56,9 @@ import anyio
 from anyio.abc import TaskGroup
 
 from mimo_ctx._util import now_ms
-from mimo_ctx._window import SEQ_PROBE
 from mimo_ctx.boundary import watermark_of
 from mimo_ctx.checkpoint._files import empty_folded_notes, read_previous_checkpoint
-from mimo_ctx.checkpoint._page import NewestPage, apply_changes, page_of
+from mimo_ctx.checkpoint._page import KeptPages
 from mimo_ctx.checkpoint.document import check_draft, section_budgets
 from mimo_ctx.checkpoint.lease import WriterLease
 from mimo_ctx.checkpoint.protocol import (
@@ -185,7 +184,7 @@ class WriterCoordinator:
         self._slots: dict[str, _Slot] = {}
         # Each session's newest main-agent messages as the last run read them
         # (mimo_ctx.checkpoint._page): the next run reads only what changed since.
-        self._pages: dict[str, NewestPage] = {}
+        self._pages = KeptPages(store)
         self._task_group: TaskGroup | None = None
 
     @property
@@ -201,10 +200,6 @@ class WriterCoordinator:
     def attach(self, task_group: TaskGroup | None) -> None:
         """Give the coordinator the task group its writers run in (``None`` detaches)."""
         self._task_group = task_group
-
-    def forget(self, session_id: str) -> None:
-        """Drop what is kept in memory for the session's writer runs (the next reads it)."""
-        self._pages.pop(session_id, None)
 
     def in_flight(self, session_id: str) -> bool:
         """True while a writer of *this* coordinator runs for the session.
@@ -424,7 +419,7 @@ class WriterCoordinator:
         # feed (mimo_ctx.checkpoint._page): a run parses only what was written since.
         size = WATERMARK_PAGE
         while True:
-            page = await self._newest(session_id, size)
+            page = await self._pages.newest(session_id, size)
             found = watermark_of(page.messages, self._config, margin=WATERMARK_MARGIN)
             if page.start is None or found is None or found[1]:
                 break
@@ -436,25 +431,6 @@ class WriterCoordinator:
         if current is not None and boundary <= current:
             return None
         return boundary
-
-    async def _newest(self, session_id: str, size: int) -> NewestPage:
-        """The session's newest ``size`` (or more) main-agent messages, as stored now.
-
-        The page kept from the last run when it is as large, brought up to date from
-        the change feed; else read afresh (the feed position taken first: what is
-        written meanwhile comes again from the feed next time, and is replaced).
-        """
-        store = self._store
-        page = self._pages.get(session_id)
-        if page is not None and page.size >= size:
-            changed, seq = await store.changes_since(session_id, page.seq)
-            apply_changes(page, changed, seq, agent=MAIN_AGENT)
-            return page
-        _, seq = await store.changes_since(session_id, SEQ_PROBE)
-        listed = await store.list_messages(session_id, agent=MAIN_AGENT, last=size)
-        page = page_of(listed, seq, size)
-        self._pages[session_id] = page
-        return page
 
     async def _run(self, session_id: str, job: _Job, claim: _Claim | None) -> None:
         try:
@@ -741,7 +717,7 @@ class WriterCoordinator:
         if boundary is not None and boundary.covered_up_to is not None:
             starts.append(boundary.covered_up_to)
         # The newest page (brought up to date) holds them when they are recent.
-        page = await self._newest(session_id, WATERMARK_PAGE)
+        page = await self._pages.newest(session_id, WATERMARK_PAGE)
         held = {m.id: m for m in page.messages}
         for message_id in starts:
             start = held.get(message_id) or await store.get_message(message_id)
