@@ -38,7 +38,7 @@ one such write: serialising and estimating up to ``INLINE_CHARS`` (32 K)
 characters of payload and a commit of a few pages to the log, ~0.1-0.5 ms.
 After an inline write the caller yields to the loop's other tasks only once
 the work it did on the loop's thread since its last yield (inline writes, the
-store's change-feed checks) adds up to :data:`INLINE_HOLD`; a hand-off always
+store's change-feed checks) adds up to :data:`LOOP_SLICE`; a hand-off always
 yields. A turn's one or two writes and its feed read then cost no loop
 iteration of their own (~35 µs of CPU each on a cold cache; the host's own
 await, the model call, gives the others their turn), and a task writing in a
@@ -106,6 +106,7 @@ __all__ = [
     "CHECKPOINT_HOLD_LIMIT",
     "CHECKPOINT_IDLE",
     "CHECKPOINT_WRITES",
+    "LOOP_SLICE",
     "WAL_BACKSTOP_PAGES",
     "CheckpointHold",
     "SQLiteWorker",
@@ -134,9 +135,10 @@ WAL_BACKSTOP_PAGES: Final = 10_000
 """SQLite's automatic checkpoint, kept for a single transaction larger than this
 (a bulk import): the thread's checkpoints come first for everything else."""
 
-INLINE_HOLD: Final = 0.001
-"""Seconds inline writes may hold the event loop before the writer yields to the
-loop's other tasks (see the module docstring)."""
+LOOP_SLICE: Final = 0.001
+"""Seconds of a caller's work on the event loop's thread (inline writes, the
+store's change-feed checks) after which it yields to the loop's other tasks
+(see the module docstring)."""
 
 _SQL_CHECKPOINT: Final = "PRAGMA wal_checkpoint(PASSIVE)"
 
@@ -196,7 +198,7 @@ class SQLiteWorker(AsyncResource):
         self._inline_allowed = False
         self._outstanding = 0
         self._last_inline = 0.0
-        self._held = 0.0
+        self._on_loop = 0.0
         # The connection rests without waits between jobs (see the module
         # docstring) when the subclass allows it and the file is in WAL mode:
         # `_thread_settings` then holds the statements giving a job of the thread
@@ -261,7 +263,7 @@ class SQLiteWorker(AsyncResource):
     async def _hand_off(self, work: Callable[[], _T]) -> _T:
         """Run ``work`` on the worker thread and return its result (or raise its error)."""
         job = _Job(work)
-        self._held = 0.0  # the caller yields until the job is done
+        self._on_loop = 0.0  # the caller yields until the job is done
         with self._jobs_lock:
             self._jobs.put(job)  # pyright: ignore[reportArgumentType]
             self._outstanding += 1
@@ -489,19 +491,19 @@ class SQLiteWorker(AsyncResource):
                 pass
             else:
                 # The write stands whatever happens while others take their turn.
-                await self._held_for(started)
+                await self._ran_on_loop(started)
                 return result
         return await self._hand_off(lambda: self._call(fn))
 
-    async def _held_for(self, started: float) -> None:
+    async def _ran_on_loop(self, started: float) -> None:
         """Work on the caller's thread since ``started`` (``perf_counter``) held the loop.
 
         Other tasks get their turn, as after a hand-off, once such work since the
-        caller's last yield adds up to :data:`INLINE_HOLD`.
+        caller's last yield adds up to :data:`LOOP_SLICE`.
         """
-        self._held += time.perf_counter() - started
-        if self._held >= INLINE_HOLD:
-            self._held = 0.0
+        self._on_loop += time.perf_counter() - started
+        if self._on_loop >= LOOP_SLICE:
+            self._on_loop = 0.0
             await anyio.lowlevel.cancel_shielded_checkpoint()
 
     def _inline_ready(self) -> bool:

@@ -411,23 +411,23 @@ async def _writes_between_ticks(store: SQLiteStore, sid: str, count: int) -> lis
     return [r for r in runs if r]
 
 
-async def test_inline_writes_yield_once_they_held_the_loop_for_the_hold(
+async def test_inline_writes_yield_once_they_ran_on_the_loop_for_a_slice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, sid = await _open(tmp_path / "agent.db")
     async with store:
         threads = _commits(store)
         # Each inline write holds the loop 0.35 ms by this clock (one step between
-        # its two readings): the third since a yield reaches the 1 ms hold.
+        # its two readings): the third since a yield reaches the 1 ms slice.
         monkeypatch.setattr(worker_module, "time", _Clock(0.00035))
         runs = await _writes_between_ticks(store, sid, 30)
         assert threads == [threading.get_ident()] * 30  # all inline
         assert max(runs) == 3  # never more between two turns of the others
-        assert runs.count(3) >= 8  # and the writes below the hold did not yield
+        assert runs.count(3) >= 8  # and the writes below a slice did not yield
 
 
 async def test_inline_writes_in_a_loop_let_other_tasks_run(tmp_path: Path) -> None:
-    # Real time: 200 writes hold the loop well over the hold, so the others run.
+    # Real time: 200 writes run on the loop well over a slice, so the others run.
     store, sid = await _open(tmp_path / "agent.db")
     async with store:
         runs = await _writes_between_ticks(store, sid, 200)
@@ -437,7 +437,7 @@ async def test_inline_writes_in_a_loop_let_other_tasks_run(tmp_path: Path) -> No
 async def test_a_turns_write_and_feed_read_cost_no_loop_iteration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Below the hold, a write and the known feed read after it never yield: the
+    # Below a slice, a write and the known feed read after it never yield: the
     # turn's own await (the model call) gives the others their turn.
     store, sid = await _open(tmp_path / "agent.db")
     async with store:

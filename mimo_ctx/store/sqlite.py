@@ -442,7 +442,7 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
         started = time.perf_counter()
         known = self.changes_known(session_id, seq)
         if known is not None:
-            await self._held_for(started)
+            await self._ran_on_loop(started)
             return known
 
         def run(conn: sqlite3.Connection) -> tuple[list[Message], int]:
