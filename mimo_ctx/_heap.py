@@ -27,13 +27,21 @@ A release that could give back little is skipped (:class:`ReleaseGate`): the
 walk costs the loop about as much whether or not anything comes back (2 GB,
 nothing new to give back: a 10-15 ms call, the loop's allocations waiting 4-5 ms).
 Before each release the worker thread reads the process's anonymous resident size
-(``/proc/self/statm``, ~10 µs, no lock) and what ``malloc`` has handed out
-(``mallinfo2``: it takes each arena's lock and walks its free lists, 0.01 ms on a
-300 MB heap, 0.2-0.6 ms on 2 GB, the loop's allocations waiting up to ~2 ms
-there); their difference, the *slack*, is what the allocator holds resident
-without anything living in it (plus the little memory not from ``malloc``). The
-release runs when the slack grew by at least a sixteenth of the resident size
+(``/proc/self/statm``, ~10 µs, no lock) and the bytes ``malloc`` holds free in its
+heaps (``mallinfo2``'s ``fordblks``: it takes each arena's lock and walks its free
+lists, 0.01 ms on a 300 MB heap, 0.2-0.6 ms on 2 GB, the loop's allocations
+waiting up to ~2 ms there): the *slack*, the only memory a release can give back.
+The release runs when the slack grew by at least a sixteenth of the resident size
 (and 1 MiB) over the least it was since the last release.
+
+Why the free bytes, not the resident size minus the bytes in use: CPython keeps its
+small objects in arenas it maps itself, outside ``malloc``, so in a Python process
+that difference grows with every live object (three million small tuples: +229 MB)
+while no release could give any of it back. The free bytes stay where they are as
+such objects come and go; they grow when ``malloc`` blocks are freed, fall as free
+blocks are reused, and a release leaves them where they were (it returns the
+pages, the blocks stay free), so growth over the least since a release is what was
+freed since, resident.
 """
 
 from __future__ import annotations
@@ -132,17 +140,18 @@ class HeapReading:
     Attributes:
         resident: Bytes of anonymous memory resident (``/proc/self/statm``: resident
             minus file-backed pages).
-        in_use: Bytes ``malloc`` has handed out and not got back (``mallinfo2``:
-            arena blocks in use plus mmapped blocks); ``None`` when unknown.
+        free: Bytes ``malloc`` holds free in its heaps (``mallinfo2``'s
+            ``fordblks``, whether their pages are resident or were given back);
+            ``None`` when unknown.
     """
 
     resident: int
-    in_use: int | None = None
+    free: int | None = None
 
     @property
     def slack(self) -> int:
-        """Resident bytes nothing allocated lives in (all of them when ``in_use`` is unknown)."""
-        return self.resident - (self.in_use or 0)
+        """What the gate follows: the free bytes, or the resident size when they are unknown."""
+        return self.resident if self.free is None else self.free
 
 
 _PAGE: Final = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -164,7 +173,7 @@ def read_heap() -> HeapReading | None:
     if mallinfo2 is None:
         return HeapReading(resident)
     info = mallinfo2()
-    return HeapReading(resident, int(info.uordblks) + int(info.hblkhd))
+    return HeapReading(resident, int(info.fordblks))
 
 
 @dataclass(slots=True)
@@ -172,12 +181,12 @@ class ReleaseGate:
     """Whether a release could give back enough to be worth its walk (pure).
 
     The *slack* (:attr:`HeapReading.slack`) right after a release is the floor:
-    what the allocator could not give back plus the memory not from ``malloc``.
-    A release is worth it once the slack grew by ``max(min_bytes, resident *
-    min_share)`` over the least it has been since (a lower reading means pages were
-    reused: the floor follows it down). The gain asked for grows with the heap as
-    the walk does. The process's gate is used by one release at a time (the
-    :class:`ReleaseLimiter` lets one run).
+    free blocks whose pages were just given back (or could not be). A release is
+    worth it once the slack grew by ``max(min_bytes, resident * min_share)`` over
+    the least it has been since (a lower reading means free blocks were reused: the
+    floor follows it down, and what is freed again counts again). The gain asked
+    for grows with the heap as the walk does. The process's gate is used by one
+    release at a time (the :class:`ReleaseLimiter` lets one run).
 
     Attributes:
         min_bytes: The least gain worth a release.

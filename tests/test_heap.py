@@ -76,7 +76,7 @@ def test_without_glibc_nothing_is_called(monkeypatch: pytest.MonkeyPatch) -> Non
     heap._load_mallinfo2.cache_clear()  # pyright: ignore[reportPrivateUsage]
     reading = _READ_HEAP()
     assert reading is not None  # the resident size is Linux's, not glibc's
-    assert reading.in_use is None  # but mallinfo2 is glibc's
+    assert reading.free is None  # but mallinfo2 is glibc's
     assert reading.slack == reading.resident
 
 
@@ -385,36 +385,36 @@ async def test_with_no_running_task_group_nothing_is_asked(monkeypatch: pytest.M
 _MIB = 1 << 20
 
 
-def _reading(resident_mib: int, in_use_mib: int | None = None) -> heap.HeapReading:
-    return heap.HeapReading(resident_mib * _MIB, None if in_use_mib is None else in_use_mib * _MIB)
+def _reading(resident_mib: int, free_mib: int | None = None) -> heap.HeapReading:
+    return heap.HeapReading(resident_mib * _MIB, None if free_mib is None else free_mib * _MIB)
 
 
 def test_the_gate_asks_for_a_sixteenth_of_the_resident_size_more_slack() -> None:
     gate = heap.ReleaseGate()
-    assert gate.worth(_reading(320, 200))  # the first release: always
-    gate.released(_reading(300, 200))  # floor: 100 MiB of slack
-    assert not gate.worth(_reading(300, 200))  # nothing new to give back
-    assert not gate.worth(_reading(420, 300))  # the live data grew, not the slack
-    assert not gate.worth(_reading(420, 306))  # 14 MiB more slack, 26.25 asked for
-    assert gate.worth(_reading(420, 290))  # 30 MiB more: worth it
-    assert gate.worth(_reading(300, 170))  # freed, resident unchanged: 30 MiB more
-    gate.released(_reading(290, 170))
+    assert gate.worth(_reading(320, 120))  # the first release: always
+    gate.released(_reading(300, 100))  # floor: 100 MiB free (their pages given back)
+    assert not gate.worth(_reading(300, 100))  # nothing new to give back
+    assert not gate.worth(_reading(420, 100))  # the live data grew, not the slack
+    assert not gate.worth(_reading(420, 114))  # 14 MiB more free, 26.25 asked for
+    assert gate.worth(_reading(420, 130))  # 30 MiB more: worth it
+    assert gate.worth(_reading(300, 130))  # freed, resident unchanged: 30 MiB more
+    gate.released(_reading(290, 120))
     assert gate.floor == 120 * _MIB
 
 
-def test_the_floor_follows_reused_pages_down() -> None:
+def test_the_floor_follows_reused_blocks_down() -> None:
     gate = heap.ReleaseGate()
-    gate.released(_reading(160, 60))  # slack 100
-    assert not gate.worth(_reading(160, 80))  # slack 80: free pages were reused
+    gate.released(_reading(160, 100))
+    assert not gate.worth(_reading(160, 80))  # free blocks were reused
     assert gate.floor == 80 * _MIB
-    assert gate.worth(_reading(160, 65))  # 15 MiB above the new floor (10 asked for)
+    assert gate.worth(_reading(160, 95))  # 15 MiB above the new floor (10 asked for)
 
 
 def test_a_small_heap_asks_for_at_least_a_mib() -> None:
     gate = heap.ReleaseGate()
     gate.released(heap.HeapReading(8 * _MIB, 4 * _MIB))
-    assert not gate.worth(heap.HeapReading(8 * _MIB + 900_000, 4 * _MIB))
-    assert gate.worth(heap.HeapReading(9 * _MIB, 4 * _MIB))
+    assert not gate.worth(heap.HeapReading(8 * _MIB, 4 * _MIB + 900_000))
+    assert gate.worth(heap.HeapReading(8 * _MIB, 5 * _MIB))
 
 
 def test_without_mallinfo2_the_resident_growth_counts() -> None:
@@ -465,7 +465,7 @@ def test_a_skipped_release_holds_back_less_than_the_gain_asked_for(
 
 
 def test_a_release_runs_only_when_the_gate_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    readings = iter([_reading(400, 200), _reading(300, 200), _reading(300, 200), None, None])
+    readings = iter([_reading(400, 200), _reading(300, 100), _reading(300, 100), None, None])
     released: list[int] = []
 
     def release() -> bool:
@@ -490,7 +490,7 @@ def test_on_a_real_heap_only_what_was_freed_since_is_worth_a_release(
     monkeypatch.setattr(heap, "read_heap", _READ_HEAP)
     first = _READ_HEAP()
     assert first is not None
-    assert first.in_use is not None
+    assert first.free is not None
     # A fixed gain asked for (not a share of the test process's resident size, which
     # depends on what ran before): far above what other threads free meanwhile, far
     # below the 180 MB freed below.
@@ -505,6 +505,11 @@ def test_on_a_real_heap_only_what_was_freed_since_is_worth_a_release(
     assert heap.release_if_worthwhile(gate) is False  # at once: nothing new to give back
     live = [bytes(100_000) + bytes([i % 256]) for i in range(2_000)]  # 200 MB, all alive
     assert heap.release_if_worthwhile(gate) is False  # more in use is no slack
+    # Nor are Python's small objects: CPython maps their arenas itself, outside malloc,
+    # so they add to the resident size but nothing a release could give back.
+    small = [(i,) for i in range(1_500_000)]  # ~110 MB of tuples
+    assert heap.release_if_worthwhile(gate) is False
+    del small
     more = live[::10]
     del live  # 180 MB freed between live blocks
     before = _rss_anon_kib()
