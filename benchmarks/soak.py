@@ -35,7 +35,7 @@ class _Plan:
     runs: int  # soaks, each in a fresh process; figures are their medians
 
 
-FULL = _Plan(turns=3_000, runs=3)
+FULL = _Plan(turns=3_000, runs=5)
 QUICK = _Plan(turns=60, runs=1)
 
 
