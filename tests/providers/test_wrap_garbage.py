@@ -11,58 +11,16 @@ over ``httpx2.MockTransport``, every managed way in.
 from __future__ import annotations
 
 import gc
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_servers import FakeProvider, Reply, anthropic_client, openai_client, running_middleware
+from managed_calls import WAYS
 
 from mimo_ctx.providers import wrap_anthropic, wrap_openai
-
-Call = Callable[[Any, list[Any]], Awaitable[str]]
-
-
-async def _chat(client: Any, host: list[Any]) -> str:
-    reply = await client.chat.completions.create(model="gpt-test", messages=host)
-    return str(reply.choices[0].message.content)
-
-
-async def _chat_stream(client: Any, host: list[Any]) -> str:
-    stream = await client.chat.completions.create(model="gpt-test", messages=host, stream=True)
-    text = ""
-    async for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content:
-            text += chunk.choices[0].delta.content
-    return text
-
-
-async def _responses(client: Any, host: list[Any]) -> str:
-    reply = await client.responses.create(model="gpt-test", input=host)
-    return str(reply.output_text)
-
-
-async def _messages(client: Any, host: list[Any]) -> str:
-    reply = await client.messages.create(model="claude-test", max_tokens=64, messages=host)
-    return str(reply.content[0].text)
-
-
-async def _messages_stream(client: Any, host: list[Any]) -> str:
-    async with client.messages.stream(model="claude-test", max_tokens=64, messages=host) as stream:
-        async for _ in stream.text_stream:
-            pass
-        final = await stream.get_final_message()
-    return str(final.content[0].text)
-
-
-WAYS: dict[str, tuple[str, Call]] = {
-    "chat": ("openai", _chat),
-    "chat stream": ("openai", _chat_stream),
-    "responses": ("openai", _responses),
-    "messages": ("anthropic", _messages),
-    "messages.stream": ("anthropic", _messages_stream),
-}
 
 
 @contextmanager
