@@ -232,7 +232,7 @@ async def test_a3_the_offline_build_lets_the_event_loop_in_between_messages(
 
     monkeypatch.setattr(state_module, "_fold_user", slow_fold_user)
     monkeypatch.setattr(_aio, "THREAD_SLICE", 0.001)
-    messages = [m for m in _turns("ses_x", 0, 24) if m.role == "user"]
+    messages = [m for m in _turns("ses_x", 0, 60) if m.role == "user"]
     done = False
     draft: CheckpointDraft | None = None
 
@@ -253,10 +253,11 @@ async def test_a3_the_offline_build_lets_the_event_loop_in_between_messages(
         sys.setswitchinterval(interval)
     assert len(seen) == len(messages)
     # Without the slices the thread never lets go of the GIL here and every entry is
-    # the same. A loop turn between two messages need not fall after the tick task's
-    # 0.2 ms sleep ran out, so a pair may see no new tick: most pairs must.
+    # the same (no pair grows). A loop turn between two messages need not fall after
+    # the tick task's 0.2 ms sleep ran out, so a pair may see no new tick: in CI on a
+    # busy VM three of seven pairs once saw none. Of 19 pairs, a third must grow.
     grew = sum(later > earlier for earlier, later in itertools.pairwise(seen))
-    assert grew >= (len(seen) - 1) * 3 // 4, seen
+    assert grew >= (len(seen) - 1) // 3, seen
     # Sliced or not, the same checkpoint.
     monkeypatch.setattr(state_module, "_fold_user", fold_user)
     assert draft == OfflineCheckpointWriter().build(writer_request(messages, budgets={}))
