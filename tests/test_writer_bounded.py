@@ -20,7 +20,7 @@ import itertools
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,30 +29,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import sessions
-from writer_support import writer_request
+from writer_support import WRITER_CONFIG, whole_history_watermark, writer_request
 
 from mimo_ctx import _aio
-from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint import CheckpointDraft, OfflineCheckpointWriter, WriterRequest
 from mimo_ctx.checkpoint import _coordinator as coordinator_module
 from mimo_ctx.checkpoint import state as state_module
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
-from mimo_ctx.config import RebuildConfig, TailConfig
 from mimo_ctx.events import EventBus
 from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import MAIN_AGENT, Message, TextPart, TokenUsage, message_key
 from mimo_ctx.rebuild import build_boundary_message
 from mimo_ctx.store import InMemoryStore, Session
 
+
 # Small tail constants, so the generated sessions put the watermark anywhere.
-_CONFIG = RebuildConfig(tail=TailConfig(min_tokens=300, max_tokens=900))
-
-
-def _full(messages: Sequence[Message]) -> str | None:
-    boundary = compute_boundary(messages, _CONFIG)
-    return None if boundary is None else adjust_boundary_for_api_invariants(messages, boundary)
-
-
 @settings(
     max_examples=150,
     deadline=None,
@@ -73,11 +64,11 @@ async def test_r2_paged_watermark_equals_the_whole_history(
     await store.create_session(session)
     await store.append_messages(history)
     coordinator = WriterCoordinator(
-        store, MemoryLayout(tmp_path), _CONFIG, OfflineCheckpointWriter(), EventBus()
+        store, MemoryLayout(tmp_path), WRITER_CONFIG, OfflineCheckpointWriter(), EventBus()
     )
     main = [m for m in history if m.agent == MAIN_AGENT]
     got = await coordinator._next_watermark(session.id)  # pyright: ignore[reportPrivateUsage]
-    assert got == _full(main)
+    assert got == whole_history_watermark(main)
 
 
 class _Recording:
@@ -131,7 +122,7 @@ async def test_a3_the_writer_gets_the_messages_after_the_previous_watermark(
     await store.create_session(session)
     layout = MemoryLayout(tmp_path / "mem")
     writer = _Recording()
-    coordinator = WriterCoordinator(store, layout, _CONFIG, writer, EventBus())
+    coordinator = WriterCoordinator(store, layout, WRITER_CONFIG, writer, EventBus())
     history = _turns(session.id, 0, 60)
     await store.append_messages(history)
 
@@ -169,7 +160,9 @@ async def test_a3_after_a_rebuild_the_writer_starts_at_the_newest_boundary(
     session = Session(time_created=0)
     await store.create_session(session)
     writer = _Recording()
-    coordinator = WriterCoordinator(store, MemoryLayout(tmp_path), _CONFIG, writer, EventBus())
+    coordinator = WriterCoordinator(
+        store, MemoryLayout(tmp_path), WRITER_CONFIG, writer, EventBus()
+    )
     history = _turns(session.id, 0, 80)
     await store.append_messages(history)
     covered = history[39]
@@ -313,9 +306,9 @@ async def test_r2_6_a_late_result_of_an_early_call_pulls_the_page_back(
     history += _turns(session.id, 52, 3)
     await store.append_messages(history)
     coordinator = WriterCoordinator(
-        store, MemoryLayout(tmp_path), _CONFIG, OfflineCheckpointWriter(), EventBus()
+        store, MemoryLayout(tmp_path), WRITER_CONFIG, OfflineCheckpointWriter(), EventBus()
     )
-    expected = _full(history)
+    expected = whole_history_watermark(history)
     got = await coordinator._next_watermark(session.id)  # pyright: ignore[reportPrivateUsage]
     assert got == expected
     assert expected is not None

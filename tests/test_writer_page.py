@@ -11,21 +11,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import sessions
+from writer_support import WRITER_CONFIG, whole_history_watermark
 
-from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint import OfflineCheckpointWriter
 from mimo_ctx.checkpoint import _coordinator as coordinator_module
 from mimo_ctx.checkpoint import _page as page_module
 from mimo_ctx.checkpoint._coordinator import WriterCoordinator
 from mimo_ctx.checkpoint._page import apply_changes, page_of
-from mimo_ctx.config import RebuildConfig, TailConfig
 from mimo_ctx.events import EventBus
 from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import MAIN_AGENT, Message, TextPart, message_key
@@ -142,13 +140,6 @@ def test_an_older_feed_read_leaves_a_newer_page_alone() -> None:
 
 # -- through the coordinator -------------------------------------------------------------
 
-_CONFIG = RebuildConfig(tail=TailConfig(min_tokens=300, max_tokens=900))
-
-
-def _full(messages: Sequence[Message]) -> str | None:
-    boundary = compute_boundary(messages, _CONFIG)
-    return None if boundary is None else adjust_boundary_for_api_invariants(messages, boundary)
-
 
 class _CountingStore(InMemoryStore):
     """Counts the message listings (the page reads), not the change-feed reads."""
@@ -193,7 +184,7 @@ async def test_run_after_run_the_kept_page_places_the_whole_historys_watermark(
     session = Session(id=history[0].session_id, time_created=0)
     await store.create_session(session)
     coordinator = WriterCoordinator(
-        store, MemoryLayout(tmp_path), _CONFIG, OfflineCheckpointWriter(), EventBus()
+        store, MemoryLayout(tmp_path), WRITER_CONFIG, OfflineCheckpointWriter(), EventBus()
     )
     written = 0
     for cut in [*sorted(cuts), 1.0]:
@@ -202,7 +193,7 @@ async def test_run_after_run_the_kept_page_places_the_whole_historys_watermark(
         written = upto
         main = [m for m in history[:written] if m.agent == MAIN_AGENT]
         got = await coordinator._next_watermark(session.id)  # pyright: ignore[reportPrivateUsage]
-        assert got == (_full(main) if main else None)
+        assert got == (whole_history_watermark(main) if main else None)
 
 
 async def test_a_run_after_the_first_reads_the_change_feed_not_the_page(tmp_path: Path) -> None:
@@ -217,7 +208,7 @@ async def test_a_run_after_the_first_reads_the_change_feed_not_the_page(tmp_path
     ]
     await store.append_messages(messages[:200])
     coordinator = WriterCoordinator(
-        store, MemoryLayout(tmp_path), _CONFIG, OfflineCheckpointWriter(), EventBus()
+        store, MemoryLayout(tmp_path), WRITER_CONFIG, OfflineCheckpointWriter(), EventBus()
     )
     newest = coordinator._pages.newest  # pyright: ignore[reportPrivateUsage]
     page = await newest(session.id, 128)
@@ -246,7 +237,7 @@ async def test_the_pages_of_the_least_recent_sessions_are_dropped(
         message = history.on_branch(MAIN_AGENT)[0]
         await store.append_messages([message.model_copy(update={"session_id": session.id})])
     coordinator = WriterCoordinator(
-        store, MemoryLayout(tmp_path), _CONFIG, OfflineCheckpointWriter(), EventBus()
+        store, MemoryLayout(tmp_path), WRITER_CONFIG, OfflineCheckpointWriter(), EventBus()
     )
     newest = coordinator._pages.newest  # pyright: ignore[reportPrivateUsage]
     one, two, three = (s.id for s in sessions_)

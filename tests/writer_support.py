@@ -1,4 +1,4 @@
-"""A checkpoint writer's request built from a list of messages, for the writer tests.
+"""A checkpoint writer's request and watermark from a list of messages, for the writer tests.
 
 The paths are placeholders: a writer's ``build`` only names them in the text, it never
 opens them, so the tests that build a draft from messages share one request shape.
@@ -11,8 +11,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mimo_ctx.boundary import adjust_boundary_for_api_invariants, compute_boundary
 from mimo_ctx.checkpoint import WriterRequest, section_budgets
+from mimo_ctx.config import RebuildConfig, TailConfig
 from mimo_ctx.messages import Message
+
+WRITER_CONFIG = RebuildConfig(tail=TailConfig(min_tokens=300, max_tokens=900))
+"""A tail small enough that a few turns of a random session move the watermark."""
+
+
+def whole_history_watermark(messages: Sequence[Message]) -> str | None:
+    """The watermark computed on every message at once, under `WRITER_CONFIG`."""
+    boundary = compute_boundary(messages, WRITER_CONFIG)
+    return None if boundary is None else adjust_boundary_for_api_invariants(messages, boundary)
 
 
 def writer_request(
