@@ -53,7 +53,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import anyio
 import anyio.to_thread
@@ -85,18 +85,24 @@ def _glibc() -> bool:
     return bool(version) and version.startswith("glibc")
 
 
-@functools.cache
-def _load_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or ``None`` where the C library is not glibc (looked up once)."""
+def _glibc_function(name: str, argtypes: list[Any], restype: Any) -> Any:
+    """glibc's function ``name``, typed, or ``None`` where the C library is not glibc
+    or has no such function (``mallinfo2`` came with 2.33)."""
     if not _glibc():
         return None
     try:
-        trim = ctypes.CDLL("libc.so.6").malloc_trim
+        function = getattr(ctypes.CDLL("libc.so.6"), name)
     except (OSError, AttributeError):
         return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
+    function.argtypes = argtypes
+    function.restype = restype
+    return function
+
+
+@functools.cache
+def _load_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or ``None`` where the C library is not glibc (looked up once)."""
+    return _glibc_function("malloc_trim", [ctypes.c_size_t], ctypes.c_int)
 
 
 class _MallInfo2(ctypes.Structure):
@@ -122,15 +128,7 @@ class _MallInfo2(ctypes.Structure):
 @functools.cache
 def _load_mallinfo2() -> Callable[[], _MallInfo2] | None:
     """glibc's ``mallinfo2`` (2.33 and later), or ``None`` (looked up once)."""
-    if not _glibc():
-        return None
-    try:
-        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
-    except (OSError, AttributeError):
-        return None
-    mallinfo2.argtypes = []
-    mallinfo2.restype = _MallInfo2
-    return mallinfo2
+    return _glibc_function("mallinfo2", [], _MallInfo2)
 
 
 @dataclass(frozen=True, slots=True)
