@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from strategies import messages as arbitrary_messages
 
 from mimo_ctx._marks import marked_from, row_version, set_marked_from, set_row_version
 from mimo_ctx.compaction import build_boundary_message, micro_compact
@@ -38,7 +40,7 @@ from mimo_ctx.messages import (
 )
 from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.store import InMemoryStore, Session, SQLiteStore, Store, _sqlite_base
-from mimo_ctx.store._sqlite_base import compaction_edit, message_row
+from mimo_ctx.store._sqlite_base import compaction_edit, message_json, message_payload, message_row
 from mimo_ctx.tokens import (
     UNSERIALISABLE_PART_TOKENS,
     estimate_message_tokens,
@@ -613,3 +615,51 @@ def test_a_marked_result_is_the_generic_copy_of_its_part(seed: int) -> None:
                 assert got.__pydantic_fields_set__ == expected.__pydantic_fields_set__
                 assert got.__pydantic_private__ is None
                 assert got.__pydantic_extra__ is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(message=arbitrary_messages())
+def test_the_payload_bytes_are_the_message_json(message: Message) -> None:
+    """The boundary's row is bound as UTF-8 bytes: the very JSON of the message."""
+    assert message_json(message) == message.model_dump_json().encode()
+    assert message_payload(message) == message.model_dump_json()
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_a_boundary_bound_as_bytes_is_stored_and_read_as_text(
+    tmp_path: Path, seed: int
+) -> None:
+    """A boundary whose body escapes, counts twice in UTF-16 and is beyond Latin-1,
+    committed with compacted copies: its row holds TEXT (what SQLite's JSON
+    functions read, not a BLOB), and a fresh store reads it back equal."""
+    rng = random.Random(seed)
+    body = "".join(rng.choice(_PIECES) for _ in range(2_000))
+    path = tmp_path / "s.db"
+    async with await SQLiteStore.open(path) as store:
+        session = Session(id="ses_b", project_id="p", time_created=0)
+        listed, compacted = await _stored_and_compacted(store, session, seed)
+        boundary = build_boundary_message(
+            watermark=listed[0],
+            digest_up_to=None,
+            directory="memory",
+            number=1,
+            index_text="## Checkpoint",
+            body=body,
+            actors_text="## Active Actors\n(none)",
+            newer_than=max(m.id for m in listed),
+        )
+        assert await store.commit_rebuild(
+            session.id, usage_key="usage", boundary=boundary, updated=compacted
+        )
+    with sqlite3.connect(path) as conn:
+        kind, text = conn.execute(
+            "SELECT typeof(payload), json_extract(payload, '$.parts[2].text')"
+            " FROM messages WHERE id = ?",
+            (boundary.id,),
+        ).fetchone()
+    assert (kind, text) == ("text", body)
+    async with await SQLiteStore.open(path) as store:
+        stored = await store.get_message(boundary.id)
+        assert stored is not None
+        assert stored.model_dump_json() == boundary.model_dump_json()
+        assert estimate_message_tokens(stored) == estimate_message_tokens(boundary)

@@ -93,6 +93,7 @@ from mimo_ctx.store._sqlite_base import (
     SQLiteBase,
     SQLiteOptions,
     compaction_edit,
+    message_json,
     message_row,
     read_transaction,
 )
@@ -464,7 +465,9 @@ class SQLiteStore(SQLiteBase, SQLStoreBase):
         session_id, boundary, batch = commit.session_id, commit.boundary, commit.updated
 
         def run(conn: sqlite3.Connection) -> bool:
-            boundary_row = message_row(boundary)
+            # The boundary (the rebuilt body: up to hundreds of KB) bound as its
+            # UTF-8 bytes, never decoded into a str (see message_json).
+            boundary_row = message_row(boundary, message_json(boundary))
             # Micro-compacted copies are written as edits of their rows when each
             # still is the version it was made from (mimo_ctx._marks): nothing of
             # them is serialised. Otherwise (or when a row moved on) in full.
