@@ -87,6 +87,7 @@ overlap), and a closed object holds nothing.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import sqlite3
@@ -199,6 +200,7 @@ class SQLiteWorker(AsyncResource):
         self._outstanding = 0
         self._last_inline = 0.0
         self._on_loop = 0.0
+        self._turn_watched = False  # a callback waits for the loop's next turn
         # The connection rests without waits between jobs (see the module
         # docstring) when the subclass allows it and the file is in WAL mode:
         # `_thread_settings` then holds the statements giving a job of the thread
@@ -483,6 +485,11 @@ class SQLiteWorker(AsyncResource):
         """
         self._check_open()
         await anyio.lowlevel.checkpoint_if_cancelled()
+        return await self._write_checked(fn)
+
+    async def _write_checked(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        """:meth:`_run_write` once its checks are made (the caller made them, with no
+        await since: one cancellation check per write, not two)."""
         if self._take_inline():
             started = time.perf_counter()
             try:
@@ -505,6 +512,29 @@ class SQLiteWorker(AsyncResource):
         if self._on_loop >= LOOP_SLICE:
             self._on_loop = 0.0
             await anyio.lowlevel.cancel_shielded_checkpoint()
+        elif not self._turn_watched:
+            self._watch_loop_turn()
+
+    def _watch_loop_turn(self) -> None:
+        """Have the count start again once the loop turns (the caller yielded).
+
+        The caller's own awaits (the model call between two turns) give the other
+        tasks their turn as well as a yield here would: counting on across them
+        made a turn pay a loop iteration for work done before the last one. A
+        callback queued now runs only after the caller has yielded, so the count
+        is of work since its last yield, never longer. Without an asyncio loop
+        the count runs on until the slice.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._turn_watched = True
+        loop.call_soon(self._loop_turned)
+
+    def _loop_turned(self) -> None:
+        self._on_loop = 0.0
+        self._turn_watched = False
 
     def _inline_ready(self) -> bool:
         """Whether a write could run inline now (a hint: :meth:`_run_write` decides)."""

@@ -15,6 +15,7 @@ loads, refreshes and adopts windows and builds views over one store.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from bisect import bisect_left
 from collections import OrderedDict
@@ -189,7 +190,7 @@ class LiveSession:
 
     def note_view(self, window: LiveWindow) -> None:
         """Remember the boundary the calling task's view of ``window`` starts at."""
-        key = (anyio.get_current_task().id, window.agent)
+        key = (_task_id(), window.agent)
         self.prepared[key] = window.boundary.id if window.boundary is not None else None
         self.prepared.move_to_end(key)
         while len(self.prepared) > PREPARED_KEPT:
@@ -200,7 +201,7 @@ class LiveSession:
         ``known``, else the last view this task was given, else unknown."""
         if known:
             return SentOn(boundary_id, known=True)
-        key = (anyio.get_current_task().id, agent)
+        key = (_task_id(), agent)
         if key in self.prepared:
             return SentOn(self.prepared[key], known=True)
         return SentOn(None, known=False)
@@ -458,6 +459,16 @@ class Windows:
             has_files = False
         state.has_memory = has_files or bool(await self._store.list_tasks(session_id))
         return state.has_memory
+
+
+def _task_id() -> int:
+    """``anyio.get_current_task().id`` without the task description it builds (every
+    ``prepare()`` asks): on asyncio that id is the task object's own."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no asyncio loop running here
+        task = None
+    return id(task) if task is not None else anyio.get_current_task().id
 
 
 def _dir_has_entries(directory: Path) -> bool:

@@ -494,7 +494,9 @@ def set_insert_seq(message: Message, seq: int) -> None:
     given once the write committed, so :attr:`Message.insert_seq` is set wherever a
     stored message is compared.
     """
-    message._insert_seq = seq  # pyright: ignore[reportPrivateUsage]
+    # Straight into the slot, as set_part_units does: pydantic's __setattr__ costs
+    # more than the rest of a store's bookkeeping for the message.
+    _private_slots(message)["_insert_seq"] = seq
 
 
 def part_units(message: Message) -> tuple[int | None, ...] | None:

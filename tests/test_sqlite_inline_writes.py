@@ -464,3 +464,40 @@ async def test_a_turns_write_and_feed_read_cost_no_loop_iteration(
             during = ticks - before
             done = True
         assert during == 0
+
+
+async def test_the_slice_counts_the_work_since_the_callers_last_yield(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two writes (0.7 ms by this clock), then the caller's own await (a model call)
+    # lets the others run: the two writes after it start a new count and do not
+    # yield, although four in all are past the 1 ms slice.
+    store, sid = await _open(tmp_path / "agent.db")
+    async with store:
+        monkeypatch.setattr(worker_module, "time", _Clock(0.00035))
+        ticks = 0
+        during = after = -1
+        done = False
+
+        async def tick() -> None:
+            nonlocal ticks
+            while not done:
+                await anyio.lowlevel.checkpoint()
+                ticks += 1
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tick)
+            await anyio.lowlevel.checkpoint()
+            for n in range(2):
+                await store.append_messages([user(sid, f"a{n}", t=T0 + n)])
+            await anyio.lowlevel.checkpoint()  # the caller's await between turns
+            before = ticks
+            for n in range(2):
+                await store.append_messages([user(sid, f"b{n}", t=T0 + 10 + n)])
+            during = ticks - before
+            # Still bounded: a third write since the yield reaches the slice.
+            await store.append_messages([user(sid, "c", t=T0 + 20)])
+            after = ticks - before
+            done = True
+        assert during == 0
+        assert after == 1

@@ -546,7 +546,7 @@ class SQLiteBase(SQLiteWorker):
         inline = self._inline_rows(batch, payloads)
         if inline is not None:
             rows.extend(inline)
-            await self._run_write(run)
+            await self._write_checked(run)
             return
         await self._run(run)
 

@@ -194,6 +194,8 @@ def _counting(store: SQLiteStore) -> list[str]:
 
     store._run = counting(store._run)  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
     store._run_write = counting(store._run_write)  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
+    # Message writes come in after their own checks (one cancellation check per write).
+    store._write_checked = counting(store._write_checked)  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue]
     return calls
 
 
