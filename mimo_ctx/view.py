@@ -273,10 +273,16 @@ class _Source:
     resolved: list[str] = field(default_factory=list[str])
     answered: list[str] = field(default_factory=list[str])
     pending: list[str] = field(default_factory=list[str])
+    # Pending calls sent as they are because a later message of the same
+    # extension answers them (see IncrementalView._add_all), until that answer
+    # is taken in; an assumption no answer took is undone when the extension ends.
+    assumed: list[str] = field(default_factory=list[str])
     # Earlier outputs this message's results changed: (source index, previous
-    # sent parts, previous output message, previous tokens).
-    reemitted: list[tuple[int, list[Part | None], Message, int | None]] = field(
-        default_factory=list[tuple[int, list[Part | None], Message, int | None]]
+    # sent parts, previous output message, previous tokens); previous parts and
+    # message ``None``: the earlier one was sent as it is on an assumption this
+    # result took, and taking it back interrupts the call (built then, if ever).
+    reemitted: list[tuple[int, list[Part | None] | None, Message | None, int | None]] = field(
+        default_factory=list[tuple[int, list[Part | None] | None, Message | None, int | None]]
     )
 
 
@@ -328,10 +334,7 @@ class IncrementalView:
         for message in messages:
             if self._collapsed(message):
                 self._removed_calls.update(_calls(message))
-        if boundary is not None:
-            self._add(boundary)
-        for message in messages:
-            self._add(message)
+        self._add_all([boundary, *messages] if boundary is not None else messages)
 
     @property
     def tokens(self) -> int:
@@ -353,8 +356,7 @@ class IncrementalView:
         for message in messages:
             if self._collapsed(message) and not _calls(message) <= self._removed_calls:
                 return False
-        for message in messages:
-            self._add(message)
+        self._add_all(messages)
         return True
 
     def truncate(self, count: int) -> bool:
@@ -370,7 +372,53 @@ class IncrementalView:
         """Whether the collapse (R7.3) drops ``message`` (never the boundary: a user message)."""
         return self._digest is not None and is_digested(message, self._digest)
 
-    def _add(self, message: Message) -> None:
+    def _add_all(self, messages: Sequence[Message]) -> None:
+        """Take ``messages`` in, each pending call a later one answers sent as it is.
+
+        A call and its split result taken in together (the provider wrappers'
+        turn) would otherwise be sent as interrupted and sent again at once; the
+        call is sent as it is from the start instead, and the result, when taken
+        in, takes that over as the answer it gives (see :meth:`_reemit`). A call
+        whose answer did not take (the result was not sent) is interrupted here.
+        """
+        ahead: list[set[str]] = [set()] * len(messages)
+        later: set[str] = set()
+        for index in range(len(messages) - 1, -1, -1):
+            ahead[index] = later
+            results = [p.call_id for p in messages[index].parts if isinstance(p, ToolResultPart)]
+            if results:
+                later = later | set(results)
+        start = len(self._sources)
+        for message, answers in zip(messages, ahead, strict=True):
+            self._add(message, answers)
+        for number in range(start, len(self._sources)):
+            if self._sources[number].assumed:
+                self._interrupt_assumed(number)
+
+    def _interrupt_assumed(self, index: int) -> None:
+        """Send input ``index``'s calls still assumed answered as interrupted."""
+        source = self._sources[index]
+        calls = set(source.assumed)
+        source.assumed = []
+        source.sent, built = self._with_calls_resent(source, calls)
+        self._forget_tokens(source)
+        self.messages[source.position] = built
+
+    def _with_calls_resent(
+        self, source: _Source, calls: set[str] | list[str]
+    ) -> tuple[list[Part | None], Message]:
+        """``source``'s sent parts and output with its parts of ``calls`` sent anew
+        (as interrupted, unless answered now)."""
+        assert source.sent is not None
+        sent = list(source.sent)
+        for number, part in enumerate(source.message.parts):
+            if isinstance(part, ToolPart) and part.call_id in calls:
+                sent[number] = _send_tool_part(part, self._answered)
+        built = _assemble(source.message, sent)
+        assert built is not None  # a message with a tool call always has a part left
+        return sent, built
+
+    def _add(self, message: Message, answers: set[str] | frozenset[str] = frozenset()) -> None:
         source = _Source(message)
         self._sources.append(source)
         if self._collapsed(message):
@@ -411,7 +459,19 @@ class IncrementalView:
                     newly.append(part.call_id)
         answered.update(newly)
         source.answered = newly
-        sent = _send_parts(message, answered, called, resolved)
+        # Pending calls of this message a later message of the extension answers.
+        assumed = [
+            p.call_id
+            for p in message.parts
+            if isinstance(p, ToolPart)
+            and p.call_id in answers
+            and p.call_id not in answered
+            and isinstance(p.state, ToolStatePending | ToolStateRunning)
+            and message.role == "assistant"
+        ]
+        sent = _send_parts(
+            message, answered.union(assumed) if assumed else answered, called, resolved
+        )
         source.called = [c for c in new_calls if c in called]
         source.resolved = [c for c in new_results if c in resolved]
         for call in newly:
@@ -429,23 +489,35 @@ class IncrementalView:
         for part, out in zip(message.parts, sent, strict=True):
             if (
                 isinstance(part, ToolPart)
-                and out is not part
+                and (out is not part or part.call_id in assumed)
                 and isinstance(part.state, ToolStatePending | ToolStateRunning)
             ):
-                # Sent as interrupted: a later result makes it a plain call again.
+                # Sent as interrupted (or as it is on an assumed answer): a later
+                # result makes it a plain call again.
                 self._pending.setdefault(part.call_id, []).append(len(self._sources) - 1)
                 source.pending.append(part.call_id)
+        source.assumed = list(dict.fromkeys(assumed))
 
     def _reemit(self, source: _Source, index: int, call: str) -> None:
         """Send earlier input ``index`` again with its pending ``call`` answered."""
         earlier = self._sources[index]
         assert earlier.sent is not None
+        if call in earlier.assumed:
+            # Sent as it is already: this result takes the assumption over, and
+            # taking it back interrupts the call (see _undo).
+            earlier.assumed.remove(call)
+            source.reemitted.append((index, None, None, None))
+            return
         sent = list(earlier.sent)
         for number, part in enumerate(earlier.message.parts):
             if isinstance(part, ToolPart) and part.call_id == call:
                 sent[number] = _send_tool_part(part, self._answered)
         built = _assemble(earlier.message, sent)
         assert built is not None  # a message with a tool call always has a part left
+        # Assumptions live only within the extension that made them, and a result
+        # of that extension answers only calls assumed answered: an earlier input
+        # sent as interrupted comes from an earlier extension.
+        assert not earlier.assumed
         previous = self.messages[earlier.position]
         source.reemitted.append((index, earlier.sent, previous, earlier.tokens))
         earlier.sent = sent
@@ -470,16 +542,23 @@ class IncrementalView:
             self.messages.pop()
             if self.users and self.users[-1] == source.position:
                 self.users.pop()
+        self._answered.difference_update(source.answered)
         for index, sent, previous, tokens in reversed(source.reemitted):
             earlier = self._sources[index]
             self._forget_tokens(earlier)
+            if sent is None or previous is None:
+                # Sent as it is on the answer this result gave: interrupt it again
+                # (the call is no longer answered).
+                earlier.sent, self.messages[earlier.position] = self._with_calls_resent(
+                    earlier, source.answered
+                )
+                continue
             earlier.sent = sent
             self.messages[earlier.position] = previous
             if tokens is not None:  # its count from before, as it was
                 del self._uncounted[earlier.position]
                 earlier.tokens = tokens
                 self._tokens += tokens
-        self._answered.difference_update(source.answered)
         self._called.difference_update(source.called)
         self._resolved.difference_update(source.resolved)
 

@@ -266,3 +266,51 @@ def test_r8_a_call_answered_in_the_same_extension_is_counted_once() -> None:
     assert engine.extend([result])
     assert engine.truncate(1)
     assert engine.tokens == estimate_message_tokens(interrupted[0])
+
+
+def test_r8_a_call_whose_answer_in_the_extension_is_not_sent_is_interrupted() -> None:
+    """A pending call whose result comes in the same extension is sent as it is from
+    the start; when that result is not sent after all (its message failed), the call
+    is interrupted at the end of the extension, and a later answer re-sends it."""
+    call = Message(
+        id="msg_0001",
+        session_id="ses_x",
+        role="assistant",
+        time_created=1,
+        finish="tool-calls",
+        parts=[_tool_part("c1", "pending", False), _tool_part("c2", "pending", False)],
+    )
+    failed = Message(
+        id="msg_0002",
+        session_id="ses_x",
+        role="assistant",
+        time_created=2,
+        error=MessageError(name="x", aborted=False),
+        parts=[ToolResultPart(call_id="c1", tool="read", output="r")],
+    )
+    answer = Message(
+        id="msg_0003",
+        session_id="ses_x",
+        role="tool",
+        time_created=3,
+        parts=[
+            ToolResultPart(call_id="c2", tool="read", output="r2"),
+            ToolResultPart(call_id="c1", tool="read", output="r1"),
+        ],
+    )
+    engine = IncrementalView(None, [], estimate_message_tokens)
+    assert engine.extend([call, failed])
+    want, tokens = _reference(None, [call, failed])
+    assert [m.model_dump() for m in engine.messages] == [m.model_dump() for m in want]
+    assert engine.tokens == tokens
+    assert engine.extend([answer])
+    assert engine.messages[0] is call
+    assert engine.tokens == _reference(None, [call, failed, answer])[1]
+    assert engine.truncate(0)
+    # All three at once: c2 and c1 are answered by the last message.
+    assert engine.extend([call, failed, answer])
+    assert engine.messages[0] is call
+    assert engine.truncate(2)
+    want, tokens = _reference(None, [call, failed])
+    assert [m.model_dump() for m in engine.messages] == [m.model_dump() for m in want]
+    assert engine.tokens == tokens
