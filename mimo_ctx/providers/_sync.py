@@ -254,6 +254,9 @@ class RecoveringCall(Generic[_P, _R]):
         agent: The agent taking the turn.
         build: Turns a request view into the payload (and validates it).
         send: Sends a payload and returns the provider's answer.
+        check: Looks at each answer before it is returned; raises (a
+            :class:`~mimo_ctx.errors.ProviderReportedOverflow`) for an answer that
+            reports an overflow, which is then recovered like an overflow error.
     """
 
     def __init__(
@@ -264,26 +267,41 @@ class RecoveringCall(Generic[_P, _R]):
         agent: str,
         build: Callable[[RequestView], _P],
         send: Callable[[_P], Awaitable[_R]],
+        check: Callable[[_R], None] | None = None,
     ) -> None:
         self.middleware = middleware
         self.session_id = session_id
         self.agent = agent
         self._build = build
         self._send = send
+        self._check = check
         self.retried = False
         self.view: RequestView | None = None
 
-    async def _payload(self) -> _P:
-        # Errors here (store, validator) are ours, not the provider's: they propagate
-        # as they are and are never taken for an overflow.
+    async def payload(self) -> _P:
+        """The request of the session's view, built (and validated) from a fresh prepare.
+
+        Errors here (store, validator) are ours, not the provider's: they propagate as
+        they are and are never taken for an overflow.
+        """
         self.view = await self.middleware.prepare(self.session_id, agent=self.agent)
         return self._build(self.view)
 
+    def checked(self, answer: _R) -> _R:
+        """``answer``, once ``check`` found no overflow in it (see the class)."""
+        if self._check is not None:
+            self._check(answer)
+        return answer
+
     async def run(self) -> _R:
-        """Send the request (retrying once after a rebuild on an overflow)."""
-        payload = await self._payload()
+        """Send the request (retrying once after a rebuild on an overflow).
+
+        :func:`~mimo_ctx.providers._wrapper.managed_call` runs these same steps in its
+        own body (see there why).
+        """
+        payload = await self.payload()
         try:
-            return await self._send(payload)
+            return self.checked(await self._send(payload))
         except Exception as exc:
             return await self.recover(exc)
 
@@ -307,9 +325,9 @@ class RecoveringCall(Generic[_P, _R]):
         ):
             raise error
         self.retried = True
-        payload = await self._payload()
+        payload = await self.payload()
         try:
-            return await self._send(payload)
+            return self.checked(await self._send(payload))
         except Exception as again:
             if is_context_overflow(again):
                 raise ContextOverflowError(
@@ -538,16 +556,20 @@ class SessionBinding:
         self.middleware.request_sent(view, api=api, payload=payload, origin=self.origin)
 
     def call(
-        self, turn: Turn, build: Callable[[RequestView], _P], send: Callable[[_P], Awaitable[_R]]
+        self,
+        turn: Turn,
+        build: Callable[[RequestView], _P],
+        send: Callable[[_P], Awaitable[_R]],
+        check: Callable[[_R], None] | None = None,
     ) -> RecoveringCall[_P, _R]:
-        """A :class:`RecoveringCall` for the turn's session.
+        """A :class:`RecoveringCall` for the turn's session (``check``: see there).
 
         The turn does not refer to it (its ``build`` refers to the turn): a call and
         its payloads are freed the moment the call is done, never left as a
         reference cycle holding an O(history) payload and view until a collection.
         """
         return RecoveringCall(
-            self.middleware, turn.session_id, agent=self.agent, build=build, send=send
+            self.middleware, turn.session_id, agent=self.agent, build=build, send=send, check=check
         )
 
     async def record(

@@ -221,14 +221,12 @@ def recovering_call(
         binding.sent(view, api.format, payload)
         return payload
 
-    async def checked(payload: dict[str, Any]) -> Any:
-        result = await send(payload)
+    def check(result: Any) -> None:
         reported = None if overflow is None else overflow(result)
         if reported is not None:
             raise ProviderReportedOverflow(reported, result)
-        return result
 
-    return binding.call(turn, build, checked)
+    return binding.call(turn, build, send, check)
 
 
 async def managed_call(
@@ -251,7 +249,17 @@ async def managed_call(
         call = recovering_call(
             binding, turn, kwargs, api, send=send, streaming=streaming, finish=finish
         )
-        result = await call.run()
+        # RecoveringCall.run's steps, here: the SDK's coroutine is awaited from this
+        # frame, not from one more coroutine under it. Each coroutine between the
+        # host's await and the SDK's is one more entry in the exception-state chain
+        # that CPython walks for every exception raised in the SDK call, and the
+        # OpenAI SDK raises (and catches) tens per message while it builds a request:
+        # at 5,000 messages two more coroutines cost milliseconds of the SDK's time.
+        payload = await call.payload()
+        try:
+            result = call.checked(await send(payload))
+        except Exception as exc:
+            result = await call.recover(exc)
         if streaming:
             # The stream releases the turn's checkpoint hold when it ends.
             return RecordingStream(binding, turn, call, result, api.adapter(turn))
