@@ -28,7 +28,7 @@ parameter (mimo_ctx manages the context) or make that call through
 ``client.unwrapped`` (the provider does, and mimo_ctx steps aside). Two
 compactors that do not know each other would each cut what the other relies on.
 
-One overflow retry (:class:`RecoveringCall`). Prepare, build the payload, send;
+One overflow retry (:class:`RecoveringCall`, in ``_recovering``). Prepare, build, send;
 on a context overflow, :meth:`~mimo_ctx.middleware.ContextMiddleware.on_error`
 rebuilds and the request is built and sent once more. Any other error is
 re-raised unchanged (the same exception object). An overflow on the retry, or a
@@ -83,6 +83,7 @@ from mimo_ctx.messages import MAIN_AGENT, Message, MessageFailure
 from mimo_ctx.middleware import ContextMiddleware, RequestView
 from mimo_ctx.overflow import is_context_overflow
 from mimo_ctx.providers._payload import Convert, PayloadBuilder
+from mimo_ctx.providers._recovering import RecoveringCall
 from mimo_ctx.providers.validate import RequestFormat
 from mimo_ctx.reconcile import HostHistory
 
@@ -238,103 +239,6 @@ def refuse_native_context(kwargs: Mapping[str, Any], *, api: str, call: str) -> 
             "(mimo_ctx manages the context), or make this call with client.unwrapped "
             "(the provider manages it and mimo_ctx steps aside)"
         )
-
-
-# --------------------------------------------------------------------------- #
-# Sending with one overflow retry
-# --------------------------------------------------------------------------- #
-
-
-class RecoveringCall(Generic[_P, _R]):
-    """Prepare, build, send; on a context overflow rebuild once and send again.
-
-    Args:
-        middleware: The middleware.
-        session_id: The session.
-        agent: The agent taking the turn.
-        build: Turns a request view into the payload (and validates it).
-        send: Sends a payload and returns the provider's answer.
-        check: Looks at each answer before it is returned; raises (a
-            :class:`~mimo_ctx.errors.ProviderReportedOverflow`) for an answer that
-            reports an overflow, which is then recovered like an overflow error.
-    """
-
-    def __init__(
-        self,
-        middleware: ContextMiddleware,
-        session_id: str,
-        *,
-        agent: str,
-        build: Callable[[RequestView], _P],
-        send: Callable[[_P], Awaitable[_R]],
-        check: Callable[[_R], None] | None = None,
-    ) -> None:
-        self.middleware = middleware
-        self.session_id = session_id
-        self.agent = agent
-        self._build = build
-        self._send = send
-        self._check = check
-        self.retried = False
-        self.view: RequestView | None = None
-
-    async def payload(self) -> _P:
-        """The request of the session's view, built (and validated) from a fresh prepare.
-
-        Errors here (store, validator) are ours, not the provider's: they propagate as
-        they are and are never taken for an overflow.
-        """
-        self.view = await self.middleware.prepare(self.session_id, agent=self.agent)
-        return self._build(self.view)
-
-    def checked(self, answer: _R) -> _R:
-        """``answer``, once ``check`` found no overflow in it (see the class)."""
-        if self._check is not None:
-            self._check(answer)
-        return answer
-
-    async def run(self) -> _R:
-        """Send the request (retrying once after a rebuild on an overflow).
-
-        :func:`~mimo_ctx.providers._wrapper.managed_call` runs these same steps in its
-        own body (see there why).
-        """
-        payload = await self.payload()
-        try:
-            return self.checked(await self._send(payload))
-        except Exception as exc:
-            return await self.recover(exc)
-
-    async def recover(self, error: Exception) -> _R:
-        """Handle an overflow the provider reported: rebuild and send once more.
-
-        Raises:
-            ContextOverflowError: This call already retried, or the usage was
-                already recovered (chained to ``error``).
-            Exception: ``error`` itself when it is not an overflow.
-        """
-        if not is_context_overflow(error):
-            raise error
-        if self.retried:
-            raise ContextOverflowError(
-                f"session {self.session_id}: the request still overflows the context "
-                "window after a rebuild; not retrying again"
-            ) from error
-        if not await self.middleware.on_error(
-            self.session_id, error, agent=self.agent, view=self.view
-        ):
-            raise error
-        self.retried = True
-        payload = await self.payload()
-        try:
-            return self.checked(await self._send(payload))
-        except Exception as again:
-            if is_context_overflow(again):
-                raise ContextOverflowError(
-                    f"session {self.session_id}: the request still overflows the context "
-                    "window after a rebuild; not retrying again"
-                ) from again
-            raise
 
 
 # --------------------------------------------------------------------------- #
