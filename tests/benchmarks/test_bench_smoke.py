@@ -305,11 +305,20 @@ def test_wrappers_quick_issue_16(quick: Callable[[str], dict[str, Any]]) -> None
                 assert 0 < f["outside_sdk_ms"] < f["managed_ms"]
                 low, high = f["sdk_slower_ci_ms"]
                 assert low <= f["sdk_slower_ms"] <= high
+    # The A/A control (a second bare call per pair) of the OpenAI ways.
+    for way, figures in ways.items():
+        controlled = way.startswith("openai")
+        for f in figures.values():
+            assert (f["control_ms"] is not None) is controlled
+            if controlled:
+                low, high = f["control_ci_ms"]
+                assert low <= f["control_ms"] <= high
     # Two per way, and "alone" (plain, after a walk) for the two plain SDK calls.
     assert len(result["targets"]) == 18
     flat = [t for t in result["targets"] if t["name"].endswith("vs at 20 messages")]
     assert len(flat) == 7
     assert all("per-pair differences" in t["note"] for t in flat)
+    assert all(("A/A at 40" in t["note"]) is t["name"].startswith("openai") for t in flat)
 
 
 def test_wrappers_median_interval_covers_the_median() -> None:
@@ -382,6 +391,73 @@ def test_wrappers_plan_runs_blocks_within_its_budget() -> None:
     assert not plan.more(2, 6.0)  # the budget is spent
     assert plan.more(4, 1.0)
     assert not plan.more(5, 1.0)
+
+
+def test_wrappers_plan_shrinks_a_block_that_would_overrun_its_budget() -> None:
+    plan = wrappers._Plan(pairs=20, min_blocks=2, max_blocks=6, budget=6.0, min_pairs=16)  # pyright: ignore[reportPrivateUsage]
+    assert plan.block_pairs(0.1) == 20
+    assert plan.block_pairs(0.35) == 17
+    assert plan.block_pairs(6.3) == 16
+    assert plan.block_pairs(0.0) == 20
+
+
+def test_wrappers_a_shrunk_block_is_the_cells_only_one() -> None:
+    import anyio
+
+    plan = wrappers._Plan(pairs=20, min_blocks=2, max_blocks=6, budget=6.0, min_pairs=16)  # pyright: ignore[reportPrivateUsage]
+
+    def blocks_run(pairs: int, each: float) -> tuple[int, int]:
+        ran: list[int] = []
+
+        async def block(number: int) -> Any:
+            ran.append(number)
+            return wrappers._Pair([each] * pairs, [each] * pairs)  # pyright: ignore[reportPrivateUsage]
+
+        cell = anyio.run(wrappers._blocks, plan, block)  # pyright: ignore[reportPrivateUsage]
+        return len(ran), len(cell.bare)
+
+    assert blocks_run(16, 2.0) == (1, 16)  # shrunk: one block though min_blocks is 2
+    assert blocks_run(20, 0.01) == (6, 120)  # cheap: up to max_blocks
+    assert blocks_run(20, 0.1) == (2, 40)  # the budget is spent after min_blocks
+
+
+def test_wrappers_control_pairs_rotate_over_the_six_orders() -> None:
+    """With an A/A control each of the three calls comes first, last and in between
+    equally often over six pairs, and each lands in its own list."""
+    import anyio
+
+    order: list[str] = []
+
+    def call(name: str) -> Any:
+        async def run() -> str:
+            order.append(name)
+            return name
+
+        return run
+
+    async def run() -> Any:
+        pair = wrappers._Pair([], [])  # pyright: ignore[reportPrivateUsage]
+        replies = [
+            await wrappers._pair(  # pyright: ignore[reportPrivateUsage]
+                pair,
+                call("bare"),
+                call("managed"),
+                gap=0.0,
+                bare_first=True,
+                control_call=call("control"),
+                rotation=rotation,
+            )
+            for rotation in range(6)
+        ]
+        return pair, replies
+
+    pair, replies = anyio.run(run)
+    assert replies == ["managed"] * 6
+    assert len(pair.bare) == len(pair.managed) == len(pair.control or []) == 6
+    assert len(pair.control_diffs) == 6
+    triples = {tuple(order[i : i + 3]) for i in range(0, 18, 3)}
+    assert len(triples) == 6
+    assert all(set(t) == {"bare", "managed", "control"} for t in triples)
 
 
 def _summary(text: str) -> str:
