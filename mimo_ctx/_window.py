@@ -357,6 +357,18 @@ class Windows:
         window.newest_id = max(old.newest_id or boundary.id, boundary.id)
         state.windows[MAIN_AGENT] = window
 
+    def reminder_part(self, session_id: str, state: LiveSession) -> tuple[TextPart, int]:
+        """The per-turn reminder part (R8.3) and its estimate, made once per session.
+
+        Its text only names the session's memory directory: every view that appends
+        it and every rebuild that counts it (the request after the insert carries
+        it) share the one part kept in ``state``.
+        """
+        if state.reminder_part is None:
+            part = per_turn_reminder_part(str(self._layout.session_dir(session_id)))
+            state.reminder_part = (part, estimate_part_tokens(part))
+        return state.reminder_part
+
     async def view(self, session_id: str, state: LiveSession, window: LiveWindow) -> WindowView:
         """What to send for ``window``: send rules applied and the per-turn reminder added."""
         prefix = state.prefix
@@ -379,10 +391,7 @@ class Windows:
             if cached is not None and cached[0] is source:
                 replaced = cached[1]
             else:
-                if state.reminder_part is None:
-                    part = per_turn_reminder_part(str(self._layout.session_dir(session_id)))
-                    state.reminder_part = (part, estimate_part_tokens(part))
-                part, part_tokens = state.reminder_part
+                part, part_tokens = self.reminder_part(session_id, state)
                 replaced = with_per_turn_reminder(source, part)
                 if replaced is not source:
                     # The estimate is a sum over parts: the copy's is the source's

@@ -85,12 +85,10 @@ from mimo_ctx.memory_index import MemoryIndex
 from mimo_ctx.messages import (
     MAIN_AGENT,
     Message,
-    TextPart,
     message_key,
     new_message_id,
     written_after,
 )
-from mimo_ctx.reminders import per_turn_reminder
 from mimo_ctx.render import RenderedBody, assemble_body, gather_sources
 from mimo_ctx.sections import render_active_actors_part, render_checkpoint_index
 from mimo_ctx.session import Session
@@ -100,7 +98,6 @@ from mimo_ctx.store.base import Store
 from mimo_ctx.tokens import (
     TokenCounter,
     estimate_message_tokens,
-    estimate_part_tokens,
 )
 from mimo_ctx.tracing import NO_TRACER, SPAN_REBUILD, Tracer
 from mimo_ctx.triggers import usage_tokens
@@ -309,6 +306,7 @@ class Rebuilder:
             before = (await self._windows.view(session_id, state, window)).tokens
             result = await self._compact(
                 session_id,
+                state,
                 agent=agent,
                 usage_key=window.usage_key,
                 outcome="compacted",
@@ -361,6 +359,7 @@ class Rebuilder:
         fallback = functools.partial(
             self._compact,
             session_id,
+            state,
             agent=MAIN_AGENT,
             usage_key=usage_key,
             trigger=trigger,
@@ -452,6 +451,7 @@ class Rebuilder:
     async def _compact(
         self,
         session_id: str,
+        state: LiveSession,
         *,
         agent: str,
         usage_key: str,
@@ -481,7 +481,7 @@ class Rebuilder:
         fixed = (
             prefix_tokens
             + sum(estimate_message_tokens(m) for m in apply_send_rules(live))
-            + self._reminder_tokens(session_id)
+            + self._reminder_tokens(session_id, state)
         )
         summary = await compaction_summary(
             session,
@@ -520,14 +520,14 @@ class Rebuilder:
         )
         await self._coordinator.wait(session_id, timeout)
 
-    def _reminder_tokens(self, session_id: str) -> int:
+    def _reminder_tokens(self, session_id: str, state: LiveSession) -> int:
         """What the per-turn reminder (R8.3) adds to every request after the insert.
 
         Counted whether or not the session has memory files yet (a safe upper
-        bound): after a rebuild ``checkpoint.md`` is one, so it is always sent.
+        bound): after a rebuild ``checkpoint.md`` is one, so it is always sent. The
+        part is the one the views append (kept in ``state``), not made again.
         """
-        text = per_turn_reminder(str(self._layout.session_dir(session_id)))
-        return estimate_part_tokens(TextPart(text=text, synthetic=True))
+        return self._windows.reminder_part(session_id, state)[1]
 
     async def _insert(
         self,
@@ -590,7 +590,7 @@ class Rebuilder:
         live_tail = [compacted_by_id.get(m.id, m) for m in tail if m.role == "user" or m.id in kept]
         live_tokens = sum(estimate_message_tokens(m) for m in apply_send_rules(live_tail))
         # Everything but the boundary: prefix, live tail, per-turn reminder.
-        base = prefix_tokens + live_tokens + self._reminder_tokens(session_id)
+        base = prefix_tokens + live_tokens + self._reminder_tokens(session_id, state)
         sources = await gather_sources(
             store=store,
             layout=layout,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mimo_ctx._window import Windows
+from mimo_ctx._window import LiveSession, Windows
 from mimo_ctx.compaction import build_boundary_message
 from mimo_ctx.memory import MemoryLayout
 from mimo_ctx.messages import (
@@ -28,9 +28,10 @@ from mimo_ctx.messages import (
     ToolStatePending,
 )
 from mimo_ctx.middleware import ContextMiddleware
-from mimo_ctx.reminders import append_per_turn_reminder, per_turn_reminder
+from mimo_ctx.reminders import append_per_turn_reminder, per_turn_reminder, per_turn_reminder_part
 from mimo_ctx.store import InMemoryStore, SQLiteStore, Store
-from mimo_ctx.tokens import estimate_message_tokens
+from mimo_ctx.store.base import Session
+from mimo_ctx.tokens import estimate_message_tokens, estimate_part_tokens
 from mimo_ctx.triggers import ModelLimits
 
 
@@ -243,3 +244,35 @@ async def test_r8_3_the_reminder_part_is_made_once_per_session(tmp_path: Path) -
         assert parts[0] is parts[1] is parts[2]
         assert parts[0].synthetic
         assert parts[0].text == per_turn_reminder(str(directory))
+
+
+async def test_r8_3_the_rebuild_counts_the_reminder_part_the_views_append(tmp_path: Path) -> None:
+    """One reminder part per session serves the views and the rebuild's count of the
+    request after the insert: made on first use, then handed back as it is."""
+    layout = MemoryLayout(tmp_path / "mem")
+    store = InMemoryStore()
+    session = Session(project_id="p", time_created=1)
+    await store.create_session(session)
+
+    async def read_session(session_id: str) -> Session:
+        found = await store.get_session(session_id)
+        assert found is not None
+        return found
+
+    windows = Windows(store, layout, read_session)
+    state = LiveSession()
+    assert state.reminder_part is None
+    first = windows.reminder_part(session.id, state)
+    part, tokens = first
+    expected = per_turn_reminder_part(str(layout.session_dir(session.id)))
+    # (Each part made has its own id; what it says and what it counts are the same.)
+    assert (part.text, part.synthetic) == (expected.text, expected.synthetic)
+    assert tokens == estimate_part_tokens(expected)
+    assert state.reminder_part is first
+    assert windows.reminder_part(session.id, state) is first
+    # Another session's state gets its own part (it names another directory).
+    other = Session(project_id="p", time_created=2)
+    await store.create_session(other)
+    other_part, _ = windows.reminder_part(other.id, LiveSession())
+    assert other_part.text == per_turn_reminder(str(layout.session_dir(other.id)))
+    assert other_part.text != part.text
