@@ -321,6 +321,25 @@ def test_wrappers_quick_issue_16(quick: Callable[[str], dict[str, Any]]) -> None
     assert all(("A/A at 40" in t["note"]) is t["name"].startswith("openai") for t in flat)
 
 
+def test_wrappers_flatness_is_never_met_on_a_non_positive_median_overhead() -> None:
+    """A median overhead of zero or less (the managed call cheaper than the bare one: the
+    SDK's own spread) fails the flatness target however small the ratio; a positive one
+    is judged on the ratio of the medians."""
+    small = wrappers._Pair(bare=[1.0] * 9, managed=[1.004] * 9)  # pyright: ignore[reportPrivateUsage]
+    flat = wrappers._Pair(bare=[2.0] * 9, managed=[2.005] * 9)  # pyright: ignore[reportPrivateUsage]
+    grown = wrappers._Pair(bare=[2.0] * 9, managed=[2.01] * 9)  # pyright: ignore[reportPrivateUsage]
+    cheaper = wrappers._Pair(bare=[2.0] * 9, managed=[1.93] * 9)  # pyright: ignore[reportPrivateUsage]
+    judge = wrappers._flat  # pyright: ignore[reportPrivateUsage]
+    assert judge("w", small, flat, [100, 5_000]).met is True
+    assert judge("w", small, grown, [100, 5_000]).met is False
+    negative = judge("w", small, cheaper, [100, 5_000])
+    assert negative.met is False
+    assert negative.ratio is not None
+    assert negative.ratio < 0
+    assert "not met" in negative.note
+    assert judge("w", cheaper, flat, [100, 5_000]).met is False
+
+
 def test_wrappers_median_interval_covers_the_median() -> None:
     """The order-statistic interval of the wrappers benchmark covers the true median of a
     skewed distribution about 95% of the time (too narrow would overstate a verdict)."""
