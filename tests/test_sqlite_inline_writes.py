@@ -9,11 +9,12 @@ thread that executes each ``COMMIT``.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 
 import anyio
@@ -434,6 +435,28 @@ async def test_inline_writes_in_a_loop_let_other_tasks_run(tmp_path: Path) -> No
         assert len(runs) >= 2
 
 
+@contextlib.asynccontextmanager
+async def _loop_ticks() -> AsyncGenerator[Callable[[], int]]:
+    """Run a task that only yields, counting its turns (the loop's other tasks getting
+    theirs) while the block runs; the block gets a reader of the count so far."""
+    ticks = 0
+    done = False
+
+    async def tick() -> None:
+        nonlocal ticks
+        while not done:
+            await anyio.lowlevel.checkpoint()
+            ticks += 1
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tick)
+        await anyio.lowlevel.checkpoint()  # the ticker is waiting for its turn
+        try:
+            yield lambda: ticks
+        finally:
+            done = True
+
+
 async def test_a_turns_write_and_feed_read_cost_no_loop_iteration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -443,26 +466,13 @@ async def test_a_turns_write_and_feed_read_cost_no_loop_iteration(
     async with store:
         _, seq = await store.changes_since(sid, 0)
         monkeypatch.setattr(worker_module, "time", _Clock(0.0))
-        ticks = 0
-        during = -1
-        done = False
-
-        async def tick() -> None:
-            nonlocal ticks
-            while not done:
-                await anyio.lowlevel.checkpoint()
-                ticks += 1
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(tick)
-            await anyio.lowlevel.checkpoint()
-            before = ticks
+        async with _loop_ticks() as ticks:
+            before = ticks()
             for n in range(5):
                 await store.append_messages([user(sid, f"m{n}", t=T0 + n)])
                 changed, seq = await store.changes_since(sid, seq)
                 assert len(changed) == 1
-            during = ticks - before
-            done = True
+            during = ticks() - before
         assert during == 0
 
 
@@ -475,29 +485,16 @@ async def test_the_slice_counts_the_work_since_the_callers_last_yield(
     store, sid = await _open(tmp_path / "agent.db")
     async with store:
         monkeypatch.setattr(worker_module, "time", _Clock(0.00035))
-        ticks = 0
-        during = after = -1
-        done = False
-
-        async def tick() -> None:
-            nonlocal ticks
-            while not done:
-                await anyio.lowlevel.checkpoint()
-                ticks += 1
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(tick)
-            await anyio.lowlevel.checkpoint()
+        async with _loop_ticks() as ticks:
             for n in range(2):
                 await store.append_messages([user(sid, f"a{n}", t=T0 + n)])
             await anyio.lowlevel.checkpoint()  # the caller's await between turns
-            before = ticks
+            before = ticks()
             for n in range(2):
                 await store.append_messages([user(sid, f"b{n}", t=T0 + 10 + n)])
-            during = ticks - before
+            during = ticks() - before
             # Still bounded: a third write since the yield reaches the slice.
             await store.append_messages([user(sid, "c", t=T0 + 20)])
-            after = ticks - before
-            done = True
+            after = ticks() - before
         assert during == 0
         assert after == 1
