@@ -269,7 +269,9 @@ def _refuse(*args: object) -> list[int]:
     raise AssertionError("the copies were serialised and written in full")
 
 
-async def _commit(store: Store, listed: list[Message], compacted: list[Message]) -> Message:
+async def _commit(
+    store: Store, listed: list[Message], compacted: list[Message], *, body: str = "body"
+) -> Message:
     """Commit a rebuild of the listed session with these compacted copies; its boundary."""
     boundary = build_boundary_message(
         watermark=listed[0],
@@ -277,7 +279,7 @@ async def _commit(store: Store, listed: list[Message], compacted: list[Message])
         directory="memory",
         number=1,
         index_text="## Checkpoint",
-        body="body",
+        body=body,
         actors_text="## Active Actors\n(none)",
         newer_than=max(m.id for m in listed),
     )
@@ -638,19 +640,7 @@ async def test_a_boundary_bound_as_bytes_is_stored_and_read_as_text(
     async with await SQLiteStore.open(path) as store:
         session = Session(id="ses_b", project_id="p", time_created=0)
         listed, compacted = await _stored_and_compacted(store, session, seed)
-        boundary = build_boundary_message(
-            watermark=listed[0],
-            digest_up_to=None,
-            directory="memory",
-            number=1,
-            index_text="## Checkpoint",
-            body=body,
-            actors_text="## Active Actors\n(none)",
-            newer_than=max(m.id for m in listed),
-        )
-        assert await store.commit_rebuild(
-            session.id, usage_key="usage", boundary=boundary, updated=compacted
-        )
+        boundary = await _commit(store, listed, compacted, body=body)
     with sqlite3.connect(path) as conn:
         kind, text = conn.execute(
             "SELECT typeof(payload), json_extract(payload, '$.parts[2].text')"
