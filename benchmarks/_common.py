@@ -145,6 +145,8 @@ class Target:
         met: Whether the target is met (``None`` when not measurable here).
         ratio: The measured ratio next to the target (``None`` when not a ratio).
         note: Why it is missed, or what the figure means.
+        status: Shown instead of met / MISSED when the measurement cannot give a
+            verdict (``met`` is then None), e.g. "not resolved by timing".
     """
 
     name: str
@@ -153,6 +155,7 @@ class Target:
     met: bool | None
     ratio: float | None = None
     note: str = ""
+    status: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The target as a JSON-ready mapping."""
@@ -163,6 +166,7 @@ class Target:
             "met": self.met,
             "ratio": self.ratio,
             "note": self.note,
+            "status": self.status,
         }
 
 

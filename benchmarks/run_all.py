@@ -171,16 +171,18 @@ def _md_table(table: Mapping[str, Any]) -> str:
     )
 
 
-def _met(value: object) -> str:
+def _met(target: Mapping[str, Any]) -> str:
+    status = target.get("status")
+    if status:
+        return str(status)
+    value = target["met"]
     if value is None:
         return "n/a"
     return "met" if value else "MISSED"
 
 
 def _target_table(targets: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    rows = [
-        [t["name"], t["goal"], t["measured"], _met(t["met"]), t.get("note") or ""] for t in targets
-    ]
+    rows = [[t["name"], t["goal"], t["measured"], _met(t), t.get("note") or ""] for t in targets]
     return {
         "title": "Targets",
         "headers": ["target", "goal", "measured", "status", "note"],
@@ -249,7 +251,7 @@ def _summary_rows(run: Mapping[str, Any]) -> list[list[str]]:
                     str(target["goal"]),
                     str(target["measured"]),
                     "" if ratio is None else f"{ratio:.2f}",
-                    _met(target["met"]),
+                    _met(target),
                 ]
             )
     return rows

@@ -60,6 +60,7 @@ from mimo_ctx.middleware import ContextMiddleware
 from mimo_ctx.store.sqlite import SQLiteStore
 from mimo_ctx.triggers import ModelLimits
 
+from . import _instructions
 from ._common import Target, fmt_ms, fmt_ratio, result, settle_heap, table
 
 NAME = "wrappers"
@@ -82,7 +83,7 @@ _SPLIT_WAYS = frozenset({"openai", "openai responses", "anthropic"})  # one SDK 
 _CONTROL_WAYS = frozenset(w for w in WAYS if w.startswith("openai"))
 _ORDERS = tuple(itertools.permutations(("bare", "managed", "control")))
 _TEXT = "Read the module, then explain what its public functions do and why. " * 3
-_LIMITS = ModelLimits(10_000_000, input_limit=10_000_000)
+LIMITS = ModelLimits(10_000_000, input_limit=10_000_000)
 
 
 @dataclass(frozen=True)
@@ -395,7 +396,7 @@ def _anthropic_stream(number: int) -> bytes:
     return b"".join(_sse(data, event) for event, data in events)
 
 
-def _transport(answer: Callable[[int], dict[str, Any] | bytes]) -> Any:
+def transport(answer: Callable[[int], dict[str, Any] | bytes]) -> Any:
     import httpx2
 
     counter = [0]
@@ -507,7 +508,7 @@ _HistoryOf = Callable[[int], list[dict[str, Any]]]
 _Call = Callable[[Any, list[Any]], Awaitable[Any]]
 
 # Per way: the host history it sends and the one SDK call it times.
-_SDK_CALLS: dict[str, tuple[_HistoryOf, _Call]] = {
+SDK_CALLS: dict[str, tuple[_HistoryOf, _Call]] = {
     "openai": (_openai_history, _openai_call),
     "openai stream": (_openai_history, _openai_stream_call),
     "openai responses": (_responses_history, _responses_call),
@@ -515,8 +516,17 @@ _SDK_CALLS: dict[str, tuple[_HistoryOf, _Call]] = {
     "anthropic stream": (_anthropic_history, _anthropic_stream_call),
 }
 
+# Per way: what the in-process server answers (the n-th request's body).
+ANSWERS: dict[str, Callable[[int], dict[str, Any] | bytes]] = {
+    "openai": _openai_answer,
+    "openai stream": _openai_stream,
+    "openai responses": _responses_answer,
+    "anthropic": _anthropic_answer,
+    "anthropic stream": _anthropic_stream,
+}
 
-def _answer_text(text: Any) -> Any:
+
+def answer_text(text: Any) -> Any:
     return {"role": "assistant", "content": text}
 
 
@@ -570,32 +580,27 @@ async def _sdk_way(way: str, size: int, plan: _Plan, root: Path) -> _Pair:
     store = await SQLiteStore.open(root / f"{way}-{size}.db")
     session = f"ses-{way.replace(' ', '-')}-{size}"
     try:
-        async with ContextMiddleware(store, root / "memory", model=_LIMITS) as mw:
+        async with ContextMiddleware(store, root / "memory", model=LIMITS) as mw:
             wrap: Callable[..., Any]
+            answer = ANSWERS[way]
             if way.startswith("openai"):
-                answer = {
-                    "openai": _openai_answer,
-                    "openai stream": _openai_stream,
-                    "openai responses": _responses_answer,
-                }[way]
                 raw: Any = openai.AsyncOpenAI(
                     api_key="sk",
                     base_url="http://fake/v1",
                     max_retries=0,
-                    http_client=_transport(answer),
+                    http_client=transport(answer),
                 )
                 wrap = wrap_openai
             else:
-                answer = _anthropic_stream if way == "anthropic stream" else _anthropic_answer
                 raw = anthropic.AsyncAnthropic(
                     api_key="sk",
                     base_url="http://fake",
                     max_retries=0,
-                    http_client=_transport(answer),
+                    http_client=transport(answer),
                 )
                 wrap = wrap_anthropic
 
-            history_of, call = _SDK_CALLS[way]
+            history_of, call = SDK_CALLS[way]
 
             async def block(number: int) -> _Pair:
                 host = history_of(size)
@@ -607,7 +612,7 @@ async def _sdk_way(way: str, size: int, plan: _Plan, root: Path) -> _Pair:
                     host,
                     partial(call, bare, host),
                     partial(call, managed, host),
-                    _answer_text,
+                    answer_text,
                     plan,
                     spent=spent,
                     control=way in _CONTROL_WAYS,
@@ -759,7 +764,7 @@ async def _alone(
 
     store = await SQLiteStore.open(root / f"{way}-alone-{size}-{walk is not None}.db")
     try:
-        async with ContextMiddleware(store, root / "memory", model=_LIMITS) as mw:
+        async with ContextMiddleware(store, root / "memory", model=LIMITS) as mw:
             stub: _StubClient
             if way == "openai":
                 completion = openai.types.chat.ChatCompletion.model_validate(_openai_answer(1))
@@ -843,7 +848,7 @@ async def _pydantic_ai_way(size: int, plan: _Plan, root: Path) -> _Pair:
         turn += 1
     store = await SQLiteStore.open(root / f"pydantic-ai-{size}.db")
     try:
-        async with ContextMiddleware(store, root / "memory", model=_LIMITS) as mw:
+        async with ContextMiddleware(store, root / "memory", model=LIMITS) as mw:
             bare_agent = Agent(FunctionModel(answer))
 
             async def block(session_id: str) -> _Pair:
@@ -914,7 +919,7 @@ async def _langchain_way(size: int, plan: _Plan, root: Path) -> _Pair:
     store = await SQLiteStore.open(root / f"langchain-{size}.db")
     config: Any = {"recursion_limit": 20}
     try:
-        async with ContextMiddleware(store, root / "memory", model=_LIMITS) as mw:
+        async with ContextMiddleware(store, root / "memory", model=LIMITS) as mw:
             # Without middleware langchain leaves the graph's context type unsolved.
             bare_agent: Any = create_agent(Model(messages=iter([])), [])  # pyright: ignore[reportUnknownVariableType]
 
@@ -1003,7 +1008,7 @@ async def _measure(quick: bool) -> dict[str, dict[int, _Pair]]:
                             alone_samples,
                             root,
                             gap=plan.gap,
-                            walk=_SDK_CALLS[way][0](walk_size),
+                            walk=SDK_CALLS[way][0](walk_size),
                         )
                 elif way == "pydantic-ai":
                     out[way][size] = await _pydantic_ai_way(size, plan, root)
@@ -1027,14 +1032,34 @@ def _control(pair: _Pair) -> tuple[float, float, float] | None:
     return (statistics.median(diffs), *_median_ci(diffs))
 
 
+UNRESOLVED = "not resolved by timing"
+"""The status of a time row whose run cannot give a verdict (see :func:`_unresolved`)."""
+
+
+def _unresolved(
+    straddles: bool, distance: float, control: tuple[float, float, float] | None
+) -> bool:
+    """Whether timing gives no verdict on a target: its 95% interval lies on both sides
+    of the goal, and the A/A control (a second bare call minus the bare call, a
+    difference of nothing) reaches at least as far from zero as the median is from the
+    goal (``distance``, in seconds): the SDK's own spread could carry the median
+    across the goal. The instruction row of the same cell gives the verdict then."""
+    if not straddles or control is None:
+        return False
+    _, low, high = control
+    return max(abs(low), abs(high)) >= distance
+
+
 def _flat(way: str, small: _Pair, large: _Pair, sizes: list[int]) -> Target:
     """Overhead at the largest size against the smallest, judged on the medians.
 
     The verdict is the medians' (the issue's definition), and never "met" on a median
-    overhead of zero or less at either size (noise, not a flat overhead); the note gives the ratio
-    the 95% intervals allow, says when they allow both verdicts (the run does not
-    resolve the target), and, where measured, the A/A control at the largest size
-    and mimo_ctx's part outside the SDK call at both sizes."""
+    overhead of zero or less at either size (noise, not a flat overhead); none
+    (:data:`UNRESOLVED`) when the intervals allow both verdicts and the A/A control is
+    as large as the effect (:func:`_unresolved`). The note gives the ratio the 95%
+    intervals allow, says when they allow both verdicts (the run does not resolve
+    the target), and, where measured, the A/A control at the largest size and
+    mimo_ctx's part outside the SDK call at both sizes."""
     flat = large.overhead / small.overhead if small.overhead > 0 else float("inf")
     (small_low, small_high), (large_low, large_high) = small.overhead_ci, large.overhead_ci
     low = large_low / small_high if small_high > 0 else float("inf")
@@ -1043,14 +1068,21 @@ def _flat(way: str, small: _Pair, large: _Pair, sizes: list[int]) -> Target:
         f"medians of {len(large.diffs)} / {len(small.diffs)} per-pair differences; "
         f"from their 95% intervals the ratio is {low:.2f}-{high:.2f}x"
     )
-    if low <= 1.5 < high:
+    straddles = low <= 1.5 < high
+    if straddles:
         note += ", both sides of 1.5x: this run does not resolve the target"
+    control = _control(large)
+    unresolved = _unresolved(straddles, abs(large.overhead - 1.5 * small.overhead), control)
+    if unresolved:
+        note += (
+            "; the A/A control reaches as far from zero as the median overhead is from "
+            f"1.5x the one at {sizes[0]:,}: {UNRESOLVED}, the instruction row gives the verdict"
+        )
     # A managed call cannot truly cost less than the bare one: a median overhead of
     # zero or less is the SDK's own spread swamping ours, never a flat overhead.
     resolved = small.overhead > 0 and large.overhead > 0
-    if not resolved:
+    if not resolved and not unresolved:
         note += "; a median overhead of zero or less is the SDK's spread, not ours: not met"
-    control = _control(large)
     if control is not None:
         median, control_low, control_high = control
         note += (
@@ -1069,15 +1101,101 @@ def _flat(way: str, small: _Pair, large: _Pair, sizes: list[int]) -> Target:
         f"{way}: overhead at {sizes[-1]:,} vs at {sizes[0]:,} messages",
         "within 1.5x",
         f"{fmt_ms(large.overhead)} vs {fmt_ms(small.overhead)} ({flat:.2f}x)",
-        resolved and flat <= 1.5,
+        None if unresolved else resolved and flat <= 1.5,
         flat,
         note,
+        UNRESOLVED if unresolved else None,
     )
+
+
+def _share(way: str, large: _Pair, size: int) -> Target:
+    """Overhead at the largest size against the bare call's own cost there (< 0.5x),
+    judged on the medians; none (:data:`UNRESOLVED`) as :func:`_flat` says."""
+    bare = statistics.median(large.bare)
+    share = large.overhead / bare
+    low, high = large.overhead_ci
+    unresolved = _unresolved(
+        low <= 0.5 * bare < high, abs(large.overhead - 0.5 * bare), _control(large)
+    )
+    return Target(
+        f"{way}: overhead at {size:,} messages vs the bare call",
+        "< 0.5x",
+        f"{fmt_ms(large.overhead)} vs {fmt_ms(bare)} ({share:.2f}x)",
+        None if unresolved else share < 0.5,
+        share,
+        f"{UNRESOLVED}: the instruction row gives the verdict" if unresolved else "",
+        UNRESOLVED if unresolved else None,
+    )
+
+
+def _count(instructions: float) -> str:
+    return f"{instructions / 1e6:,.2f} M"
+
+
+def _instruction_rows(
+    counted: dict[str, dict[int, _instructions.Counts]] | str,
+) -> tuple[list[list[object]], list[Target]]:
+    """The instruction table's rows and the instruction targets of each counted way in
+    (the same two goals as the time rows), or a row that says why none were counted."""
+    if isinstance(counted, str):
+        return [["—", "—", 0, "—", "—", "—", "—"]], [
+            Target(
+                "openai: instructions (callgrind)", "counted", "not measured", None, None, counted
+            )
+        ]
+    rows: list[list[object]] = []
+    targets: list[Target] = []
+    for way, by_size in counted.items():
+        sizes = sorted(by_size)
+        for size in sizes:
+            cell = by_size[size]
+            rows.append(
+                [
+                    way,
+                    f"{size:,}",
+                    len(cell.diffs),
+                    " / ".join(_count(b) for b in cell.bare),
+                    " / ".join(_count(m) for m in cell.managed),
+                    " / ".join(_count(d) for d in cell.diffs),
+                    f"{cell.overhead / cell.base:.4f}x",
+                ]
+            )
+        small, large = by_size[sizes[0]], by_size[sizes[-1]]
+        flat = large.overhead / small.overhead if small.overhead > 0 else float("inf")
+        targets.append(
+            Target(
+                f"{way}: instructions, overhead at {sizes[-1]:,} vs at {sizes[0]:,} messages",
+                "within 1.5x",
+                f"{_count(large.overhead)} vs {_count(small.overhead)} ({flat:.2f}x)",
+                small.overhead > 0 and large.overhead > 0 and flat <= 1.5,
+                flat,
+                "callgrind: the instructions of the managed call minus the bare call's on "
+                "the same list (mean of the pairs); the verdict where timing does not "
+                "resolve the row above",
+            )
+        )
+        share = large.overhead / large.base
+        targets.append(
+            Target(
+                f"{way}: instructions, overhead at {sizes[-1]:,} messages vs the bare call",
+                "< 0.5x",
+                f"{_count(large.overhead)} vs {_count(large.base)} ({share:.4f}x)",
+                share < 0.5,
+                share,
+            )
+        )
+    return rows, targets
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
     """Measure every way in at every size; return the result tables and targets."""
     measured = anyio.run(_measure, quick)
+    # After the timed cells, not beside them: the callgrind processes take both cores.
+    counted = _instructions.measure(quick=quick)
+    instruction_rows, instruction_targets = _instruction_rows(counted)
+    counted_targets: dict[str, list[Target]] = {}
+    for target in instruction_targets:
+        counted_targets.setdefault(target.name.split(":")[0], []).append(target)
     plan = QUICK_PLAN if quick else PLAN
     largest = (QUICK_SIZES if quick else SIZES)[-1]
     rows: list[list[object]] = []
@@ -1138,17 +1256,8 @@ def run(*, quick: bool = False) -> dict[str, Any]:
             }
         small, large = by_size[sizes[0]], by_size[sizes[-1]]
         targets.append(_flat(way, small, large, sizes))
-        large_bare = statistics.median(large.bare)
-        share = large.overhead / large_bare
-        targets.append(
-            Target(
-                f"{way}: overhead at {sizes[-1]:,} messages vs the bare call",
-                "< 0.5x",
-                f"{fmt_ms(large.overhead)} vs {fmt_ms(large_bare)} ({share:.2f}x)",
-                share < 0.5,
-                share,
-            )
-        )
+        targets.append(_share(way, large, sizes[-1]))
+        targets.extend(counted_targets.get(way, []))
         for label, small_alone, large_alone, note in (
             (
                 "mimo_ctx alone (stub client)",
@@ -1200,9 +1309,22 @@ def run(*, quick: bool = False) -> dict[str, Any]:
                 "Per-call CPU time (overhead: median of the per-pair differences)",
                 header,
                 rows,
-            )
+            ),
+            table(
+                "Per-call CPU instructions (callgrind; one figure per measured pair)",
+                [
+                    "way in",
+                    "history",
+                    "pairs",
+                    "bare call",
+                    "managed call",
+                    "overhead (managed minus bare)",
+                    "overhead / bare",
+                ],
+                instruction_rows,
+            ),
         ],
-        targets=targets,
+        targets=[*targets, *(instruction_targets if isinstance(counted, str) else [])],
         notes=[
             "How it is judged: each pair is one bare call and one managed call on the same "
             "list, one right after the other, the order alternating; the overhead of a cell "
@@ -1223,8 +1345,9 @@ def run(*, quick: bool = False) -> dict[str, Any]:
             "makes of a difference of nothing, beside the overhead measured against the "
             "same bare calls. Where the A/A interval is as wide as the overhead's, the run "
             "cannot tell the overhead's SDK part from the SDK's own spread: the flatness "
-            "target's note then says that the run does not resolve it (the verdict stays "
-            "the medians', as the issue defines it). With the SDK's spread of a few percent "
+            "target's note then says that the run does not resolve it, and where the A/A "
+            "control also reaches as far as the median is from the goal the row gives no "
+            "verdict (see the instruction table's note). With the SDK's spread of a few percent "
             "of a two-second call per pair, resolving a millisecond would take thousands of "
             "pairs: the note gives mimo_ctx's steady part (the managed call outside its SDK "
             "call) beside it.",
@@ -1262,6 +1385,35 @@ def run(*, quick: bool = False) -> dict[str, Any]:
             "raises about 67 per message while building a request (callgrind at 300 "
             "messages: +0.15% of the SDK's instructions for mimo_ctx's four coroutines "
             "then, +0.076% for two).",
+            "The instruction table (the OpenAI ways, at the smallest and the largest "
+            "size): CPU instructions of one bare and one managed call on the same list, "
+            "counted by valgrind's callgrind (benchmarks/_instructions.py: two processes "
+            "under callgrind with instrumentation off, each cell built and warmed up as "
+            "above, PYTHONHASHSEED=0; around each measured call only, instrumentation and "
+            "collection are turned on by a client request and the count dumped after it; "
+            "each pair, the three warm-up pairs' too, is the managed call then the bare one, "
+            "so that each call follows one call of the other side at every size; two pairs "
+            "below 1,000 messages, whose overheads agree to a few percent, one from 1,000 "
+            "on). Instructions do not depend "
+            "on the load or the clock, so they resolve what the time rows cannot: a "
+            "5,000-message OpenAI call is most of a second of the SDK's own work whose "
+            "spread from call to call is tens of milliseconds. A time row whose 95% "
+            "interval lies on both sides of its goal while the A/A control reaches as far "
+            f"as the median is from the goal is shown as '{UNRESOLVED}' (never met), and "
+            "the instruction row of the same goal gives the verdict. The instructions "
+            "count mimo_ctx's own threads too (all threads of the process, the pause "
+            "before each call left out).",
         ],
-        data={"ways": data},
+        data={
+            "ways": data,
+            "instructions": counted
+            if isinstance(counted, str)
+            else {
+                way: {
+                    str(size): {"bare": cell.bare, "managed": cell.managed}
+                    for size, cell in by_size.items()
+                }
+                for way, by_size in counted.items()
+            },
+        },
     )

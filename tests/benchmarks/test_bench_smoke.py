@@ -313,9 +313,27 @@ def test_wrappers_quick_issue_16(quick: Callable[[str], dict[str, Any]]) -> None
             if controlled:
                 low, high = f["control_ci_ms"]
                 assert low <= f["control_ms"] <= high
+    # CPU instructions (callgrind) of the OpenAI ways: a managed call does more than
+    # the bare one on the same list, at every size; two more targets per way.
+    counted = result["data"]["instructions"]
+    instruction_targets = [t for t in result["targets"] if ": instructions" in t["name"]]
+    if isinstance(counted, str):  # no valgrind here: said, no verdict
+        assert [t["met"] for t in instruction_targets] == [None]
+    else:
+        assert set(counted) == {"openai", "openai stream", "openai responses"}
+        for by_size in counted.values():
+            assert set(by_size) == {"20", "40"}
+            for cell in by_size.values():
+                assert len(cell["bare"]) == len(cell["managed"]) == 2
+                assert all(0 < b < m for b, m in zip(cell["bare"], cell["managed"], strict=True))
+        assert len(instruction_targets) == 6
     # Two per way, and "alone" (plain, after a walk) for the two plain SDK calls.
-    assert len(result["targets"]) == 18
-    flat = [t for t in result["targets"] if t["name"].endswith("vs at 20 messages")]
+    assert len(result["targets"]) - len(instruction_targets) == 18
+    flat = [
+        t
+        for t in result["targets"]
+        if t["name"].endswith("vs at 20 messages") and t not in instruction_targets
+    ]
     assert len(flat) == 7
     assert all("per-pair differences" in t["note"] for t in flat)
     assert all(("A/A at 40" in t["note"]) is t["name"].startswith("openai") for t in flat)
