@@ -325,13 +325,10 @@ def _scan(scope: _Scope, root_real: str, root: Path) -> tuple[list[_Seen], int]:
     seen: list[_Seen] = []
     skipped = 0
     root_prefix = os.path.join(str(root), "")
-    for entry in _walk_files(os.fspath(directory)):
-        name = entry.name
-        # Hidden files (editor swap files, atomic-write temporaries) are not memory.
-        # For a name not starting with a dot, splitext's suffix is from its last dot.
-        dot = name.rfind(".")
-        if name.startswith(".") or dot < 0 or name[dot:].lower() not in INDEXED_SUFFIXES:
-            continue
+    top = os.fspath(directory)
+    # A layout's scopes lie under the root: each relative path is a cut of one length.
+    cut = len(root_prefix) if top.startswith(root_prefix) and os.sep == "/" else -1
+    for entry in _walk_files(top):
         full = entry.path
         real = full
         try:
@@ -351,18 +348,17 @@ def _scan(scope: _Scope, root_real: str, root: Path) -> tuple[list[_Seen], int]:
         if is_hard_link(st):
             skipped += 1  # its other name may be anywhere: never indexed
             continue
-        seen.append(_Seen(_relative(full, root, root_prefix), real, st.st_size, st.st_mtime_ns))
+        rel = full[cut:] if cut >= 0 else _relative(full, root, root_prefix)
+        seen.append(_Seen(rel, real, st.st_size, st.st_mtime_ns))
     return seen, skipped
 
 
 def _walk_files(top: str) -> list[os.DirEntry[str]]:
-    """What ``os.walk(top, followlinks=False)`` lists as files, in its order, as entries.
+    """The files ``os.walk(top, followlinks=False)`` lists with a name the index reads.
 
-    The entries carry their paths and their ``lstat`` (one system call, no path
-    joins). A directory symlink is listed as a directory but never entered, so a
-    link to "/" cannot pull the whole disk in; an unreadable directory is skipped.
-    Depth first with a stack of directories, not nested generators: every file of a
-    deep tree passed through one generator frame per level.
+    In its order, as entries with their paths and ``lstat`` (no path joins). A link to
+    a directory is never entered (a link to "/" cannot pull the whole disk in); an
+    unreadable directory is skipped. Depth first with a stack, not nested generators.
     """
     files: list[os.DirEntry[str]] = []
     pending = [top]
@@ -380,7 +376,11 @@ def _walk_files(top: str) -> list[os.DirEntry[str]]:
                 is_directory = False
             if is_directory:
                 directories.append(entry.path)
-            else:
+                continue
+            # Hidden files (editor swap files, atomic-write temporaries) are not memory.
+            name = entry.name
+            dot = name.rfind(".")
+            if dot > 0 and name[0] != "." and name[dot:].lower() in INDEXED_SUFFIXES:
                 files.append(entry)
         # The first directory is entered next, its own directories before the second.
         pending.extend(d for d in reversed(directories) if not os.path.islink(d))

@@ -435,11 +435,12 @@ _NAMES = st.sampled_from(
             st.sampled_from(
                 ["file", "file", "dir", "link-in", "link-out", "link-dir", "broken", "hard"]
             ),
+            st.booleans(),
         ),
         max_size=14,
     )
 )
-def test_memory_index_scan_lists_as_os_walk_did(layout: list[tuple[str, str, str]]) -> None:
+def test_memory_index_scan_lists_as_os_walk_did(layout: list[tuple[str, str, str, bool]]) -> None:
     with tempfile.TemporaryDirectory() as base:
         root = Path(base, "root").resolve()
         outside = Path(base, "outside")
@@ -450,8 +451,9 @@ def test_memory_index_scan_lists_as_os_walk_did(layout: list[tuple[str, str, str
         (scope_dir / "other").mkdir()
         target = root / "target.md"
         target.write_text("target")
-        for number, (where, name, kind) in enumerate(layout):
-            path = scope_dir / where / f"{number}{name}"
+        for number, (where, name, kind, hidden) in enumerate(layout):
+            # A hidden name starts with the dot (".3a.md", ".3.hidden.md").
+            path = scope_dir / where / f"{'.' if hidden else ''}{number}{name}"
             if kind == "file":
                 path.write_text("y" * number)
             elif kind == "dir":
