@@ -231,30 +231,35 @@ def recovering_call(
 
 async def managed_call(
     binding: SessionBinding,
-    turn: Turn,
     kwargs: Mapping[str, Any],
     api: ManagedApi,
+    sync: Callable[[], Awaitable[Turn]],
     send: Callable[[dict[str, Any]], Awaitable[Any]],
     *,
     finish: Callable[[list[Any]], list[Any]] | None = None,
 ) -> Any:
-    """Send the turn's call (one overflow retry) and give the host its answer.
+    """Sync the host's list (``sync()``), send the turn's call (one overflow retry) and
+    give the host its answer.
 
     A stream (``stream=True``) is returned as a recording stream; any other answer
-    is recorded, then returned as the SDK gave it. The arguments are those of
+    is recorded, then returned as the SDK gave it. The other arguments are those of
     :func:`recovering_call`.
+
+    This coroutine is the one the host awaits: a wrapper's managed method is a plain
+    function that returns it (the SDK's own method returns a coroutine too), and it
+    awaits the SDK's coroutine from its own frame (RecoveringCall.run's steps, here).
+    Each coroutine between the host's await and the SDK's is one more entry in the
+    exception-state chain that CPython walks for every exception raised in the SDK
+    call, and the OpenAI SDK raises (and catches) tens per message while it builds a
+    request: at 5,000 messages each coroutine costs about 3 million instructions of
+    the SDK's time (callgrind, ``benchmarks/_instructions.py``).
     """
+    turn = await sync()
     streaming = kwargs.get("stream") is True
     try:
         call = recovering_call(
             binding, turn, kwargs, api, send=send, streaming=streaming, finish=finish
         )
-        # RecoveringCall.run's steps, here: the SDK's coroutine is awaited from this
-        # frame, not from one more coroutine under it. Each coroutine between the
-        # host's await and the SDK's is one more entry in the exception-state chain
-        # that CPython walks for every exception raised in the SDK call, and the
-        # OpenAI SDK raises (and catches) tens per message while it builds a request:
-        # at 5,000 messages two more coroutines cost milliseconds of the SDK's time.
         payload = await call.payload()
         try:
             result = call.checked(await send(payload))

@@ -61,7 +61,8 @@ Our choices, documented:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Final, TypeVar, cast
 
 from anyio.abc import AsyncResource
@@ -356,14 +357,21 @@ class _Messages(Resource):
         raw = kwargs.get("messages")
         return raw is not None and not isinstance(raw, str | bytes | Mapping)
 
-    async def create(self, **kwargs: Any) -> Any:
-        """``messages.create`` on the managed history (see the module docs)."""
+    def create(self, **kwargs: Any) -> Coroutine[Any, Any, Any]:
+        """``messages.create`` on the managed history (see the module docs).
+
+        Returns the call's coroutine, as the SDK's method does: the host awaits
+        :func:`~mimo_ctx.providers._wrapper.managed_call` itself (see there why)."""
         if not self._managed(kwargs):
-            return await self._inner.create(**kwargs)  # let the SDK report the error
-        turn = await self._sync(kwargs, call="messages.create")
+            return self._inner.create(**kwargs)  # let the SDK report the error
         send = self._inner.create
-        return await managed_call(
-            self._binding, turn, kwargs, _API, lambda p: send(**p), finish=self._finish(kwargs)
+        return managed_call(
+            self._binding,
+            kwargs,
+            _API,
+            functools.partial(self._sync, kwargs, call="messages.create"),
+            lambda p: send(**p),
+            finish=self._finish(kwargs),
         )
 
     def stream(self, **kwargs: Any) -> Any:

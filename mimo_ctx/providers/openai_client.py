@@ -62,7 +62,8 @@ Our choices, documented:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
+from functools import partial
 from typing import Any, Final, TypeVar, cast
 
 from mimo_ctx.convert import MessageDraft
@@ -560,21 +561,27 @@ _RESPONSES_API: Final = ManagedApi(
 class _ChatCompletions(Resource):
     """``chat.completions`` with a managed ``create``; everything else delegated."""
 
-    async def create(self, **kwargs: Any) -> Any:
-        """``chat.completions.create`` on the managed history (see the module docs)."""
+    def create(self, **kwargs: Any) -> Coroutine[Any, Any, Any]:
+        """``chat.completions.create`` on the managed history (see the module docs).
+
+        Returns the call's coroutine, as the SDK's method does: the host awaits
+        :func:`~mimo_ctx.providers._wrapper.managed_call` itself (see there why)."""
         raw = kwargs.get("messages")
         if raw is None or isinstance(raw, str | bytes | Mapping):
-            return await self._inner.create(**kwargs)  # let the SDK report the error
+            return self._inner.create(**kwargs)  # let the SDK report the error
+        send = self._inner.create
+        return managed_call(
+            self._binding, kwargs, _CHAT_API, partial(self._sync, raw, kwargs), lambda p: send(**p)
+        )
+
+    async def _sync(self, raw: object, kwargs: Mapping[str, Any]) -> Turn:
         refuse_native_context(kwargs, api="chat", call="chat.completions.create")
-        binding = self._binding
-        turn = await binding.sync(
+        return await self._binding.sync(
             cast(Sequence[object], raw),
             fingerprint=_chat_item_fingerprint,
             convert=_chat_drafts,
             prefix=lambda heads: _chat_prefix(heads, kwargs.get("tools")),
         )
-        send = self._inner.create
-        return await managed_call(binding, turn, kwargs, _CHAT_API, lambda p: send(**p))
 
 
 class _Chat:
@@ -589,13 +596,25 @@ class _Chat:
 class _Responses(Resource):
     """``responses`` with a managed ``create``; everything else delegated."""
 
-    async def create(self, **kwargs: Any) -> Any:
-        """``responses.create`` on the managed history (see the module docs)."""
+    def create(self, **kwargs: Any) -> Coroutine[Any, Any, Any]:
+        """``responses.create`` on the managed history (see the module docs).
+
+        Returns the call's coroutine, as the SDK's method does (see
+        :meth:`_ChatCompletions.create`)."""
         raw = kwargs.get("input")
         if raw is None or isinstance(raw, bytes | Mapping) or not isinstance(raw, str | Sequence):
-            return await self._inner.create(**kwargs)  # let the SDK report the error
+            return self._inner.create(**kwargs)  # let the SDK report the error
+        send = self._inner.create
+        return managed_call(
+            self._binding,
+            kwargs,
+            _RESPONSES_API,
+            partial(self._sync, raw, kwargs),
+            lambda p: send(**p),
+        )
+
+    async def _sync(self, raw: object, kwargs: Mapping[str, Any]) -> Turn:
         refuse_native_context(kwargs, api="responses", call="responses.create")
-        binding = self._binding
         items: Sequence[object] = (
             [{"role": "user", "content": raw}]
             if isinstance(raw, str)
@@ -608,11 +627,9 @@ class _Responses(Resource):
             first = instructions if isinstance(instructions, str) else ""
             return "\n\n".join(t for t in (first, head_text) if t), dicts(kwargs.get("tools"))
 
-        turn = await binding.sync(
+        return await self._binding.sync(
             items, fingerprint=_responses_item_fingerprint, convert=_responses_drafts, prefix=prefix
         )
-        send = self._inner.create
-        return await managed_call(binding, turn, kwargs, _RESPONSES_API, lambda p: send(**p))
 
 
 class OpenAIWrapper(ClientWrapper):
