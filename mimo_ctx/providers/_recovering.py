@@ -71,8 +71,9 @@ class RecoveringCall(Generic[_P, _R]):
     async def run(self) -> _R:
         """Send the request (retrying once after a rebuild on an overflow).
 
-        :func:`~mimo_ctx.providers._wrapper.managed_call` runs these same steps in its
-        own body (see there why).
+        The coroutine of :func:`~mimo_ctx.providers._wrapper.managed_call` runs these
+        same steps one at a time, the SDK's coroutine with none of ours around it (see
+        there why).
         """
         payload = await self.payload()
         try:

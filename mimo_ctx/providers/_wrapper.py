@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, cast
 
 from mimo_ctx._util import now_ms
@@ -229,52 +230,178 @@ def recovering_call(
     return binding.call(turn, build, send, check)
 
 
-async def managed_call(
+def managed_call(
     binding: SessionBinding,
     kwargs: Mapping[str, Any],
     api: ManagedApi,
     sync: Callable[[], Awaitable[Turn]],
-    send: Callable[[dict[str, Any]], Awaitable[Any]],
+    send: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
     *,
     finish: Callable[[list[Any]], list[Any]] | None = None,
-) -> Any:
-    """Sync the host's list (``sync()``), send the turn's call (one overflow retry) and
-    give the host its answer.
+) -> Coroutine[Any, Any, Any]:
+    """The coroutine of one managed call: sync the host's list (``sync()``), send the
+    turn's call (one overflow retry), give the host its answer.
 
     A stream (``stream=True``) is returned as a recording stream; any other answer
     is recorded, then returned as the SDK gave it. The other arguments are those of
-    :func:`recovering_call`.
-
-    This coroutine is the one the host awaits: a wrapper's managed method is a plain
-    function that returns it (the SDK's own method returns a coroutine too), and it
-    awaits the SDK's coroutine from its own frame (RecoveringCall.run's steps, here).
-    Each coroutine between the host's await and the SDK's is one more entry in the
-    exception-state chain that CPython walks for every exception raised in the SDK
-    call, and the OpenAI SDK raises (and catches) tens per message while it builds a
-    request: at 5,000 messages each coroutine costs about 3 million instructions of
-    the SDK's time (callgrind, ``benchmarks/_instructions.py``).
+    :func:`recovering_call`. See :class:`_ManagedCall` for how it runs.
     """
-    turn = await sync()
-    streaming = kwargs.get("stream") is True
-    try:
-        call = recovering_call(
-            binding, turn, kwargs, api, send=send, streaming=streaming, finish=finish
-        )
-        payload = await call.payload()
+    return _ManagedCall(binding, kwargs, api, sync, send, finish=finish)
+
+
+_BEFORE, _SDK, _AFTER, _DONE = range(4)
+"""The steps of a :class:`_ManagedCall`."""
+
+
+class _ManagedCall(Coroutine[Any, Any, Any]):
+    """A managed call as a coroutine object written by hand (``send``, ``throw``,
+    ``close``), so that the SDK's coroutine runs with no coroutine of ours around it.
+
+    CPython walks the chain of running coroutines (their exception states) for every
+    exception raised, and the OpenAI SDK raises and catches tens per message while it
+    builds a request: each coroutine between the host's await and the SDK's makes
+    the SDK's own work slower in proportion to the history (callgrind: about 3
+    million instructions per coroutine at 5,000 messages, ``benchmarks/_instructions.py``).
+    A plain method's frame is not in that chain, so this object drives the call's
+    three steps from its methods, one coroutine at a time: our :meth:`_before`
+    (sync, prepare, build the payload), then the SDK's own coroutine, then our
+    :meth:`_after` (overflow check or recovery, record, release the turn). What a
+    step yields goes to the host's await as it is, and what the host's await sends
+    or throws in goes to the step that is running.
+    """
+
+    __slots__ = ("_api", "_binding", "_call", "_kwargs", "_stage", "_step", "_turn")
+
+    def __init__(
+        self,
+        binding: SessionBinding,
+        kwargs: Mapping[str, Any],
+        api: ManagedApi,
+        sync: Callable[[], Awaitable[Turn]],
+        send: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
+        *,
+        finish: Callable[[list[Any]], list[Any]] | None,
+    ) -> None:
+        self._binding = binding
+        self._kwargs = kwargs
+        self._api = api
+        self._turn: Turn | None = None
+        self._call: RecoveringCall[dict[str, Any], Any] | None = None
+        self._stage = _BEFORE
+        self._step: Coroutine[Any, Any, Any] = self._before(sync, send, finish)
+
+    async def _before(
+        self,
+        sync: Callable[[], Awaitable[Turn]],
+        send: Callable[[dict[str, Any]], Coroutine[Any, Any, Any]],
+        finish: Callable[[list[Any]], list[Any]] | None,
+    ) -> Coroutine[Any, Any, Any]:
+        """Sync and build the request; the SDK's coroutine that sends it."""
+        turn = self._turn = await sync()
+        streaming = self._kwargs.get("stream") is True
         try:
-            result = call.checked(await send(payload))
-        except Exception as exc:
-            result = await call.recover(exc)
-        if streaming:
-            # The stream releases the turn's checkpoint hold when it ends.
-            return RecordingStream(binding, turn, call, result, api.adapter(turn))
-        message, fps = api.answer(as_dict(result), turn)
-        await binding.record(turn, message, fingerprints=fps)
-    except BaseException:
+            call = self._call = recovering_call(
+                self._binding,
+                turn,
+                self._kwargs,
+                self._api,
+                send=send,
+                streaming=streaming,
+                finish=finish,
+            )
+            return send(await call.payload())
+        except BaseException:
+            turn.release()
+            raise
+
+    async def _after(self, result: Any, error: Exception | None) -> Any:
+        """Check or recover the SDK's answer, record it, release the turn."""
+        turn, call = self._turn, self._call
+        assert turn is not None
+        assert call is not None
+        try:
+            if error is None:
+                try:
+                    result = call.checked(result)
+                except ProviderReportedOverflow as reported:  # recovered like an error
+                    error = reported
+            if error is not None:
+                result = await call.recover(error)
+            if self._kwargs.get("stream") is True:
+                # The stream releases the turn's checkpoint hold when it ends.
+                return RecordingStream(self._binding, turn, call, result, self._api.adapter(turn))
+            message, fps = self._api.answer(as_dict(result), turn)
+            await self._binding.record(turn, message, fingerprints=fps)
+        except BaseException:
+            turn.release()
+            raise
         turn.release()
-        raise
-    turn.release()
-    return result
+        return result
+
+    def _drive(self, sending: bool, value: Any) -> Any:
+        """Send ``value`` into (or throw it into) the running step, and on to the next
+        step when one returns; what a step yields goes to the host's await."""
+        outcome: Any
+        error: Exception | None
+        while True:
+            try:
+                return self._step.send(value) if sending else self._step.throw(value)
+            except StopIteration as done:
+                outcome, error = done.value, None
+            except Exception as exc:
+                if self._stage != _SDK:
+                    raise  # ours, before the request or after the answer: as it is
+                outcome, error = None, exc
+            except BaseException:
+                if self._stage == _SDK:
+                    self._release()  # cancelled (or closed) in the SDK's call
+                raise
+            if self._stage == _AFTER:
+                self._stage = _DONE
+                raise StopIteration(outcome)
+            if self._stage == _BEFORE:
+                self._step, self._stage = outcome, _SDK
+            else:
+                self._step, self._stage = self._after(outcome, error), _AFTER
+            sending, value = True, None
+
+    def _release(self) -> None:
+        self._stage = _DONE
+        assert self._turn is not None
+        self._turn.release()
+
+    def send(self, value: Any) -> Any:
+        """The host's await resumes the call (see the class)."""
+        return self._drive(True, value)
+
+    def throw(
+        self,
+        typ: type[BaseException] | BaseException,
+        val: BaseException | object = None,
+        tb: TracebackType | None = None,
+    ) -> Any:
+        """An exception (a cancellation) thrown into the host's await goes to the step."""
+        exc = typ if val is None else val
+        if isinstance(exc, type):
+            exc = exc()
+        if not isinstance(exc, BaseException):
+            raise TypeError(f"exceptions must derive from BaseException, not {exc!r}")
+        return self._drive(False, exc if tb is None else exc.with_traceback(tb))
+
+    def close(self) -> None:
+        """Close the running step (the host's coroutine is closed)."""
+        try:
+            self._step.close()
+        finally:
+            if self._stage == _SDK:
+                self._release()
+            self._stage = _DONE
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return cast(Generator[Any, None, Any], self)
 
 
 def bind(

@@ -361,7 +361,8 @@ class _Messages(Resource):
         """``messages.create`` on the managed history (see the module docs).
 
         Returns the call's coroutine, as the SDK's method does: the host awaits
-        :func:`~mimo_ctx.providers._wrapper.managed_call` itself (see there why)."""
+        :func:`~mimo_ctx.providers._wrapper.managed_call`'s coroutine itself, which runs
+        the SDK's coroutine with none of ours around it (see there why)."""
         if not self._managed(kwargs):
             return self._inner.create(**kwargs)  # let the SDK report the error
         send = self._inner.create
