@@ -104,6 +104,7 @@ __all__ = [
     "native_context_parameter",
     "plain",
     "refuse_native_context",
+    "refuse_wrapped",
     "sdk_client",
 ]
 
@@ -724,3 +725,21 @@ def sdk_client(client: object) -> Any:
     Calls made through it (a writer model's, a token count) never enter a session.
     """
     return client.unwrapped if isinstance(client, ClientWrapper) else client
+
+
+def refuse_wrapped(client: object, who: str) -> None:
+    """Refuse a client that mimo_ctx already wraps, with the fix in the message.
+
+    A wrapped client's managed methods are plain functions that return the call's
+    coroutine (see :func:`mimo_ctx.providers._wrapper.managed_call`), so the async
+    check that comes next would call it a sync client; and wrapping it twice would
+    manage one conversation in two bindings.
+
+    Raises:
+        ConfigError: ``client`` is a mimo_ctx wrapper.
+    """
+    if isinstance(client, ClientWrapper):
+        raise ConfigError(
+            f"{who} got a client that mimo_ctx already wraps ({type(client).__name__}): "
+            "wrap the SDK client once and use that wrapper, or pass client.unwrapped"
+        )

@@ -82,6 +82,7 @@ from mimo_ctx.providers._sync import (
     has_async_method,
     plain,
     refuse_native_context,
+    refuse_wrapped,
 )
 from mimo_ctx.providers._wrapper import (
     Accumulator,
@@ -502,9 +503,11 @@ def wrap_anthropic(
 
     Raises:
         ImportError: The ``anthropic`` SDK is not installed (names the extra).
-        ConfigError: ``client`` is a sync client, or ``session_id`` is empty.
+        ConfigError: ``client`` is a sync client or already wrapped, or ``session_id``
+            is empty.
     """
     require_sdk("anthropic", "wrap_anthropic", ANTHROPIC_EXTRA)
+    refuse_wrapped(client, "wrap_anthropic")
     if not has_async_method(client, "messages", "create"):
         raise ConfigError(
             "wrap_anthropic needs an async client (anthropic.AsyncAnthropic; "

@@ -80,6 +80,7 @@ from mimo_ctx.providers._sync import (
     has_async_method,
     plain,
     refuse_native_context,
+    refuse_wrapped,
 )
 from mimo_ctx.providers._wrapper import (
     Accumulator,
@@ -675,9 +676,11 @@ def wrap_openai(
 
     Raises:
         ImportError: The ``openai`` SDK is not installed (names the extra).
-        ConfigError: ``client`` is a sync client, or ``session_id`` is empty.
+        ConfigError: ``client`` is a sync client or already wrapped, or ``session_id``
+            is empty.
     """
     openai = require_sdk("openai", "wrap_openai", OPENAI_EXTRA)
+    refuse_wrapped(client, "wrap_openai")
     if isinstance(client, openai.OpenAI):
         raise ConfigError(
             f"wrap_openai needs an async client (openai.AsyncOpenAI), got {type(client).__name__}: "

@@ -516,6 +516,13 @@ def test_wrap_anthropic_refuses_sync_clients() -> None:
         wrap_anthropic(anthropic.Anthropic(api_key="x"), None, session_id=SID)  # pyright: ignore[reportArgumentType]
 
 
+async def test_wrap_anthropic_refuses_a_client_it_already_wraps(tmp_path: Path) -> None:
+    async with running_middleware(tmp_path) as mw:
+        client = wrap_anthropic(anthropic_client(FakeProvider()), mw, session_id=SID)
+        with pytest.raises(ConfigError, match=r"already wraps \(AnthropicWrapper\)"):
+            wrap_anthropic(client, mw, session_id=SID)
+
+
 def test_sdk_message_stream_still_exposes_its_raw_stream() -> None:
     """messages.stream relies on AsyncMessageStream keeping ``_raw_stream`` (pinned here)."""
     from anthropic.lib.streaming import AsyncMessageStream

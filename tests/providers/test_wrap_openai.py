@@ -668,6 +668,19 @@ def test_wrap_openai_refuses_sync_clients_and_empty_sessions() -> None:
         wrap_openai(openai.AsyncOpenAI(api_key="x"), None, session_id="")  # pyright: ignore[reportArgumentType]
 
 
+async def test_wrap_openai_refuses_a_client_it_already_wraps(tmp_path: Path) -> None:
+    # A wrapped create is a plain function returning the call's coroutine: without the
+    # check the async test below it would call the wrapper a sync client.
+    async with running_middleware(tmp_path) as mw:
+        raw = openai.AsyncOpenAI(api_key="x")
+        client = wrap_openai(raw, mw, session_id=SID)
+        fix = r"already wraps \(OpenAIWrapper\).*client\.unwrapped"
+        with pytest.raises(ConfigError, match=fix):
+            wrap_openai(client, mw, session_id=SID)
+        again = wrap_openai(raw, mw, session_id=SID)  # the SDK client: a second binding is fine
+        assert isinstance(again, openai_module.OpenAIWrapper)
+
+
 async def test_loopback_server_streams_over_real_sockets(tmp_path: Path) -> None:
     """The same wrapper over the SDK's default transport and a real HTTP server."""
     fake = FakeProvider()
