@@ -145,6 +145,18 @@ class Resource:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+    def _managed_create(
+        self,
+        kwargs: Mapping[str, Any],
+        api: ManagedApi,
+        sync: Callable[[], Awaitable[Turn]],
+        *,
+        finish: Callable[[list[Any]], list[Any]] | None = None,
+    ) -> Coroutine[Any, Any, Any]:
+        """The coroutine of a managed call of the SDK's own ``create`` (:func:`managed_call`)."""
+        send = self._inner.create
+        return managed_call(self._binding, kwargs, api, sync, lambda p: send(**p), finish=finish)
+
 
 class Accumulator(ABC):
     """The base of the wrappers' stream adapters (:class:`~mimo_ctx.providers._sync.StreamAdapter`):

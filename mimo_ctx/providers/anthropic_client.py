@@ -94,7 +94,6 @@ from mimo_ctx.providers._wrapper import (
     bind,
     dicts,
     finish_of,
-    managed_call,
     positive_int,
     recovering_call,
     require_sdk,
@@ -366,13 +365,10 @@ class _Messages(Resource):
         the SDK's coroutine with none of ours around it (see there why)."""
         if not self._managed(kwargs):
             return self._inner.create(**kwargs)  # let the SDK report the error
-        send = self._inner.create
-        return managed_call(
-            self._binding,
+        return self._managed_create(
             kwargs,
             _API,
             functools.partial(self._sync, kwargs, call="messages.create"),
-            lambda p: send(**p),
             finish=self._finish(kwargs),
         )
 

@@ -92,7 +92,6 @@ from mimo_ctx.providers._wrapper import (
     bind,
     dicts,
     finish_of,
-    managed_call,
     positive_int,
     require_sdk,
 )
@@ -571,10 +570,7 @@ class _ChatCompletions(Resource):
         raw = kwargs.get("messages")
         if raw is None or isinstance(raw, str | bytes | Mapping):
             return self._inner.create(**kwargs)  # let the SDK report the error
-        send = self._inner.create
-        return managed_call(
-            self._binding, kwargs, _CHAT_API, partial(self._sync, raw, kwargs), lambda p: send(**p)
-        )
+        return self._managed_create(kwargs, _CHAT_API, partial(self._sync, raw, kwargs))
 
     async def _sync(self, raw: object, kwargs: Mapping[str, Any]) -> Turn:
         refuse_native_context(kwargs, api="chat", call="chat.completions.create")
@@ -606,14 +602,7 @@ class _Responses(Resource):
         raw = kwargs.get("input")
         if raw is None or isinstance(raw, bytes | Mapping) or not isinstance(raw, str | Sequence):
             return self._inner.create(**kwargs)  # let the SDK report the error
-        send = self._inner.create
-        return managed_call(
-            self._binding,
-            kwargs,
-            _RESPONSES_API,
-            partial(self._sync, raw, kwargs),
-            lambda p: send(**p),
-        )
+        return self._managed_create(kwargs, _RESPONSES_API, partial(self._sync, raw, kwargs))
 
     async def _sync(self, raw: object, kwargs: Mapping[str, Any]) -> Turn:
         refuse_native_context(kwargs, api="responses", call="responses.create")
